@@ -1,0 +1,27 @@
+"""Shared CLI plumbing: one clear line for every user-fixable error, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from hivebatch.errors import HivebatchError
+
+
+def run_cli(command: click.Command, args: list[str] | None = None, prog_name: str | None = None) -> None:
+    try:
+        command.main(args=args, prog_name=prog_name, standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except HivebatchError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except BrokenPipeError:
+        sys.exit(0)
