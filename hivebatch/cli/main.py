@@ -21,11 +21,13 @@ SUBCOMMANDS: dict[str, str] = {
 
 
 class LazyGroup(click.Group):
+    table: dict[str, str] = SUBCOMMANDS
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(SUBCOMMANDS)
+        return sorted(self.table)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = SUBCOMMANDS.get(cmd_name)
+        target = self.table.get(cmd_name)
         if target is None:
             return None
         module_name, attr = target.split(":")
@@ -46,4 +48,4 @@ def cli() -> None:
 
 
 def main() -> None:
-    run_cli(cli)
+    run_cli(cli, prog_name="hivebatch")

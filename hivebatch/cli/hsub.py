@@ -1,0 +1,1 @@
+"""``hsub``: sbatch-compatible submission through hivebatch (filled in by the hsub module)."""
