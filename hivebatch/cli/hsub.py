@@ -1,1 +1,110 @@
-"""``hsub``: sbatch-compatible submission through hivebatch (filled in by the hsub module)."""
+"""``hsub``: sbatch-compatible submission through hivebatch.
+
+The job goes to Slurm held, as the invoking user, with no GPU gres, account = VC and qos = class;
+its hivebatch request rides in the Slurm comment. The controller later gives it exact GPUs and
+releases it. Options are parsed by hand (not click) so the same table reads the command line,
+``#SBATCH``/``#HSUB`` lines and ``SBATCH_*`` variables, and so start-up stays close to sbatch's.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from hivebatch.errors import HivebatchError
+
+PROG = "hsub"
+
+
+def _err(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def slurm_refusal(exc: Exception, vc: str, qos: str) -> str:
+    """One line saying why Slurm refused the submission, in hivebatch's terms."""
+    stderr = str(getattr(exc, "stderr", "") or exc)
+    lower = stderr.lower()
+    if "invalid account" in lower or "account/partition" in lower:
+        return (
+            f"Slurm refused the job: you may not submit into virtual cluster {vc!r} "
+            "(it is not one of your Slurm accounts; ask its owner or your administrator)"
+        )
+    if "invalid qos" in lower or "qos" in lower and "not" in lower:
+        return f"Slurm refused the job: class {qos!r} is not granted to you in virtual cluster {vc!r}"
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    detail = lines[-1] if lines else "no message"
+    for prefix in ("sbatch: error: ", "error: "):
+        if detail.startswith(prefix):
+            detail = detail[len(prefix) :]
+    return f"Slurm refused the job: {detail}"
+
+
+def run(argv: list[str]) -> int:
+    from hivebatch.submit.options import parse_args
+
+    first = parse_args(argv)
+    if first.values.get("help"):
+        from hivebatch.submit.options import help_text
+
+        print(help_text())
+        return 0
+    if first.values.get("version"):
+        from hivebatch import __version__
+
+        print(f"hsub (hivebatch) {__version__}")
+        return 0
+
+    from hivebatch.submit.build import prepare, stdin_reader
+
+    sub = prepare(argv, stdin_read=stdin_reader())
+    for note in sub.notes:
+        print(f"{PROG}: note: {note}", file=sys.stderr)
+
+    if sub.dry_run:
+        script = sub.job_script()
+        print("# sbatch command (the job script below is given on its standard input):")
+        print(shlex.join(["sbatch", "--parsable", *sub.sbatch_args]))
+        print("# job script:")
+        sys.stdout.write(script)
+        return 0
+    if sub.test_only:
+        from hivebatch.submit.testonly import predict, render_prediction
+
+        print(render_prediction(sub, predict(sub)))
+        return 0
+
+    from hivebatch.slurm import SlurmError, get_backend
+
+    script = sub.job_script()
+    # the backend runs sbatch with this process's environment: drop what hsub already applied (and any
+    # GPU request, which must not reach Slurm) so sbatch cannot apply it a second time
+    for name in [k for k in os.environ if k not in sub.env]:
+        del os.environ[name]
+    try:
+        job_id = get_backend().submit(script, sub.sbatch_args)
+    except SlurmError as exc:
+        raise HivebatchError(slurm_refusal(exc, sub.request.vc, sub.request.qos)) from None
+    if sub.parsable:
+        print(job_id)
+    else:
+        print(f"Submitted batch job {job_id}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        code = run(sys.argv[1:] if argv is None else argv)
+    except HivebatchError as exc:
+        _err(str(exc))
+        code = 1
+    except BrokenPipeError:
+        code = 0
+    except KeyboardInterrupt:
+        _err("interrupted; nothing was submitted unless a job id was printed")
+        code = 1
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

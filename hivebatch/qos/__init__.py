@@ -1,1 +1,78 @@
+"""QoS-aware placement (pure Python + numpy): performance model, profiles, ECT classes, CER, policies."""
 
+from hivebatch.qos.config import QosSettings, parse_qos_config
+from hivebatch.qos.fitting import (
+    FitResult,
+    Sample,
+    SampleSet,
+    fit_profile,
+    mape,
+    parse_profile_csv,
+    read_profile_csv,
+)
+from hivebatch.qos.perfmodel import (
+    FORMS,
+    ModelRangeError,
+    Profile,
+    Shape,
+    comm_penalty,
+    latency,
+    local_batch,
+    predict_throughput,
+    single_gpu_throughput,
+    step_time,
+)
+from hivebatch.qos.placement import (
+    ClassCoefficients,
+    Platform,
+    Task,
+    candidate_shapes,
+    cer,
+    choose_qos,
+    cost,
+    expected_completion,
+    shapes_for_gpus,
+    task_ect,
+    task_latency,
+)
+from hivebatch.qos.policies import POLICY_NAMES, Plan, Policy, get_policy
+from hivebatch.qos.store import ProfileStore, UnknownModelError
+
+__all__ = [
+    "FORMS",
+    "POLICY_NAMES",
+    "ClassCoefficients",
+    "FitResult",
+    "ModelRangeError",
+    "Plan",
+    "Platform",
+    "Policy",
+    "Profile",
+    "ProfileStore",
+    "QosSettings",
+    "Sample",
+    "SampleSet",
+    "Shape",
+    "Task",
+    "UnknownModelError",
+    "candidate_shapes",
+    "cer",
+    "choose_qos",
+    "comm_penalty",
+    "cost",
+    "expected_completion",
+    "fit_profile",
+    "get_policy",
+    "latency",
+    "local_batch",
+    "mape",
+    "parse_profile_csv",
+    "parse_qos_config",
+    "predict_throughput",
+    "read_profile_csv",
+    "shapes_for_gpus",
+    "single_gpu_throughput",
+    "step_time",
+    "task_ect",
+    "task_latency",
+]

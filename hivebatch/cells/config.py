@@ -1,0 +1,480 @@
+"""The ``cluster:`` and ``virtual_clusters:`` sections: cell types, physical cells and VCs.
+
+Everything here is validated once, at load time, so the allocator can trust the shape of the
+cluster: every cell type belongs to exactly one chain (leaf GPU model up to the top type), each chain
+has exactly one node level, and every physical cell lists exactly the nodes its type spans.
+A chain is named after its leaf type, which is also the GPU type jobs ask for.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hivebatch.errors import ConfigError
+
+
+class InfeasibleConfigError(ConfigError):
+    """The VCs ask for more cells of some level than the physical cluster can provide."""
+
+    def __init__(self, chain: str, level: int, cell_type: str, needed: int, available: int) -> None:
+        self.chain = chain
+        self.level = level
+        self.cell_type = cell_type
+        self.needed = needed
+        self.available = available
+        super().__init__(
+            f"infeasible virtual clusters: chain {chain}, level {level} ({cell_type}): "
+            f"the VCs need {needed} cells but the cluster has only {available} available "
+            f"(counting splits of higher cells); reduce the VC cells or add hardware"
+        )
+
+
+@dataclass(frozen=True)
+class CellType:
+    name: str
+    chain: str
+    level: int  # 1 = leaf (one GPU)
+    child: str | None
+    count: int  # children per cell; 1 for a leaf
+    gpus: int  # GPUs in one cell of this type
+    nodes: int  # nodes one cell spans (1 at or below node level)
+    is_node: bool
+    memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    name: str  # = the leaf type = the GPU type
+    types: tuple[str, ...]  # bottom-up; types[level - 1]
+    node_level: int
+    gpus_per_node: int
+    node_indices: tuple[int, ...]  # default GPU indices of a node, tree order
+
+    def type_at(self, level: int) -> str:
+        return self.types[level - 1]
+
+    @property
+    def top_level(self) -> int:
+        return len(self.types)
+
+
+@dataclass(frozen=True)
+class PhysicalCellSpec:
+    type: str
+    nodes: tuple[str, ...]
+    gpu_indices: tuple[int, ...] | None = None  # per node, tree order; None = 0..n-1
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    gpu_type: str
+    gpu_indices: list[int]
+    socket_of: dict[int, int]
+    chain: str
+
+
+@dataclass(frozen=True)
+class VCSpec:
+    name: str
+    cells: dict[str, int]
+
+
+@dataclass
+class ClusterSpec:
+    cell_types: dict[str, CellType]
+    chains: dict[str, ChainSpec]
+    physical_cells: list[PhysicalCellSpec]
+    nodes: list[NodeSpec]
+    vcs: dict[str, VCSpec]
+    _node_by_name: dict[str, NodeSpec] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._node_by_name = {n.name: n for n in self.nodes}
+
+    @property
+    def gpu_types(self) -> list[str]:
+        return list(self.chains)
+
+    def node(self, name: str) -> NodeSpec:
+        return self._node_by_name[name]
+
+    def has_node(self, name: str) -> bool:
+        return name in self._node_by_name
+
+    def gpus_per_node(self, gpu_type: str) -> int:
+        return self.chains[gpu_type].gpus_per_node
+
+    def vc_gpus(self, vc: str, gpu_type: str | None = None) -> int:
+        total = 0
+        for type_name, n in self.vcs[vc].cells.items():
+            ct = self.cell_types[type_name]
+            if gpu_type is None or ct.chain == gpu_type:
+                total += ct.gpus * n
+        return total
+
+    def gpu_memory_mib(self, gpu_type: str) -> int | None:
+        ct = self.cell_types.get(gpu_type)
+        return ct.memory_mib if ct else None
+
+    def total_gpus(self, gpu_type: str | None = None) -> int:
+        return sum(len(n.gpu_indices) for n in self.nodes if gpu_type is None or n.gpu_type == gpu_type)
+
+    def vc_chains(self, vc: str) -> list[str]:
+        """Chains where the VC has cells, in config order of the chains."""
+        mine = {self.cell_types[t].chain for t, n in self.vcs[vc].cells.items() if n > 0}
+        return [c for c in self.chains if c in mine]
+
+
+_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$")
+_MEMORY_FACTOR = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+
+
+def parse_memory_mib(value: Any, where: str = "memory") -> int | None:
+    """'32G' / '32GiB' / '16384M' / 16384 (MiB) -> MiB."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected a size like 32G, got {value!r}")
+    if isinstance(value, int | float):
+        return int(value)
+    m = _MEMORY_RE.match(str(value))
+    if not m:
+        raise ConfigError(f"{where}: expected a size like 32G or 16384M, got {value!r}")
+    return int(float(m.group(1)) * _MEMORY_FACTOR[m.group(2).lower()])
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where} must be a positive whole number, got {value!r}")
+    return value
+
+
+def _parse_cell_types(raw: Any) -> tuple[dict[str, CellType], dict[str, ChainSpec]]:
+    if not isinstance(raw, Mapping) or not raw:
+        raise ConfigError("cluster.cell_types must be a mapping of cell type name -> {child: TYPE, count: N}")
+    declared: dict[str, Mapping[str, Any]] = {}
+    for name, body in raw.items():
+        name = str(name)
+        if body is None:
+            body = {}
+        if not isinstance(body, Mapping):
+            raise ConfigError(
+                f"cell type {name}: expected a mapping like {{child: TYPE, count: N}}, got {body!r}"
+            )
+        unknown = set(body) - {"child", "count", "node", "memory"}
+        if unknown:
+            raise ConfigError(
+                f"cell type {name}: unknown key(s) {', '.join(sorted(map(str, unknown)))} "
+                f"(allowed: child, count, node, memory)"
+            )
+        declared[name] = body
+
+    explicit_leaves = {n for n, b in declared.items() if b.get("child") is None}
+    composite = {n for n, b in declared.items() if b.get("child") is not None}
+    # A child that is not declared is a GPU model (leaf), unless its name is so close to a declared
+    # type that it is surely a typo worth stopping for.
+    parent_of: dict[str, str] = {}
+    for name in composite:
+        body = declared[name]
+        child = str(body["child"])
+        _positive_int(body.get("count"), f"cell type {name}: count")
+        if child not in declared:
+            near = difflib.get_close_matches(child, list(declared), n=1, cutoff=0.8)
+            if near:
+                raise ConfigError(
+                    f"cell type {name}: unknown child type {child} (did you mean {near[0]}? "
+                    f"declare a new GPU model as {child}: {{}} to use it)"
+                )
+        if child == name:
+            raise ConfigError(f"cell type {name}: a cell type cannot be its own child")
+        if child in parent_of:
+            raise ConfigError(
+                f"cell type {child} is the child of both {parent_of[child]} and {name}; "
+                f"give each chain its own cell types"
+            )
+        parent_of[child] = name
+    for name in explicit_leaves:
+        body = declared[name]
+        if "count" in body and body["count"] not in (None, 1):
+            raise ConfigError(
+                f"cell type {name}: a leaf (GPU) type has no count; add child: TYPE or drop count"
+            )
+        if body.get("node"):
+            raise ConfigError(f"cell type {name}: a single GPU cannot be the node level")
+
+    leaves = explicit_leaves | {
+        str(declared[n]["child"]) for n in composite if str(declared[n]["child"]) not in declared
+    }
+
+    # Walk each chain upward from its leaf; whatever composite type is not reached lies on a cycle.
+    types: dict[str, CellType] = {}
+    chains: dict[str, ChainSpec] = {}
+    reached: set[str] = set()
+    for leaf in sorted(leaves):
+        path = [leaf]
+        while path[-1] in parent_of:
+            nxt = parent_of[path[-1]]
+            if nxt in path:
+                raise ConfigError(f"cell types form a cycle: {' -> '.join([*path, nxt])}")
+            path.append(nxt)
+        reached.update(path)
+        node_types = [t for t in path if declared.get(t, {}).get("node")]
+        if len(node_types) > 1:
+            raise ConfigError(
+                f"chain {leaf} has two node levels ({', '.join(node_types)}); mark exactly one type with node: true"
+            )
+        if not node_types:
+            raise ConfigError(
+                f"chain {leaf} ({' < '.join(path)}) has no node level; mark one type with node: true"
+            )
+        node_level = path.index(node_types[0]) + 1
+        gpus = 1
+        memory = parse_memory_mib(declared.get(leaf, {}).get("memory"), f"cell type {leaf}: memory")
+        for level, t in enumerate(path, start=1):
+            body = declared.get(t, {})
+            if level > 1 and body.get("memory") is not None:
+                raise ConfigError(f"cell type {t}: memory belongs on the leaf GPU type {leaf}")
+            count = 1 if level == 1 else int(body["count"])
+            gpus *= count
+            nodes = 1
+            if level > node_level:
+                nodes = gpus // _gpus_of(path[:node_level], declared)
+            types[t] = CellType(
+                name=t,
+                chain=leaf,
+                level=level,
+                child=None if level == 1 else path[level - 2],
+                count=count,
+                gpus=gpus,
+                nodes=nodes,
+                is_node=(level == node_level),
+                memory_mib=memory if level == 1 else None,
+            )
+        gpn = types[path[node_level - 1]].gpus
+        chains[leaf] = ChainSpec(
+            name=leaf,
+            types=tuple(path),
+            node_level=node_level,
+            gpus_per_node=gpn,
+            node_indices=tuple(range(gpn)),
+        )
+    # chains in config order: by the first declared type that belongs to each chain
+    names = list(declared)
+
+    def first_declared(c: ChainSpec) -> int:
+        return (
+            min(names.index(t) for t in c.types if t in declared)
+            if any(t in declared for t in c.types)
+            else len(names)
+        )
+
+    chains = {c.name: c for c in sorted(chains.values(), key=first_declared)}
+    cyclic = set(declared) - reached
+    if cyclic:
+        start = sorted(cyclic)[0]
+        path = [start]
+        while str(declared[path[-1]].get("child")) not in path:
+            path.append(str(declared[path[-1]]["child"]))
+        path.append(str(declared[path[-1]]["child"]))
+        raise ConfigError(f"cell types form a cycle: {' -> '.join(path)}")
+    return types, chains
+
+
+def _gpus_of(path: list[str], declared: Mapping[str, Mapping[str, Any]]) -> int:
+    g = 1
+    for t in path[1:]:
+        g *= int(declared[t]["count"])
+    return g
+
+
+def _parse_physical_cells(
+    raw: Any, types: dict[str, CellType], chains: dict[str, ChainSpec]
+) -> tuple[list[PhysicalCellSpec], list[NodeSpec]]:
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("cluster.physical_cells must be a list like [{type: V100-NODE, nodes: [node1]}]")
+    cells: list[PhysicalCellSpec] = []
+    nodes: list[NodeSpec] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(raw):
+        where = f"cluster.physical_cells[{i}]"
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{where}: expected {{type: TYPE, nodes: [NAME, ...]}}, got {entry!r}")
+        unknown = set(entry) - {"type", "nodes", "gpu_indices"}
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))} (allowed: type, nodes, gpu_indices)"
+            )
+        tname = str(entry.get("type"))
+        if tname not in types:
+            near = difflib.get_close_matches(tname, list(types), n=1)
+            hint = f" (did you mean {near[0]}?)" if near else f" (known: {', '.join(types)})"
+            raise ConfigError(f"{where}: unknown cell type {tname}{hint}")
+        ct = types[tname]
+        chain = chains[ct.chain]
+        if ct.level < chain.node_level:
+            raise ConfigError(
+                f"{where}: a physical cell must be a whole node or bigger; {tname} is below the node level "
+                f"{chain.type_at(chain.node_level)}"
+            )
+        raw_nodes = entry.get("nodes")
+        if isinstance(raw_nodes, str):
+            raw_nodes = [raw_nodes]
+        if (
+            not isinstance(raw_nodes, list)
+            or not raw_nodes
+            or not all(isinstance(n, str) and n for n in raw_nodes)
+        ):
+            raise ConfigError(f"{where}: nodes must be a list of node names, e.g. nodes: [node1]")
+        indices: tuple[int, ...] | None = None
+        if entry.get("gpu_indices") is not None:
+            gi = entry["gpu_indices"]
+            if (
+                not isinstance(gi, list)
+                or len(gi) != chain.gpus_per_node
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in gi)
+                or len(set(gi)) != len(gi)
+            ):
+                raise ConfigError(
+                    f"{where}: gpu_indices must list {chain.gpus_per_node} distinct GPU indices per node in tree order"
+                )
+            indices = tuple(gi)
+        if ct.is_node:
+            groups = [[n] for n in raw_nodes]  # a node-level entry may list several nodes: one cell each
+        else:
+            if len(raw_nodes) != ct.nodes:
+                raise ConfigError(
+                    f"{where}: a {tname} cell spans {ct.nodes} nodes but {len(raw_nodes)} are listed "
+                    f"({', '.join(raw_nodes)})"
+                )
+            groups = [list(raw_nodes)]
+        for group in groups:
+            for n in group:
+                if n in seen:
+                    raise ConfigError(
+                        f"node {n} is named twice in cluster.physical_cells (entries {seen[n]} and {i})"
+                    )
+                seen[n] = i
+            cells.append(PhysicalCellSpec(type=tname, nodes=tuple(group), gpu_indices=indices))
+            for n in group:
+                idx = list(indices) if indices else list(chain.node_indices)
+                nodes.append(
+                    NodeSpec(
+                        name=n,
+                        gpu_type=chain.name,
+                        gpu_indices=idx,
+                        socket_of=_sockets(chain, types, idx),
+                        chain=chain.name,
+                    )
+                )
+    return cells, nodes
+
+
+def _sockets(chain: ChainSpec, types: dict[str, CellType], indices: list[int]) -> dict[int, int]:
+    """The socket of a GPU = which child of the node cell holds it (all 0 when the node's children are GPUs)."""
+    if chain.node_level <= 2:
+        return {i: 0 for i in indices}
+    per_child = types[chain.type_at(chain.node_level - 1)].gpus
+    return {idx: pos // per_child for pos, idx in enumerate(indices)}
+
+
+def _parse_vcs(raw: Any, types: dict[str, CellType]) -> dict[str, VCSpec]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("virtual_clusters must be a mapping of VC name -> {cells: {TYPE: N}}")
+    vcs: dict[str, VCSpec] = {}
+    for name, body in raw.items():
+        name = str(name)
+        if not isinstance(body, Mapping) or not isinstance(body.get("cells"), Mapping):
+            raise ConfigError(f"virtual cluster {name}: expected {{cells: {{TYPE: N, ...}}}}")
+        unknown = set(body) - {"cells", "description"}
+        if unknown:
+            raise ConfigError(
+                f"virtual cluster {name}: unknown key(s) {', '.join(sorted(map(str, unknown)))} (allowed: cells)"
+            )
+        cells: dict[str, int] = {}
+        for tname, n in body["cells"].items():
+            tname = str(tname)
+            if tname not in types:
+                near = difflib.get_close_matches(tname, list(types), n=1)
+                hint = f" (did you mean {near[0]}?)" if near else f" (known: {', '.join(types)})"
+                raise ConfigError(f"virtual cluster {name}: unknown cell type {tname}{hint}")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ConfigError(
+                    f"virtual cluster {name}: {tname} count must be a whole number >= 0, got {n!r}"
+                )
+            if n:
+                cells[tname] = n
+        vcs[name] = VCSpec(name=name, cells=cells)
+    return vcs
+
+
+def physical_counts(spec: ClusterSpec) -> dict[str, dict[int, int]]:
+    """Top-level physical cells per chain and level."""
+    out: dict[str, dict[int, int]] = {c: {} for c in spec.chains}
+    for pc in spec.physical_cells:
+        ct = spec.cell_types[pc.type]
+        out[ct.chain][ct.level] = out[ct.chain].get(ct.level, 0) + 1
+    return out
+
+
+def vc_demand(spec: ClusterSpec) -> dict[str, dict[int, int]]:
+    out: dict[str, dict[int, int]] = {c: {} for c in spec.chains}
+    for vc in spec.vcs.values():
+        for tname, n in vc.cells.items():
+            ct = spec.cell_types[tname]
+            out[ct.chain][ct.level] = out[ct.chain].get(ct.level, 0) + n
+    return out
+
+
+def check_feasibility(spec: ClusterSpec) -> None:
+    """Top-down: what is left at level k after the VCs' level-k cells splits into level k-1 cells."""
+    have = physical_counts(spec)
+    need = vc_demand(spec)
+    for cname, chain in spec.chains.items():
+        leftover = 0
+        for level in range(chain.top_level, 0, -1):
+            available = leftover + have[cname].get(level, 0)
+            needed = need[cname].get(level, 0)
+            if needed > available:
+                raise InfeasibleConfigError(cname, level, chain.type_at(level), needed, available)
+            leftover = available - needed
+            if level > 1:
+                leftover *= spec.cell_types[chain.type_at(level)].count
+
+
+def parse_cluster_config(data: Mapping[str, Any], check_feasible: bool = True) -> ClusterSpec:
+    """Build the ClusterSpec from a whole config mapping (its ``cluster`` and ``virtual_clusters``)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError("the configuration must be a mapping with cluster: and virtual_clusters: sections")
+    cluster = data.get("cluster")
+    if not isinstance(cluster, Mapping):
+        raise ConfigError("missing cluster: section (cell_types and physical_cells)")
+    unknown = set(cluster) - {"cell_types", "physical_cells"}
+    if unknown:
+        raise ConfigError(
+            f"cluster: unknown key(s) {', '.join(sorted(map(str, unknown)))} (allowed: cell_types, physical_cells)"
+        )
+    types, chains = _parse_cell_types(cluster.get("cell_types"))
+    cells, nodes = _parse_physical_cells(cluster.get("physical_cells"), types, chains)
+    used_chains = {types[c.type].chain for c in cells}
+    vcs = _parse_vcs(data.get("virtual_clusters"), types)
+    for vc in vcs.values():
+        for tname in vc.cells:
+            if types[tname].chain not in used_chains:
+                raise ConfigError(
+                    f"virtual cluster {vc.name}: cell type {tname} belongs to chain {types[tname].chain}, "
+                    f"which has no physical cells"
+                )
+    # chains without physical cells are dropped so every listed GPU type really exists
+    chains = {k: v for k, v in chains.items() if k in used_chains}
+    types = {k: v for k, v in types.items() if v.chain in used_chains}
+    spec = ClusterSpec(cell_types=types, chains=chains, physical_cells=cells, nodes=nodes, vcs=vcs)
+    if check_feasible:
+        check_feasibility(spec)
+    return spec

@@ -1,0 +1,182 @@
+"""``hadmin report quota|users|html``: who used what, who waited, which deadlines held."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+import click
+
+from hivebatch.errors import HivebatchError
+
+FORMATS = click.Choice(["table", "csv", "json", "html"])
+CONFIG_HELP = "hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)"
+SINCE_HELP = "start of the window: YYYY-MM-DD[THH:MM] (UTC) or a span back like 12h, 7d, 2w (default: 7d)"
+UNTIL_HELP = "end of the window (default: now); same forms as --since"
+
+
+def _window_options(func):  # type: ignore[no-untyped-def]
+    func = click.option("--until", "until_text", metavar="DATE", help=UNTIL_HELP)(func)
+    func = click.option("--since", "since_text", metavar="DATE", help=SINCE_HELP)(func)
+    func = click.option("--config", "config", metavar="FILE", help=CONFIG_HELP)(func)
+    return func
+
+
+def _compute(config: str | None, since_text: str | None, until_text: str | None, vc: str | None):  # type: ignore[no-untyped-def]
+    from hivebatch.reports.load import default_since, load_report_data, resolve_window
+    from hivebatch.reports.topology import gpus_per_node
+    from hivebatch.reports.usage import quota_report
+    from hivebatch.reports.users import users_report
+
+    since, until = resolve_window(since_text, until_text)
+    data = load_report_data(config, since)
+    data.check_vc(vc)
+    if since is None:
+        since = default_since(data.jobs, until)
+    quota = quota_report(data.jobs, data.segments, data.vcs, since, until, data.total_gpus, only_vc=vc)
+    users = users_report(data.jobs, data.segments, since, until, gpus_per_node(data.layouts), only_vc=vc)
+    return data, quota, users
+
+
+def _no_db_note(data) -> None:  # type: ignore[no-untyped-def]
+    if not data.has_db:
+        click.echo(
+            "note: no hivebatch database yet (run `hivebatch db upgrade` and the controller); figures are empty",
+            err=True,
+        )
+
+
+def _html(data, quota, users, vc: str | None, use_slurm: bool = True) -> str:  # type: ignore[no-untyped-def]
+    from hivebatch.reports.html import ReportInputs, render_html
+    from hivebatch.reports.load import cluster_map
+
+    cmap, source = cluster_map(data, use_slurm=use_slurm)
+    jobs = [j for j in data.jobs if vc is None or j.vc == vc]
+    segments = [s for s in data.segments if vc is None or s.vc == vc]
+    title = "hivebatch cluster report" + (f" — VC {vc}" if vc else "")
+    return render_html(
+        ReportInputs(
+            quota=quota,
+            users=users,
+            jobs=jobs,
+            segments=segments,
+            cluster=cmap,
+            cluster_taken_at=data.slots_taken_at,
+            cluster_source=source,
+            title=title,
+        )
+    )
+
+
+@click.group()
+def report() -> None:
+    """Usage reports: per VC (quota), per user, and one HTML page with plots."""
+
+
+@report.command()
+@_window_options
+@click.option("--vc", metavar="NAME", help="only this virtual cluster")
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format")
+def quota(
+    config: str | None, since_text: str | None, until_text: str | None, vc: str | None, fmt: str
+) -> None:
+    """Per VC: cells, GPUs reserved, GPU-hours used, waits, QoS rate per class, missed deadlines.
+
+    Also the cluster totals, GPU-hours lent to opportunistic work and lost to preemption, and a status
+    per VC: starved (jobs wait beyond what its own cells would give), idle, full or ok.
+    """
+    from hivebatch.reports.render import quota_csv, quota_dict, quota_notes, quota_tables
+    from hivebatch.reports.tables import print_tables
+
+    data, rep, users = _compute(config, since_text, until_text, vc)
+    _no_db_note(data)
+    if fmt == "json":
+        click.echo(json.dumps(quota_dict(rep), indent=2))
+    elif fmt == "csv":
+        click.echo(quota_csv(rep), nl=False)
+    elif fmt == "html":
+        click.echo(_html(data, rep, users, vc))
+    else:
+        print_tables(quota_tables(rep), notes=quota_notes(rep))
+
+
+@report.command()
+@_window_options
+@click.option("--vc", metavar="NAME", help="only jobs of this virtual cluster")
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format")
+def users(
+    config: str | None, since_text: str | None, until_text: str | None, vc: str | None, fmt: str
+) -> None:
+    """Per user: GPU-hours, waits, deadlines met, preemptions, and waste flags.
+
+    Flags: time limits far longer than the jobs run, frequent preemption, multi-node jobs whose GPUs
+    would fit on one node.
+    """
+    from hivebatch.reports.render import users_csv, users_dicts, users_table, window_line
+    from hivebatch.reports.tables import print_tables
+
+    data, rep, user_rows = _compute(config, since_text, until_text, vc)
+    _no_db_note(data)
+    if fmt == "json":
+        payload = {
+            "since": rep.since.isoformat(),
+            "until": rep.until.isoformat(),
+            "users": users_dicts(user_rows),
+        }
+        click.echo(json.dumps(payload, indent=2))
+    elif fmt == "csv":
+        click.echo(users_csv(user_rows), nl=False)
+    elif fmt == "html":
+        click.echo(_html(data, rep, user_rows, vc))
+    else:
+        print_tables([users_table(user_rows)], notes=[window_line(rep)])
+
+
+@report.command()
+@_window_options
+@click.option("--vc", metavar="NAME", help="only this virtual cluster")
+@click.option("--no-slurm", is_flag=True, help="draw the GPU map from the controller's last cycle only")
+@click.argument("out", metavar="OUT.html", type=click.Path(dir_okay=False, allow_dash=True))
+def html(
+    config: str | None,
+    since_text: str | None,
+    until_text: str | None,
+    vc: str | None,
+    no_slurm: bool,
+    out: str,
+) -> None:
+    """Write one self-contained HTML page: tables, plots and the node × GPU map (`-` = stdout)."""
+    data, rep, user_rows = _compute(config, since_text, until_text, vc)
+    _no_db_note(data)
+    page = _html(data, rep, user_rows, vc, use_slurm=not no_slurm)
+    if out == "-":
+        click.echo(page)
+        return
+    _write_atomically(Path(out), page)
+    click.echo(f"wrote {out} ({len(page) // 1024} KiB, window {_fmt(rep.since)} → {_fmt(rep.until)} UTC)")
+
+
+def _fmt(value: datetime) -> str:
+    return value.strftime("%Y-%m-%d %H:%M")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """A reader never sees half a page: write a temporary file next to it, then rename."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise HivebatchError(f"cannot write {path}: directory {directory} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    except OSError as exc:
+        raise HivebatchError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise HivebatchError(f"cannot write {path}: {exc.strerror}") from None

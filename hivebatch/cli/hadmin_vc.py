@@ -1,0 +1,87 @@
+"""``hadmin vc check``: config feasibility and drift between the config and live Slurm, with fixes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import click
+
+
+@click.group()
+def vc() -> None:
+    """Virtual clusters: check the VC config against the cluster and Slurm."""
+
+
+@vc.command()
+@click.option(
+    "--config",
+    "config",
+    metavar="FILE",
+    help="hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)",
+)
+@click.option("--no-slurm", is_flag=True, help="check the config only; do not ask Slurm")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="output format")  # fmt: skip
+def check(config: str | None, no_slurm: bool, fmt: str) -> None:
+    """Check the VCs: the config is feasible, and Slurm has the same nodes, GPUs, accounts and QOS.
+
+    Every problem is printed with the command or edit that fixes it. Exit status 1 when an error
+    was found, so the check can gate a deployment.
+    """
+    from hivebatch.config import load_config
+    from hivebatch.errors import HivebatchError
+    from hivebatch.reports.drift import ERROR, config_findings, drift_findings, qos_classes
+    from hivebatch.reports.topology import node_layouts, vc_infos
+
+    path, data = load_config(config)
+    vcs = vc_infos(data)
+    findings = config_findings(data, vcs, [])
+    if findings and findings[0].severity == ERROR:
+        layouts = []
+    else:
+        layouts = node_layouts(data)
+        findings = config_findings(data, vcs, layouts)
+        if not no_slurm:
+            nodes = accounts = qos = None
+            why_nodes = why_acct = None
+            try:
+                from hivebatch.slurm import get_backend
+
+                backend = get_backend()
+                try:
+                    nodes = list(backend.list_nodes())
+                except HivebatchError as exc:
+                    why_nodes = str(exc)
+                list_accounts = getattr(backend, "list_accounts", None)
+                list_qos = getattr(backend, "list_qos", None)
+                if list_accounts is None or list_qos is None:
+                    why_acct = "this Slurm backend cannot list accounts and QOS"
+                else:
+                    try:
+                        accounts, qos = list(list_accounts()), list(list_qos())
+                    except HivebatchError as exc:
+                        why_acct = str(exc)
+            except (ImportError, HivebatchError) as exc:
+                why_nodes = why_acct = f"no Slurm backend ({exc})"
+            findings += drift_findings(
+                layouts, vcs, qos_classes(data), nodes, accounts, qos, why_nodes, why_acct
+            )
+    errors = sum(1 for f in findings if f.severity == ERROR)
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                {"config": str(path), "errors": errors, "findings": [asdict(f) for f in findings]}, indent=2
+            )
+        )
+    else:
+        marks = {"ok": "ok   ", "warning": "WARN ", "error": "ERROR"}
+        for f in findings:
+            click.echo(f"{marks.get(f.severity, f.severity)}  {f.what}")
+            if f.fix:
+                click.echo(f"       fix: {f.fix}")
+        click.echo(
+            f"{errors} error(s), {sum(1 for f in findings if f.severity == 'warning')} warning(s) in {path}"
+        )
+    if errors:
+        raise click.exceptions.Exit(1)

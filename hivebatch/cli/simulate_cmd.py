@@ -1,0 +1,328 @@
+"""``hivebatch simulate``: replay a workload or trace through the real cell core and QoS policies."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hivebatch.errors import HivebatchError
+
+POLICY_CHOICES = ("qos", "fifo", "capacity", "minmin", "wfs", "tetris-perf", "tetris-cer", "all")
+
+
+def _parse_bad_node(value: str) -> Any:
+    from hivebatch.sim.engine import BadNode
+
+    parts = value.split(":")
+    if len(parts) not in (2, 3) or not parts[0]:
+        raise click.UsageError(f"--bad-node {value!r}: use NODE:START_S or NODE:START_S:END_S (seconds)")
+    try:
+        start = float(parts[1])
+        end = float(parts[2]) if len(parts) == 3 else None
+    except ValueError:
+        raise click.UsageError(f"--bad-node {value!r}: START_S and END_S must be seconds") from None
+    if end is not None and end <= start:
+        raise click.UsageError(f"--bad-node {value!r}: END_S must be after START_S")
+    return BadNode(parts[0], start, end)
+
+
+def _load(
+    workload: str | None,
+    trace: str | None,
+    trace_format: str | None,
+    vcs_file: str | None,
+    config: str | None,
+    rate: float,
+    hours: float,
+    seed: int,
+    n_jobs: int,
+    opportunistic: float,
+) -> tuple[dict[str, Any], Path | None, list[Any], str | None]:
+    """(config mapping, config dir, jobs, note on skipped trace jobs)."""
+    from hivebatch.config import read_yaml
+    from hivebatch.sim import setup, traces
+    from hivebatch.sim import workload as wl
+
+    if (workload is None) == (trace is None):
+        raise click.UsageError("give either --workload paper|synthetic or --trace FILE")
+    vc_nodes = traces.read_vcs(vcs_file) if vcs_file else None
+    if config:
+        cfg_path: Path | None = Path(config)
+        data = read_yaml(config)
+    elif vc_nodes is not None:
+        cfg_path, data = None, setup.node8_config(vc_nodes)
+    elif workload is not None or trace_format == "tiresias":
+        cfg_path = setup.paper_config_path()
+        if not cfg_path.exists():
+            raise HivebatchError(f"the paper's cluster config {cfg_path} is missing: pass --config FILE")
+        data = read_yaml(cfg_path)
+    else:
+        raise click.UsageError(f"--trace-format {trace_format} needs --config FILE or --vcs FILE (vc,nodes)")
+    spec = setup.build_spec(data)
+    vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
+    note = None
+    if workload == "paper":
+        if rate <= 0 or hours <= 0:
+            raise click.UsageError("--rate and --hours must be > 0")
+        jobs = wl.paper_workload(rate, hours, seed, vc_gpus, opportunistic)
+    elif workload == "synthetic":
+        if n_jobs < 1:
+            raise click.UsageError("--jobs must be >= 1")
+        jobs = wl.synthetic_trace(n_jobs, seed, vc_gpus)
+    else:
+        if trace_format is None:
+            raise click.UsageError("--trace needs --trace-format philly|tiresias|sacct")
+        assert trace is not None
+        jobs, report = traces.read_trace(trace_format, trace, vc_gpus)
+        note = report.summary()
+        if not jobs:
+            raise HivebatchError(f"{trace}: no usable jobs ({note})")
+    return data, cfg_path.parent if cfg_path else None, jobs, note
+
+
+class _Progress:
+    """A rich progress bar on stderr, shown only on a terminal and only for runs longer than a second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._progress: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None and self._progress.live.is_started:
+            self._progress.stop()
+
+    def factory(self, label: str, total: int) -> Callable[[int, int], None] | None:
+        if self._progress is None:
+            return None
+        started = time.monotonic()
+        state: dict[str, Any] = {"task": None, "last": 0.0}
+        prog = self._progress
+
+        def update(done: int, total_: int) -> None:
+            now = time.monotonic()
+            if now - state["last"] < 0.1 and done < total_:
+                return
+            state["last"] = now
+            if state["task"] is None:
+                if now - started < 1.0:
+                    return
+                if not prog.live.is_started:
+                    prog.start()
+                state["task"] = prog.add_task(label, total=total_)
+            prog.update(state["task"], completed=done)
+            if done >= total_:
+                prog.remove_task(state["task"])
+
+        return update
+
+
+def _print_table(results: list[Any], as_rich: bool) -> None:
+    cols = [
+        "policy",
+        "mode",
+        "jobs",
+        "QoS rate",
+        "makespan h",
+        "avg JCT h",
+        "avg queue h",
+        "norm lat",
+        "util",
+    ]
+    rows = [
+        [
+            r.policy,
+            r.mode,
+            str(r.completed) + (f" ({r.rejected} rej)" if r.rejected else ""),
+            f"{100 * r.qos_rate:.1f}%",
+            f"{r.makespan_s / 3600:.2f}",
+            f"{r.avg_jct_s / 3600:.2f}",
+            f"{r.avg_queue_s / 3600:.2f}",
+            f"{r.avg_norm_latency:.2f}",
+            f"{100 * r.utilization:.1f}%",
+        ]
+        for r in results
+    ]
+    vc_cols = ["policy", "mode", "VC", "jobs", "queue min", "private min", "excess min"]
+    vc_rows = [
+        [
+            r.policy,
+            r.mode,
+            vc,
+            str(int(e["jobs"])),
+            f"{e['avg_queue_s'] / 60:.1f}",
+            f"{e['private_avg_queue_s'] / 60:.1f}" if "private_avg_queue_s" in e else "-",
+            f"{e['excess_queue_s'] / 60:+.1f}" if "excess_queue_s" in e else "-",
+        ]
+        for r in results
+        for vc, e in r.vcs.items()
+    ]
+    if as_rich:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console()
+        for title, c, rs in (
+            ("Policies", cols, rows),
+            ("Queuing delay per VC vs its private cluster", vc_cols, vc_rows),
+        ):
+            table = Table(title=title)
+            for i, name in enumerate(c):
+                table.add_column(name, justify="left" if i < (3 if c is vc_cols else 2) else "right")
+            for row in rs:
+                table.add_row(*row)
+            console.print(table)
+    else:
+        for c, rs in ((cols, rows), (vc_cols, vc_rows)):
+            click.echo("\t".join(c))
+            for row in rs:
+                click.echo("\t".join(row))
+            click.echo("")
+
+
+@click.command("simulate")
+@click.option(
+    "--workload",
+    type=click.Choice(["paper", "synthetic"]),
+    help="Generate a workload (the QoS paper's, or a large synthetic trace).",
+)
+@click.option(
+    "--rate",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Paper workload: Poisson arrivals, jobs per hour.",
+)
+@click.option(
+    "--hours", type=float, default=24.0, show_default=True, help="Paper workload: arrival window in hours."
+)
+@click.option(
+    "--jobs", "n_jobs", type=int, default=10000, show_default=True, help="Synthetic workload: number of jobs."
+)
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generated workload.")
+@click.option(
+    "--trace", type=click.Path(dir_okay=False), help="Replay a trace file instead of generating jobs."
+)
+@click.option("--trace-format", type=click.Choice(["philly", "tiresias", "sacct"]), help="Format of --trace.")
+@click.option(
+    "--vcs",
+    "vcs_file",
+    type=click.Path(dir_okay=False),
+    help="vc,nodes CSV: build a cluster of 8-GPU nodes, each VC owning its nodes.",
+)
+@click.option("--policy", type=click.Choice(POLICY_CHOICES), default="qos", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["cells", "quota", "both"]),
+    default="cells",
+    show_default=True,
+    help="Sharing mode: HiveD cells or GPU-count quotas (GrpTRES).",
+)
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False),
+    help="Cluster + VC + qos config (default: etc/paper-4x4.yaml).",
+)
+@click.option(
+    "--opportunistic",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Paper workload: fraction of jobs submitted as opportunistic.",
+)
+@click.option(
+    "--bad-node",
+    "bad_nodes",
+    multiple=True,
+    metavar="NODE:START_S[:END_S]",
+    help="Mark a node bad for a time window (repeatable).",
+)
+@click.option("--no-private", is_flag=True, help="Skip the private-cluster baseline runs.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per policy and mode.")
+@click.option(
+    "--plot", "plot_dir", type=click.Path(file_okay=False), help="Write PNG plots into this directory."
+)
+def simulate(
+    workload: str | None,
+    rate: float,
+    hours: float,
+    n_jobs: int,
+    seed: int,
+    trace: str | None,
+    trace_format: str | None,
+    vcs_file: str | None,
+    policy: str,
+    mode: str,
+    config: str | None,
+    opportunistic: float,
+    bad_nodes: tuple[str, ...],
+    no_private: bool,
+    as_json: bool,
+    plot_dir: str | None,
+) -> None:
+    """Simulate scheduling policies on a virtual clock with the real cell core and QoS model.
+
+    \b
+    Examples:
+      hivebatch simulate --workload paper --rate 10 --policy all
+      hivebatch simulate --trace philly-sep-dec.csv --trace-format philly --vcs philly-vcs.csv --mode both
+    """
+    from hivebatch.qos import POLICY_NAMES
+    from hivebatch.sim import setup
+    from hivebatch.sim.runner import Experiment, run_all
+
+    if not 0.0 <= opportunistic <= 1.0:
+        raise click.UsageError("--opportunistic must be between 0 and 1")
+    bad = [_parse_bad_node(b) for b in bad_nodes]
+    data, cfg_dir, jobs, note = _load(
+        workload, trace, trace_format, vcs_file, config, rate, hours, seed, n_jobs, opportunistic
+    )
+    spec = setup.build_spec(data)
+    for b in bad:
+        if not spec.has_node(b.node):
+            raise click.UsageError(f"--bad-node: no node {b.node!r} in the cluster")
+    qos = setup.qos_settings(data, cfg_dir)
+    platform = setup.build_platform(spec, qos)
+    runtime = setup.build_runtime(spec, platform, qos)
+    policies = list(POLICY_NAMES) if policy == "all" else [policy]
+    modes = ["cells", "quota"] if mode == "both" else [mode]
+    exp = Experiment(spec, jobs, runtime, platform, bad_nodes=bad, private_baseline=not no_private)
+    with _Progress(sys.stderr.isatty()) as progress:
+        results = run_all(exp, policies, modes, progress.factory)
+    if note:
+        click.echo(note, err=True)
+    for n in sorted(runtime.notes):
+        click.echo(f"note: {n}", err=True)
+    if as_json:
+        for r in results:
+            obj = r.to_json()
+            if workload == "paper":
+                obj.update({"rate_per_hour": rate, "hours": hours, "seed": seed})
+            click.echo(json.dumps(obj, sort_keys=False))
+    else:
+        _print_table(results, sys.stdout.isatty())
+    if plot_dir:
+        from hivebatch.sim.plots import write_plots
+
+        for p in write_plots(results, plot_dir):
+            click.echo(f"wrote {p}", err=True)

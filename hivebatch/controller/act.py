@@ -1,0 +1,183 @@
+"""Step 4: carry the decisions out through the Slurm backend, intent first.
+
+Before any Slurm call the ledger records the intent (``Job.intent`` = "place" with the placement,
+or "preempt"), committed in one transaction. Then each action runs and its result is committed on
+its own. A controller killed anywhere in between finds the intents on its next cycle and checks
+them against Slurm (reconcile): a still-held job is updated and released again with the *same*
+placement, a still-running victim is requeued again — so no job is lost and none is placed twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_indices
+from hivebatch.controller.record import Recorder, account_run, placement_text
+from hivebatch.db.models import Job
+
+
+@dataclass
+class ActResult:
+    placed: int = 0
+    preempted: int = 0
+    failed: list[str] = field(
+        default_factory=list
+    )  # Slurm calls that failed for a reason other than the job ending
+
+
+def write_intents(session: Session, decisions: Decisions, jobs: dict[int, Job], now: dt.datetime) -> None:
+    for place in decisions.places:
+        job = place.job
+        job.intent = "place"
+        job.placement = place.placement or None
+        if place.gres:
+            job.gres = place.gres
+        if place.shape:
+            job.shape_nodes, job.shape_gpn = place.shape
+            job.gpus = place.shape[0] * place.shape[1]
+        job.placed_at = now
+        job.predicted_start = now
+        job.predicted_end = place.predicted_end
+        job.slack_s = place.slack_s
+        if place.ect is not None:
+            job.expected_completion = place.ect
+        job.reason = None
+    for victim_id in decisions.victims:
+        victim = jobs.get(victim_id)
+        if victim is not None:
+            victim.intent = "preempt"
+
+
+def _still_pending(backend: Any, job_id: int) -> bool | None:
+    """After a failed call: True when the job still waits in Slurm, False when it is gone, None unknown."""
+    from hivebatch.controller.observe import phase
+    from hivebatch.slurm import SlurmError
+
+    try:
+        found = backend.list_jobs([job_id])
+    except SlurmError:
+        return None
+    for sj in found:
+        if int(sj.job_id) == job_id:
+            return phase(sj.state) in ("pending", "running")
+    return False
+
+
+def preempt(
+    session: Session, rec: Recorder, backend: Any, job: Job, by: int | None, result: ActResult
+) -> None:
+    """Requeue-hold a running victim (hold a placed one that has not started) and book its run as lost."""
+    from hivebatch.slurm import SlurmError
+
+    running = job.state == "running"
+    try:
+        if running:
+            backend.requeue_hold(job.slurm_job_id)
+        else:
+            backend.hold(job.slurm_job_id)
+    except SlurmError as exc:
+        alive = _still_pending(backend, job.slurm_job_id)
+        if alive is False:
+            job.intent = None
+            rec.event(session, job, "act_failed", f"could not requeue it, it has already ended: {exc}")
+        else:
+            result.failed.append(f"requeue of job {job.slurm_job_id}: {exc}")
+            rec.event(session, job, "act_failed", f"requeue failed, will retry next cycle: {exc}")
+        session.commit()
+        return
+    if running:
+        account_run(session, job, rec.now, preempted=True)
+    job.intent = None
+    job.state = "preempted"
+    job.preemptions = (job.preemptions or 0) + 1
+    who = f"job {by}" if by is not None else "a higher-priority job"
+    job.reason = (
+        f"preempted by {who}; it resumes on GPUs {symmetric_indices(job.placement or {}) or []} when free"
+    )
+    rec.event(
+        session,
+        job,
+        "preempted",
+        f"requeued and held: {who} needs its GPUs {placement_text(job.placement)}",
+        {"by": by, "placement": job.placement},
+    )
+    result.preempted += 1
+    session.commit()
+
+
+def place(
+    session: Session, rec: Recorder, backend: Any, job: Job, result: ActResult, redo: bool = False
+) -> None:
+    """Pin a held job to its placement (nodes, node count, typed gres) and release it."""
+    from hivebatch.slurm import SlurmError
+
+    placement = job.placement or {}
+    nodes = sorted(placement)
+    try:
+        if placement:
+            gres = job.gres or gres_for(symmetric_indices(placement) or [])
+            backend.update_pending(job.slurm_job_id, nodelist=nodes, num_nodes=len(nodes), gres=gres)
+        backend.release(job.slurm_job_id)
+    except SlurmError as exc:
+        alive = _still_pending(backend, job.slurm_job_id)
+        if alive is False:
+            job.intent = None
+            rec.event(session, job, "act_failed", f"could not place it, it has already ended: {exc}")
+        elif alive is True and not redo:
+            # undo the intent: the job waits again; the next cycle decides afresh
+            job.intent = None
+            job.state = "queued" if job.state != "preempted" else job.state
+            job.reason = f"Slurm refused the placement: {exc}"
+            result.failed.append(f"placement of job {job.slurm_job_id}: {exc}")
+            rec.event(session, job, "act_failed", f"placement refused by Slurm: {exc}")
+        else:
+            result.failed.append(f"placement of job {job.slurm_job_id}: {exc}")
+            rec.event(session, job, "act_failed", f"placement failed, will retry next cycle: {exc}")
+        session.commit()
+        return
+    job.intent = None
+    job.state = "placed"
+    job.reason = None
+    what = f"on {placement_text(placement)} (gres {job.gres})" if placement else "without GPUs"
+    rec.event(
+        session,
+        job,
+        "placed",
+        ("placed again after restart " if redo else "placed ") + what,
+        {"placement": placement, "gres": job.gres, "shape": [job.shape_nodes, job.shape_gpn], "redo": redo},
+    )
+    result.placed += 1
+    session.commit()
+
+
+def act(
+    session_factory: sessionmaker[Session] | None,
+    session: Session,
+    rec: Recorder,
+    backend: Any,
+    decisions: Decisions,
+    jobs: dict[int, Job],
+    redo_preempt: list[Job],
+    redo_place: list[Job],
+) -> ActResult:
+    """Victims first (their GPUs must be free before the new job is released), then placements."""
+    result = ActResult()
+    for job in redo_preempt:
+        preempt(session, rec, backend, job, None, result)
+    for victim_id, by in decisions.victims.items():
+        victim = jobs.get(victim_id)
+        if victim is not None and victim.intent == "preempt":
+            preempt(session, rec, backend, victim, by, result)
+    for job in redo_place:
+        place(session, rec, backend, job, result, redo=True)
+    for p in decisions.places:
+        if p.job.intent == "place":
+            place(session, rec, backend, p.job, result)
+    return result
+
+
+__all__ = ["ActResult", "Place", "act", "place", "preempt", "write_intents"]

@@ -1,0 +1,92 @@
+"""What one controller process reads once from the config: topology, QoS platform, policy, settings."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hivebatch.errors import ConfigError
+
+DEFAULT_LOCK = "var/hivebatch-controller.lock"
+DEFAULT_INTERVAL_S = 60.0
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    lock_file: Path
+    interval_s: float
+    policy: str
+
+
+@dataclass
+class ControllerContext:
+    config_path: Path | None
+    data: dict[str, Any]
+    spec: Any  # hivebatch.cells.ClusterSpec
+    platform: Any  # hivebatch.qos.Platform
+    policy: Any
+    profiles: Any  # hivebatch.qos.ProfileStore | None
+    settings: ControllerSettings
+
+
+def parse_settings(config_path: Path | None, data: dict[str, Any]) -> ControllerSettings:
+    section = data.get("controller") or {}
+    if not isinstance(section, dict):
+        raise ConfigError(
+            "controller: must be a mapping, e.g. {lock_file: var/hivebatch-controller.lock, interval_s: 60}"
+        )
+    base = config_path.resolve().parent if config_path else Path.cwd()
+    lock = Path(os.path.expanduser(str(section.get("lock_file") or DEFAULT_LOCK)))
+    if not lock.is_absolute():
+        lock = base / lock
+    try:
+        interval = float(section.get("interval_s", DEFAULT_INTERVAL_S))
+    except (TypeError, ValueError):
+        raise ConfigError("controller.interval_s must be a number of seconds, e.g. 60") from None
+    if interval <= 0:
+        raise ConfigError("controller.interval_s must be more than 0 seconds")
+    policy = str(section.get("policy", "qos"))
+    return ControllerSettings(lock_file=lock, interval_s=interval, policy=policy)
+
+
+def build_platform(spec: Any, qos_settings: Any) -> Any:
+    """The QoS model's view of the cluster. The user's GPU count is respected (their script expects it);
+    the model chooses how to arrange those GPUs over nodes."""
+    from hivebatch import qos
+
+    gpn = max((len(n.gpu_indices) for n in spec.nodes), default=1)
+    return qos.Platform(
+        max_nodes=len(spec.nodes),
+        gpus_per_node=gpn,
+        theta=qos_settings.theta,
+        overhead_s=qos_settings.startup_overhead_s,
+        classes=qos_settings.classes,
+        respect_user_gpus=True,
+    )
+
+
+def load_context(config: str | os.PathLike[str] | None = None) -> ControllerContext:
+    from hivebatch import qos
+    from hivebatch.cells import parse_cluster_config
+    from hivebatch.config import load_config
+
+    path, data = load_config(config)
+    spec = parse_cluster_config(data)
+    qos_settings = qos.parse_qos_config(data, path.resolve().parent)
+    settings = parse_settings(path, data)
+    if settings.policy not in qos.POLICY_NAMES:
+        raise ConfigError(
+            f"controller.policy {settings.policy!r} is unknown: use one of {', '.join(qos.POLICY_NAMES)}"
+        )
+    profiles = qos.ProfileStore.load(qos_settings.profiles)
+    return ControllerContext(
+        config_path=path,
+        data=data,
+        spec=spec,
+        platform=build_platform(spec, qos_settings),
+        policy=qos.get_policy(settings.policy),
+        profiles=profiles,
+        settings=settings,
+    )

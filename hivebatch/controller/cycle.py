@@ -1,0 +1,181 @@
+"""One controller cycle: observe → reconcile → decide → act → record, one transaction per step."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from hivebatch.controller.act import act, write_intents
+from hivebatch.controller.decide import Decisions, Wait, decide
+from hivebatch.controller.observe import observe
+from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
+from hivebatch.controller.record import Recorder, set_state, write_gpu_map
+from hivebatch.db.models import VCCell, VirtualCluster
+from hivebatch.errors import HivebatchError
+
+log = logging.getLogger("hivebatch.controller")
+
+
+@dataclass
+class CycleReport:
+    started: dt.datetime
+    seconds: float = 0.0
+    observe_s: float = 0.0
+    jobs_seen: int = 0
+    placed: int = 0
+    preempted: int = 0
+    waiting: int = 0
+    rejected: int = 0
+    running: int = 0
+    events: int = 0
+    failures: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def summary(self) -> str:
+        return (
+            f"cycle done in {self.seconds:.2f} s: {self.jobs_seen} Slurm jobs, {self.placed} placed, "
+            f"{self.preempted} preempted, {self.running} running, {self.waiting} waiting, "
+            f"{self.rejected} rejected, {self.events} events"
+            + (f", {len(self.failures)} failed actions" if self.failures else "")
+        )
+
+
+def sync_vcs(session: Session, spec: Any, now: dt.datetime) -> None:
+    """Mirror the config's VCs and their cells into the ledger (readers show them without the config)."""
+    rows = {v.name: v for v in session.scalars(select(VirtualCluster))}
+    for name, vc in spec.vcs.items():
+        row = rows.pop(name, None)
+        cells = dict(vc.cells)
+        gpus = int(spec.vc_gpus(name))
+        if row is None:
+            row = VirtualCluster(name=name, gpus=gpus, updated_at=now)
+            row.cells = [VCCell(cell_type=t, count=int(c)) for t, c in sorted(cells.items())]
+            session.add(row)
+            continue
+        have = {c.cell_type: c.count for c in row.cells}
+        if have != cells or row.gpus != gpus:
+            row.gpus = gpus
+            row.updated_at = now
+            row.cells = [VCCell(cell_type=t, count=int(c)) for t, c in sorted(cells.items())]
+    for row in rows.values():
+        session.delete(row)
+
+
+PREDICTION_TOLERANCE_S = 300.0
+
+
+def _set_moved(job: Any, attr: str, value: Any) -> None:
+    old = getattr(job, attr)
+    if old is None or value is None:
+        if old is not value:
+            setattr(job, attr, value)
+        return
+    delta = (value - old).total_seconds() if isinstance(value, dt.datetime) else float(value - old)
+    if abs(delta) > PREDICTION_TOLERANCE_S:
+        setattr(job, attr, value)
+
+
+def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> None:
+    """Write reasons and predictions of waiting jobs; an event (and log line) only when the reason changes."""
+    for w in waits:
+        job = w.job
+        new_state = "rejected" if w.rejected else ("preempted" if job.state == "preempted" else "queued")
+        changed = job.reason != w.reason or job.state != new_state
+        job.state = new_state
+        job.reason = w.reason
+        if w.shape is not None:
+            job.shape_nodes, job.shape_gpn = w.shape
+        # predictions are rewritten only when they move noticeably: 10,000 waiting jobs need not be
+        # rewritten every minute just because time passed
+        _set_moved(job, "predicted_start", w.predicted_start)
+        _set_moved(job, "predicted_end", w.predicted_end)
+        _set_moved(job, "slack_s", w.slack_s)
+        if w.ect is not None:
+            _set_moved(job, "expected_completion", w.ect)
+        if changed:
+            rec.event(session, job, "rejected" if w.rejected else "waiting", w.reason)
+
+
+def run_cycle(ctx: Any, session_factory: sessionmaker[Session], backend: Any) -> CycleReport:
+    """Run one full cycle. Raises HivebatchError (or SlurmError) when Slurm or the DB cannot be used."""
+    t0 = time.perf_counter()
+    obs = observe(backend)
+    report = CycleReport(started=obs.now, observe_s=obs.seconds, jobs_seen=len(obs.jobs))
+    rec = Recorder(obs.now)
+    marks: dict[str, float] = {"observe": obs.seconds}
+
+    def mark(name: str, since: float) -> float:
+        now = time.perf_counter()
+        marks[name] = now - since
+        return now
+
+    t = time.perf_counter()
+    with session_factory() as session:
+        # reconcile (one transaction)
+        sync_vcs(session, ctx.spec, obs.now)
+        ledger = sync_jobs(session, obs, rec, backend)
+        alloc = rebuild_allocator(session, rec, ledger, obs, ctx.spec)
+        session.commit()
+        t = mark("reconcile", t)
+
+        # decide; its intents and the waiting reasons are one transaction
+        decisions: Decisions = decide(ctx, ledger, obs.now)
+        t = mark("decide", t)
+        write_intents(session, decisions, ledger.jobs, obs.now)
+        _apply_waits(session, rec, decisions.waits)
+        session.commit()
+        t = mark("intents", t)
+
+        # act: one transaction per Slurm action
+        result = act(
+            session_factory,
+            session,
+            rec,
+            backend,
+            decisions,
+            ledger.jobs,
+            ledger.redo_preempt,
+            ledger.redo_place,
+        )
+        t = mark("act", t)
+
+        # record: the GPU map for readers, the cycle's facts
+        write_gpu_map(session, alloc, ctx.spec, obs.now)
+        report.seconds = time.perf_counter() - t0
+        set_state(
+            session,
+            "last_cycle",
+            {"at": obs.now.isoformat(timespec="seconds"), "seconds": round(report.seconds, 3)},
+            obs.now,
+        )
+        session.commit()
+        mark("record", t)
+
+        report.placed = result.placed
+        report.preempted = result.preempted
+        report.failures = result.failed
+        report.waiting = sum(1 for w in decisions.waits if not w.rejected)
+        report.rejected = sum(1 for w in decisions.waits if w.rejected)
+        report.running = sum(1 for j in ledger.jobs.values() if j.state == "running")
+    report.events = sum(rec.counts.values())
+    report.seconds = time.perf_counter() - t0
+    report.timings = marks
+    return report
+
+
+def check_database(engine: Any) -> None:
+    from hivebatch.db.session import check_connection, schema_is_current
+
+    check_connection(engine)
+    if not schema_is_current(engine):
+        raise HivebatchError("the database schema is not up to date: run `hivebatch db upgrade` first")

@@ -1,0 +1,66 @@
+"""Step 1: one consistent look at Slurm — jobs, nodes and the GPU indices in use."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from hivebatch.db.models import utcnow
+
+# Slurm job states, grouped by what they mean for the GPUs a job holds.
+RUNNING_STATES = frozenset(
+    {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING"}
+)
+PENDING_STATES = frozenset(
+    {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "RESV_DEL_HOLD"}
+)
+FINAL_STATE_MAP = {
+    "COMPLETED": "done",
+    "CANCELLED": "cancelled",
+    "FAILED": "failed",
+    "TIMEOUT": "failed",
+    "NODE_FAIL": "failed",
+    "OUT_OF_MEMORY": "failed",
+    "BOOT_FAIL": "failed",
+    "DEADLINE": "failed",
+    "PREEMPTED": "preempted",
+    "REVOKED": "cancelled",
+}
+
+
+def phase(state: str) -> str:
+    """'running', 'pending' or a final ledger state ('done', 'failed', 'cancelled', 'preempted')."""
+    base = (state or "").split()[0].upper().rstrip("+") if state else ""
+    if base in RUNNING_STATES:
+        return "running"
+    if base in PENDING_STATES or not base:
+        return "pending"
+    return FINAL_STATE_MAP.get(base, "failed")
+
+
+def to_utc(value: dt.datetime | None) -> dt.datetime | None:
+    """Naive UTC, whatever the backend returned (aware, or naive local time as Slurm prints it)."""
+    if value is None:
+        return None
+    return value.astimezone(dt.UTC).replace(tzinfo=None)
+
+
+@dataclass
+class Observation:
+    now: dt.datetime
+    jobs: dict[int, Any]  # job id -> SlurmJob
+    nodes: dict[str, Any]  # node name -> SlurmNode
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+def observe(backend: Any) -> Observation:
+    """List every job and node once (one squeue-like and one sinfo-like call, never one per job)."""
+    import time
+
+    t0 = time.perf_counter()
+    now = utcnow()
+    jobs = {int(j.job_id): j for j in backend.list_jobs()}
+    nodes = {n.name: n for n in backend.list_nodes()}
+    return Observation(now=now, jobs=jobs, nodes=nodes, seconds=time.perf_counter() - t0)

@@ -1,0 +1,277 @@
+"""Fitting performance-model coefficients from profile samples, and measuring how well they predict.
+
+Profile CSV formats (one row per measurement):
+
+* ``placements-*.csv``: ``local_bsz, step_time, sync_time, placement`` — placement digits are GPUs
+  per node, one digit per node ("8" = one node x 8 GPUs, "44" = two nodes x 4); digits that differ
+  ("12") are asymmetric, outside the model's space, and are skipped and counted.
+* ``scalability-*.csv``: ``local_bsz, step_time, sync_time, num_nodes, num_replicas`` — symmetric when
+  the replicas divide evenly over the nodes.
+
+Both are least squares on relative error, because the quality measure is the mean absolute
+percentage error (MAPE) of the throughput.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hivebatch.errors import HivebatchError
+from hivebatch.qos.perfmodel import (
+    DEFAULT_COEFFS,
+    ModelRangeError,
+    Profile,
+    Shape,
+    default_features,
+    predict_throughput,
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement: local batch on a placement took ``step_time`` seconds per iteration."""
+
+    shape: Shape
+    local_batch: float
+    step_time: float
+
+    @property
+    def throughput(self) -> float:
+        return self.local_batch * self.shape.gpus / self.step_time
+
+
+@dataclass
+class SampleSet:
+    samples: list[Sample]
+    skipped_asymmetric: int = 0
+    source: str = ""
+
+
+@dataclass
+class FitResult:
+    profile: Profile
+    mape_train: float
+    mape_holdout: float | None
+    train_rows: int
+    holdout_rows: int
+
+
+def _num(value: str, column: str, where: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise HivebatchError(f"{where}: column {column} is not a number: {value!r}") from None
+    if not math.isfinite(x):
+        raise HivebatchError(f"{where}: column {column} is not finite: {value!r}")
+    return x
+
+
+def parse_profile_csv(text: str, source: str = "<csv>") -> SampleSet:
+    """Samples from either CSV format (recognised by its header)."""
+    reader = csv.DictReader(io.StringIO(text))
+    cols = set(reader.fieldnames or [])
+    if not {"local_bsz", "step_time"} <= cols or not (
+        {"placement"} <= cols or {"num_nodes", "num_replicas"} <= cols
+    ):
+        raise HivebatchError(
+            f"{source}: not a profile CSV (need columns local_bsz, step_time and placement, "
+            f"or num_nodes and num_replicas; found {', '.join(sorted(cols)) or 'none'})"
+        )
+    out: list[Sample] = []
+    skipped = 0
+    for lineno, row in enumerate(reader, start=2):
+        where = f"{source} line {lineno}"
+        if "placement" in cols:
+            digits = (row.get("placement") or "").strip()
+            if not digits.isdigit() or "0" in digits:
+                raise HivebatchError(f"{where}: placement must be digits 1-9 (GPUs per node), got {digits!r}")
+            if len(set(digits)) != 1:
+                skipped += 1
+                continue
+            shape = Shape(len(digits), int(digits[0]))
+        else:
+            nodes = int(_num(row.get("num_nodes", ""), "num_nodes", where))
+            replicas = int(_num(row.get("num_replicas", ""), "num_replicas", where))
+            if nodes < 1 or replicas < nodes:
+                raise HivebatchError(
+                    f"{where}: need 1 <= num_nodes <= num_replicas (got {nodes}, {replicas})"
+                )
+            if replicas % nodes:
+                skipped += 1
+                continue
+            shape = Shape(nodes, replicas // nodes)
+        bsz = _num(row.get("local_bsz", ""), "local_bsz", where)
+        t = _num(row.get("step_time", ""), "step_time", where)
+        if bsz < 1 or t <= 0:
+            raise HivebatchError(f"{where}: need local_bsz >= 1 and step_time > 0 (got {bsz:g}, {t:g})")
+        out.append(Sample(shape, bsz, t))
+    return SampleSet(out, skipped, source)
+
+
+def read_profile_csv(path: str | Path) -> SampleSet:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise HivebatchError(f"cannot read {p}: {exc.strerror or exc}") from None
+    return parse_profile_csv(text, source=p.name)
+
+
+def split_holdout(samples: list[Sample], fraction: float, seed: int) -> tuple[list[Sample], list[Sample]]:
+    """Random split: (train, holdout) with round(fraction·N) rows held out."""
+    if not 0 < fraction < 1:
+        raise HivebatchError(f"--holdout must be between 0 and 1 (got {fraction:g})")
+    order = np.random.default_rng(seed).permutation(len(samples))
+    k = len(samples) - int(round(fraction * len(samples)))
+    return [samples[i] for i in order[:k]], [samples[i] for i in order[k:]]
+
+
+def mape(profile: Profile, samples: list[Sample]) -> float:
+    """Mean absolute percentage error of predicted throughput, in percent.
+
+    A row the model cannot answer (it predicts no positive throughput) counts as a 100% miss.
+    """
+    if not samples:
+        raise HivebatchError("no samples to evaluate")
+    errs = []
+    for s in samples:
+        try:
+            pred = predict_throughput(profile, s.local_batch * s.shape.gpus, s.shape)
+        except ModelRangeError:
+            errs.append(1.0)
+            continue
+        errs.append(abs(pred / s.throughput - 1.0))
+    return 100.0 * float(np.mean(errs))
+
+
+def _weighted_lstsq(a: np.ndarray, y: np.ndarray, w: np.ndarray, ridge: float = 0.0) -> np.ndarray:
+    """Least squares on weighted rows, columns scaled to unit max so wide batch ranges stay well conditioned."""
+    scale = np.abs(a).max(axis=0)
+    scale[scale == 0] = 1.0
+    aw = a / scale * w[:, None]
+    yw = y * w
+    if ridge > 0:
+        aw = np.vstack([aw, math.sqrt(ridge) * np.eye(a.shape[1])])
+        yw = np.concatenate([yw, np.zeros(a.shape[1])])
+    coef, *_ = np.linalg.lstsq(aw, yw, rcond=None)
+    return coef / scale
+
+
+def fit_default(samples: list[Sample], columns: tuple[str, ...] | None = None) -> dict[str, float]:
+    """Coefficients of the per-iteration time form; needs samples at 2+ batch sizes.
+
+    ``columns`` restricts the fit to those coefficients (the others are 0), for small sample sets.
+    """
+    if len({s.local_batch for s in samples}) < 2:
+        raise HivebatchError("fitting needs samples at two or more batch sizes")
+    use = [DEFAULT_COEFFS.index(c) for c in (columns or DEFAULT_COEFFS)]
+    w = np.array([s.local_batch for s in samples])
+    dn = np.array([s.shape.d_node for s in samples])
+    g = np.array([s.shape.d_gpn for s in samples])
+    t = np.array([s.step_time for s in samples])
+    a = default_features(w, dn, g)[:, use]
+    # Columns never exercised (e.g. no multi-node rows) are all zero; lstsq leaves them at 0.
+    coef = _weighted_lstsq(a, t, 1.0 / t, ridge=1e-9)
+    out = dict.fromkeys(DEFAULT_COEFFS, 0.0)
+    out.update({DEFAULT_COEFFS[i]: float(v) for i, v in zip(use, coef, strict=True)})
+    return out
+
+
+def fit_paper(samples: list[Sample]) -> dict[str, float]:
+    """Formula (7) from single-GPU samples, then γ and γ·λ of formula (8) from multi-GPU samples."""
+    single = [s for s in samples if s.shape.gpus == 1]
+    distinct = len({s.local_batch for s in single})
+    if distinct < 2:
+        raise HivebatchError("the paper form needs single-GPU samples at two or more batch sizes")
+    w = np.array([s.local_batch for s in single])
+    y = np.array([s.throughput for s in single])
+    # quadratic as in the paper; with only two batch sizes a line is all the data can say
+    degree = 2 if distinct >= 3 else 1
+    k = np.zeros(3)
+    k[: degree + 1] = _weighted_lstsq(np.stack([w**i for i in range(degree + 1)], axis=1), y, 1.0 / y)
+    coeffs = {"k0": float(k[0]), "k1": float(k[1]), "k2": float(k[2]), "gamma": 0.0, "lambda": 1.0}
+    multi = [s for s in samples if s.shape.gpus > 1]
+    rows, target = [], []
+    for s in multi:
+        spr = k[0] + k[1] * s.local_batch + k[2] * s.local_batch**2
+        if spr <= 0:
+            continue
+        n = s.shape.gpus
+        rows.append([(s.shape.d_gpn - 1) / (n - 1), (s.shape.d_node - 1) * s.shape.d_gpn / (n - 1)])
+        target.append(n - s.throughput / spr)
+    if rows:
+        a = np.array(rows)
+        c, *_ = np.linalg.lstsq(a, np.array(target), rcond=None)
+        intra, inter = float(c[0]), float(c[1])
+        if a[:, 0].any() or a[:, 1].any():
+            # Comm = γ·(g−1)/(n−1) + γλ·(d_node−1)g/(n−1); with no intra-node rows γ is unknown, so
+            # the cross-node weight alone carries the penalty (γ := γλ, λ := 1).
+            if abs(intra) > 1e-12 and a[:, 0].any():
+                coeffs["gamma"], coeffs["lambda"] = intra, inter / intra
+            else:
+                coeffs["gamma"], coeffs["lambda"] = inter, 1.0
+    return coeffs
+
+
+FITTERS = {"default": fit_default, "paper": fit_paper}
+
+
+def fit_profile(
+    name: str,
+    gpu_type: str,
+    placements: SampleSet,
+    extra: SampleSet | None = None,
+    form: str = "default",
+    holdout: float | None = None,
+    seed: int = 0,
+    family: str | None = None,
+    params_m: float | None = None,
+) -> FitResult:
+    """Fit ``form``; with ``holdout`` evaluate a fit on the rest first, then refit on all rows.
+
+    Rows of ``extra`` (a scalability file) always go into the training set: the holdout measures
+    prediction of placements-file rows, as the quality bar is stated per placements file.
+    """
+    if form not in FITTERS:
+        raise HivebatchError(f"unknown form {form!r} (use default or paper)")
+    fitter = FITTERS[form]
+    base = list(placements.samples)
+    more = list(extra.samples) if extra else []
+    if not base:
+        raise HivebatchError(f"{placements.source}: no symmetric samples to fit")
+    skipped = placements.skipped_asymmetric + (extra.skipped_asymmetric if extra else 0)
+    mape_holdout: float | None = None
+    holdout_rows = 0
+    if holdout is not None:
+        train, test = split_holdout(base, holdout, seed)
+        if not test:
+            raise HivebatchError(f"--holdout {holdout:g} leaves no rows to test on ({len(base)} samples)")
+        trial = Profile(name, gpu_type, form, fitter(train + more))
+        mape_holdout = mape(trial, test)
+        holdout_rows = len(test)
+    everything = base + more
+    profile = Profile(
+        name=name,
+        gpu_type=gpu_type,
+        form=form,
+        coefficients=fitter(everything),
+        family=family,
+        params_m=params_m,
+        samples=len(everything),
+        skipped_asymmetric=skipped,
+        source=", ".join(s.source for s in (placements, extra) if s is not None and s.source),
+    )
+    batches = [s.local_batch for s in everything]
+    profile.extra["local_batch_range"] = [min(batches), max(batches)]
+    profile.extra["shapes_profiled"] = sorted({str(s.shape) for s in everything})
+    profile.mape_train = round(mape(profile, everything), 3)
+    profile.mape_holdout = None if mape_holdout is None else round(mape_holdout, 3)
+    return FitResult(
+        profile, profile.mape_train, profile.mape_holdout, len(everything) - holdout_rows, holdout_rows
+    )

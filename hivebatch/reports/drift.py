@@ -1,0 +1,169 @@
+"""``hadmin vc check``: is the VC config feasible, and does live Slurm match it? Each finding says the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hivebatch.errors import ConfigError
+from hivebatch.reports.gpumap import NodeLayout
+from hivebatch.reports.rows import OPPORTUNISTIC, VCInfo
+
+ERROR = "error"
+WARNING = "warning"
+OK = "ok"
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # error | warning | ok
+    what: str
+    fix: str = ""
+
+
+def _ranges(values: Iterable[int]) -> str:
+    ordered = sorted(set(values))
+    if not ordered:
+        return "none"
+    parts: list[str] = []
+    start = prev = ordered[0]
+    for v in ordered[1:] + [None]:  # type: ignore[list-item]
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ",".join(parts)
+
+
+def config_findings(data: Mapping[str, Any], vcs: list[VCInfo], layouts: list[NodeLayout]) -> list[Finding]:
+    """Feasibility through the cell core (the same check the controller makes at start-up)."""
+    out: list[Finding] = []
+    try:
+        from hivebatch.cells import parse_cluster_config
+    except ImportError:
+        parse_cluster_config = None  # type: ignore[assignment]
+    if parse_cluster_config is not None:
+        try:
+            parse_cluster_config(dict(data))
+        except ConfigError as exc:
+            return [
+                Finding(
+                    ERROR, f"config: {exc}", "edit cluster:/virtual_clusters: in the config until this passes"
+                )
+            ]
+    total = sum(len(n.gpu_indices) for n in layouts)
+    reserved = sum(v.gpus for v in vcs)
+    out.append(
+        Finding(
+            OK,
+            f"config feasible: {len(vcs)} VCs reserve {reserved} of {total} GPUs on {len(layouts)} nodes"
+            + (f"; {total - reserved} GPUs only ever run opportunistic work" if total > reserved else ""),
+        )
+    )
+    for v in vcs:
+        if v.gpus == 0:
+            out.append(Finding(WARNING, f"VC {v.name} has no cells: its jobs can only run opportunistically",
+                               f"give virtual_clusters.{v.name}.cells at least one cell"))  # fmt: skip
+        else:
+            out.append(Finding(OK, f"VC {v.name}: {v.cells_text()} = {v.gpus} GPUs"))
+    return out
+
+
+def drift_findings(
+    layouts: list[NodeLayout],
+    vcs: list[VCInfo],
+    classes: list[str],
+    live_nodes: list[Any] | None,
+    accounts: list[str] | None,
+    qos: list[str] | None,
+    why_no_slurm: str | None = None,
+    why_no_accounting: str | None = None,
+) -> list[Finding]:
+    """Compare the config with Slurm: nodes, GPU indices, node health, accounts (VCs) and QOS (classes)."""
+    out: list[Finding] = []
+    if live_nodes is None:
+        out.append(Finding(WARNING, f"Slurm nodes not checked: {why_no_slurm or 'Slurm not reachable'}",
+                           "run on a host where `sinfo` works (SLURM_CONF set), then check again"))  # fmt: skip
+    else:
+        live = {n.name: n for n in live_nodes}
+        configured = {n.name: n for n in layouts}
+        for name, layout in configured.items():
+            node = live.get(name)
+            if node is None:
+                out.append(Finding(
+                    ERROR,
+                    f"node {name} is in the config but not in Slurm: its cells can never be used",
+                    f"add node {name} to slurm.conf with its GPU gres (`hadmin slurm-config` prints the lines) "
+                    f"and restart slurmctld, or remove it from cluster.physical_cells",
+                ))  # fmt: skip
+                continue
+            want, have = set(layout.gpu_indices), set(node.gpu_indices)
+            if want != have:
+                out.append(Finding(
+                    ERROR,
+                    f"node {name}: the config has GPUs {_ranges(want)} but Slurm has {_ranges(have)}",
+                    f"give {name} one gres Type per GPU index (gpu:g0 … gpu:g{max(want, default=0)}) in slurm.conf and "
+                    f"gres.conf (`hadmin slurm-config` writes both), or fix its cell type in the config",
+                ))  # fmt: skip
+            if node.bad:
+                reason = f" ({node.reason})" if getattr(node, "reason", "") else ""
+                out.append(Finding(
+                    WARNING,
+                    f"node {name} is {node.state}{reason}: no new work goes there and VCs bound to it lose capacity",
+                    f"once repaired: scontrol update NodeName={name} State=RESUME",
+                ))  # fmt: skip
+        for name, node in live.items():
+            if name not in configured:
+                out.append(Finding(
+                    WARNING,
+                    f"node {name} ({len(node.gpu_indices)} GPUs) is in Slurm but not in the config: hivebatch never places work there",
+                    "add it to cluster.physical_cells (and to a VC's cells), or leave it out on purpose",
+                ))  # fmt: skip
+        if live and not any(f.severity == ERROR for f in out):
+            out.append(
+                Finding(
+                    OK,
+                    f"Slurm has every configured node with the configured GPU indices ({len(configured)} nodes)",
+                )
+            )
+    if accounts is None or qos is None:
+        out.append(Finding(
+            WARNING,
+            f"accounts and QOS not checked: {why_no_accounting or 'this Slurm backend cannot list them'}",
+            "check by hand: sacctmgr show account; sacctmgr show qos",
+        ))  # fmt: skip
+        return out
+    have_accounts = {a.lower() for a in accounts}
+    missing = [v.name for v in vcs if v.name.lower() not in have_accounts]
+    for name in missing:
+        out.append(Finding(
+            ERROR,
+            f"VC {name} has no Slurm account: its users cannot submit (hsub uses the VC as the account)",
+            f"sacctmgr -i add account {name} && sacctmgr -i add user USER account={name}",
+        ))  # fmt: skip
+    if not missing:
+        out.append(Finding(OK, f"every VC is a Slurm account ({', '.join(v.name for v in vcs)})"))
+    have_qos = {q.lower() for q in qos}
+    wanted = list(dict.fromkeys([*classes, OPPORTUNISTIC]))
+    missing_q = [c for c in wanted if c.lower() not in have_qos]
+    for name in missing_q:
+        extra = " Preempt=… (see `hadmin slurm-config`)" if name != OPPORTUNISTIC else ""
+        out.append(Finding(
+            ERROR,
+            f"QOS {name} is missing in Slurm: jobs of class {name} are refused",
+            f"sacctmgr -i add qos {name}{extra}, then grant it: sacctmgr -i modify account VC set qos+={name}",
+        ))  # fmt: skip
+    if not missing_q:
+        out.append(Finding(OK, f"every class is a Slurm QOS ({', '.join(wanted)})"))
+    return out
+
+
+def qos_classes(data: Mapping[str, Any]) -> list[str]:
+    section = data.get("qos") or {}
+    classes = section.get("classes") if isinstance(section, Mapping) else None
+    if isinstance(classes, Mapping) and classes:
+        return [str(c) for c in classes]
+    return ["urgent", "prior", "normal"]

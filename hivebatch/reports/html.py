@@ -1,0 +1,279 @@
+"""The self-contained HTML report: tables, plots as embedded PNG, the node × GPU map."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from hivebatch import __version__
+from hivebatch.reports.gpumap import ClusterMap, Fragmentation
+from hivebatch.reports.plots import (
+    OPPORTUNISTIC_COLOR,
+    plot_qos_rates,
+    plot_queue_cdf,
+    plot_utilization,
+    vc_colors,
+)
+from hivebatch.reports.render import VERDICT_STYLE, quota_tables, users_table
+from hivebatch.reports.rows import GUARANTEED_CLASSES, JobRow, RunSegment
+from hivebatch.reports.series import usage_series
+from hivebatch.reports.tables import TextTable
+from hivebatch.reports.timeutil import fmt_duration, fmt_time
+from hivebatch.reports.usage import QuotaReport, queue_delay_s
+from hivebatch.reports.users import UserReport
+
+TEMPLATE_NAME = "report.html.j2"
+LIST_LIMIT = 100  # rows shown of the missed-deadline and waiting lists; the JSON/CSV outputs have all
+
+
+def templates_dir() -> Path:
+    """The project's ``templates/`` directory, next to the package in a checkout or editable install."""
+    return Path(__file__).resolve().parents[2] / "templates"
+
+
+@dataclass
+class ReportInputs:
+    quota: QuotaReport
+    users: list[UserReport]
+    jobs: list[JobRow]
+    segments: list[RunSegment]
+    cluster: ClusterMap | None = None
+    cluster_taken_at: datetime | None = None
+    cluster_source: str = ""
+    title: str = "hivebatch cluster report"
+    notes: list[str] = field(default_factory=list)
+
+
+def _b64(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _table_ctx(table: TextTable) -> dict[str, Any]:
+    rows = []
+    for r, row in enumerate(table.rows):
+        rows.append([{"text": v, "cls": _css_of(table.styles.get((r, c), ""))} for c, v in enumerate(row)])
+    return {
+        "title": table.title,
+        "headers": table.headers,
+        "rows": rows,
+        "right": sorted(table.right),
+        "footer": table.footer,
+    }
+
+
+def _css_of(style: str) -> str:
+    return {
+        "bold red": "bad",
+        "yellow": "warn",
+        "cyan": "full",
+        "green": "ok",
+    }.get(style, "")
+
+
+def _map_ctx(cmap: ClusterMap, colors: dict[str, str]) -> list[dict[str, Any]]:
+    nodes = []
+    for node in cmap.nodes:
+        slots = []
+        for pos, s in enumerate(node.slots):
+            if s.bad:
+                cls, color, label = "gpu bad", "#ffffff", "bad"
+            elif s.kind == "foreign":
+                cls, color, label = "gpu foreign", "#555555", "foreign"
+            elif s.kind == "opportunistic":
+                cls, color, label = "gpu opp", colors.get(s.vc or "", OPPORTUNISTIC_COLOR), s.vc or "opp"
+            elif s.shared and not s.job:
+                cls, color, label = "gpu shared", "#d9d9d9", "shared"
+            elif s.job:
+                cls, color, label = "gpu used", colors.get(s.vc or "", "#888888"), s.vc or ""
+            elif s.vc:
+                cls, color, label = "gpu bound", colors.get(s.vc, "#888888"), s.vc
+            else:
+                cls, color, label = "gpu free", "#ffffff", ""
+            tip = f"{node.name} GPU {s.index}: " + (
+                "node is bad" if s.bad else (
+                    f"{s.kind} job {s.job} ({s.user or '?'}, {s.vc or '-'})" if s.job else (
+                        f"{s.kind}" + (f", cell bound to {s.vc}" if s.vc else "")
+                    )
+                )
+            )  # fmt: skip
+            slots.append(
+                {
+                    "index": s.index,
+                    "cls": cls + f" edge{node.boundary_level(pos)}",
+                    "color": color,
+                    "label": label,
+                    "job": s.job or "",
+                    "shared": s.shared,
+                    "title": tip,
+                }
+            )
+        nodes.append(
+            {
+                "name": node.name,
+                "gpu_type": node.gpu_type or "",
+                "bad": node.bad,
+                "state": node.state,
+                "free": node.free_gpus,
+                "slots": slots,
+            }
+        )
+    return nodes
+
+
+def _names(names: list[str], what: str) -> tuple[str, str]:
+    """Card value and detail for a list of VCs: the names when few, else how many (names below)."""
+    if not names:
+        return "none", what
+    if len(names) <= 3:
+        return ", ".join(names), what
+    return f"{len(names)} VCs", ", ".join(names)
+
+
+def _headline(quota: QuotaReport, frag: Fragmentation | None) -> list[dict[str, str]]:
+    t = quota.totals
+    overall = t.qos_overall
+    starved = [v.name for v in quota.vcs if v.verdict == "starved"]
+    full = [v.name for v in quota.vcs if v.verdict == "full"]
+    idle = [v.name for v in quota.vcs if v.verdict == "idle"]
+    cards = [
+        {
+            "label": "GPU utilisation",
+            "value": "-" if t.utilization is None else f"{100 * t.utilization:.0f}%",
+            "detail": f"{t.gpu_hours_guaranteed + t.gpu_hours_opportunistic:.0f} of {t.gpu_hours_capacity:.0f} GPU-h",
+            "cls": "",
+        },
+        {
+            "label": "Deadlines met",
+            "value": "-" if not overall.total else f"{100 * (overall.rate or 0):.0f}%",
+            "detail": f"{overall.met} of {overall.total} jobs met their ECT",
+            "cls": "bad" if overall.total and (overall.rate or 0) < 0.9 else "",
+        },
+        {
+            "label": "Starved VCs",
+            "value": _names(starved, "jobs waiting beyond what their own cells would give")[0],
+            "detail": _names(starved, "jobs waiting beyond what their own cells would give")[1],
+            "cls": "bad" if starved else "ok",
+        },
+        {
+            "label": "Full VCs",
+            "value": _names(full, "over 80% of their reservation used; a backlog needs more cells")[0],
+            "detail": _names(full, "over 80% of their reservation used; a backlog needs more cells")[1],
+            "cls": "full" if full else "",
+        },
+        {
+            "label": "Idle VCs",
+            "value": _names(idle, "used under 25% of their reservation")[0],
+            "detail": _names(idle, "used under 25% of their reservation")[1],
+            "cls": "warn" if idle else "ok",
+        },
+        {
+            "label": "Lent to opportunistic",
+            "value": f"{t.gpu_hours_opportunistic:.0f} GPU-h",
+            "detail": f"{t.gpus_lent_now} GPUs now; {t.preempted_gpu_hours:.1f} GPU-h lost to preemption",
+            "cls": "",
+        },
+    ]
+    if frag is not None:
+        cards.append(
+            {
+                "label": "Free GPUs now",
+                "value": str(frag.free_gpus),
+                "detail": f"{frag.free_on_whole_nodes} on whole nodes, {frag.stranded_gpus} scattered",
+                "cls": "warn" if frag.stranded_gpus > frag.free_on_whole_nodes else "",
+            }
+        )
+    return cards
+
+
+def render_html(inputs: ReportInputs) -> str:
+    quota = inputs.quota
+    vcs = [v.name for v in quota.vcs]
+    if inputs.cluster is not None:
+        vcs = sorted(set(vcs) | set(inputs.cluster.vcs))
+    colors = vc_colors(vcs)
+    reserved = {v.name: v.gpus_reserved for v in quota.vcs}
+    series = usage_series(inputs.segments, quota.since, quota.until)
+    delays: dict[str, list[float]] = {v: [] for v in [v.name for v in quota.vcs]}
+    for job in inputs.jobs:
+        d = queue_delay_s(job)
+        if d is not None and job.start_time is not None and quota.since <= job.start_time < quota.until:
+            delays.setdefault(job.vc, []).append(d)
+    plots = {
+        "utilization": _b64(plot_utilization(series, quota.totals.gpus, colors, reserved)),
+        "queue": _b64(plot_queue_cdf(delays, colors)),
+        "qos": _b64(plot_qos_rates(quota, colors)),
+    }
+    frag = inputs.cluster.fragmentation() if inputs.cluster is not None else None
+    usage_t, wait_t = quota_tables(quota)
+    missed = [
+        {
+            "job": j.job_id,
+            "user": j.user,
+            "vc": j.vc,
+            "qos": j.qos,
+            "gpus": j.gpus,
+            "ect": fmt_time(j.ect),
+            "end": fmt_time(j.end_time) if j.end_time else f"not finished ({j.state})",
+            "late": fmt_duration(((j.end_time or quota.until) - j.ect).total_seconds()) if j.ect else "-",
+        }
+        for j in quota.missed_jobs[:LIST_LIMIT]
+    ]
+    waiting = [
+        {
+            "job": j.job_id,
+            "user": j.user,
+            "vc": j.vc,
+            "qos": j.qos,
+            "gpus": j.gpus,
+            "state": j.state,
+            "waited": fmt_duration((quota.until - j.submit_time).total_seconds()),
+            "reason": j.reason or "-",
+        }
+        for j in quota.waiting_jobs[:LIST_LIMIT]
+    ]
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    try:
+        template = env.get_template(TEMPLATE_NAME)
+    except jinja2.TemplateNotFound:
+        from hivebatch.errors import HivebatchError
+
+        raise HivebatchError(
+            f"the report template {TEMPLATE_NAME} is missing from {templates_dir()}: reinstall hivebatch"
+        ) from None
+    return template.render(
+        title=inputs.title,
+        version=__version__,
+        since=fmt_time(quota.since),
+        until=fmt_time(quota.until),
+        window_hours=f"{quota.totals.window_hours:.1f}",
+        generated=fmt_time(quota.until),
+        cards=_headline(quota, frag),
+        usage=_table_ctx(usage_t),
+        wait=_table_ctx(wait_t),
+        users=_table_ctx(users_table(inputs.users)),
+        missed=missed,
+        missed_total=len(quota.missed_jobs),
+        waiting=waiting,
+        waiting_total=len(quota.waiting_jobs),
+        classes=GUARANTEED_CLASSES,
+        plots=plots,
+        colors=[{"vc": vc, "color": colors[vc]} for vc in vcs],
+        opp_color=OPPORTUNISTIC_COLOR,
+        cluster=_map_ctx(inputs.cluster, colors) if inputs.cluster is not None else None,
+        cluster_taken_at=fmt_time(inputs.cluster_taken_at) if inputs.cluster_taken_at else None,
+        cluster_source=inputs.cluster_source,
+        frag=frag,
+        verdict_styles=VERDICT_STYLE,
+        notes=inputs.notes,
+    )

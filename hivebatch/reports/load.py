@@ -1,0 +1,106 @@
+"""Everything a report command reads, in one place: config, ledger rows, Slurm's live nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from hivebatch.config import load_config
+from hivebatch.errors import HivebatchError
+from hivebatch.reports.gpumap import ClusterMap, GpuSlot, NodeLayout, build_cluster_map
+from hivebatch.reports.rows import JobRow, RunSegment, VCInfo
+from hivebatch.reports.timeutil import parse_since
+from hivebatch.reports.topology import node_layouts, vc_infos
+
+DEFAULT_WINDOW = timedelta(days=7)
+
+
+@dataclass
+class ReportData:
+    config_path: Path
+    config: dict[str, Any]
+    vcs: list[VCInfo]
+    layouts: list[NodeLayout]
+    jobs: list[JobRow] = field(default_factory=list)
+    segments: list[RunSegment] = field(default_factory=list)
+    slots: list[GpuSlot] = field(default_factory=list)
+    slots_taken_at: datetime | None = None
+    has_db: bool = False
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(len(n.gpu_indices) for n in self.layouts)
+
+    def check_vc(self, vc: str | None) -> None:
+        if vc is None:
+            return
+        known = {v.name for v in self.vcs} | {j.vc for j in self.jobs}
+        if vc not in known:
+            raise HivebatchError(
+                f"unknown VC {vc!r}: the config defines {', '.join(sorted(v.name for v in self.vcs))}"
+            )
+
+
+def load_report_data(config: str | None, since: datetime | None = None, with_jobs: bool = True) -> ReportData:
+    from hivebatch.db.session import read_only_session
+    from hivebatch.reports.source import load_jobs, load_slots
+
+    path, data = load_config(config)
+    out = ReportData(config_path=path, config=data, vcs=vc_infos(data), layouts=node_layouts(data))
+    with read_only_session(path, data) as session:
+        if session is None:
+            return out
+        out.has_db = True
+        if with_jobs:
+            out.jobs, out.segments = load_jobs(session, since)
+        out.slots, out.slots_taken_at = load_slots(session)
+    return out
+
+
+def resolve_window(since_text: str | None, until_text: str | None) -> tuple[datetime | None, datetime]:
+    """(since, until); since None means "the default window", settled once the jobs are known."""
+    now = datetime.now(UTC)
+    until = parse_since(until_text, now) if until_text else now
+    since = parse_since(since_text, until) if since_text else None
+    if since is not None and since >= until:
+        raise HivebatchError("--since must be before --until (or before now)")
+    return since, until
+
+
+def default_since(jobs: list[JobRow], until: datetime) -> datetime:
+    """The last 7 days, or less when the ledger is younger (so a new cluster's shares are not diluted)."""
+    since = until - DEFAULT_WINDOW
+    if jobs:
+        first = min(j.submit_time for j in jobs)
+        if first > since:
+            since = first.replace(minute=0, second=0, microsecond=0)
+    return since
+
+
+def live_nodes() -> tuple[list[Any] | None, str | None]:
+    """Slurm's nodes now, or (None, why not) when Slurm cannot be asked."""
+    try:
+        from hivebatch.slurm import get_backend
+
+        return list(get_backend().list_nodes()), None
+    except HivebatchError as exc:
+        return None, f"Slurm not reachable: {exc}"
+    except (ImportError, AttributeError):
+        return None, "no Slurm backend installed"
+
+
+def cluster_map(data: ReportData, use_slurm: bool = True) -> tuple[ClusterMap, str]:
+    """The GPU map, and a short phrase saying where it came from."""
+    job_users = {j.job_id: j.user for j in data.jobs}
+    nodes, note = live_nodes() if use_slurm else (None, None)
+    source = []
+    if data.slots:
+        source.append("controller's last cycle")
+    if nodes is not None:
+        source.append("Slurm now")
+    text = " + ".join(source) or "config only"
+    if note:
+        text += f"; {note}"
+    return build_cluster_map(data.layouts, data.slots, nodes, job_users), text

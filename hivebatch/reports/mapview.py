@@ -1,0 +1,176 @@
+"""The node × GPU map for a terminal (rich colours) or a pipe (plain labels)."""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+from hivebatch.reports.gpumap import ClusterMap, GpuSlot
+
+CELL_W = 5
+# Named colours survive 16-colour terminals; red is kept for bad nodes. Same order as the HTML palette.
+TERMINAL_PALETTE = [
+    "blue",
+    "yellow",
+    "green",
+    "magenta",
+    "cyan",
+    "bright_blue",
+    "bright_green",
+    "bright_magenta",
+]
+
+
+def terminal_colors(vcs: list[str]) -> dict[str, str]:
+    return {vc: TERMINAL_PALETTE[i % len(TERMINAL_PALETTE)] for i, vc in enumerate(sorted(vcs))}
+
+
+SEPARATORS = {0: " ", 1: " │ ", 2: " ┃ ", 3: " "}
+PLAIN_SEPARATORS = {0: " ", 1: " | ", 2: " || ", 3: " "}
+
+
+def slot_label(s: GpuSlot) -> str:
+    if s.bad:
+        return "BAD"
+    if s.kind == "foreign":
+        return "frgn"
+    if s.job:
+        return s.job[-5:] + ("*" if s.kind == "opportunistic" else "")
+    if s.shared:
+        return "shrd"
+    return "·"
+
+
+def plain_slot(s: GpuSlot) -> str:
+    """Plain text keeps the VC in the label, since there is no colour: ``cv:101``, ``nlp:110*``."""
+    if s.bad:
+        return "BAD"
+    if s.kind == "foreign":
+        return "foreign"
+    if s.job:
+        return f"{s.vc or '?'}:{s.job}" + ("*" if s.kind == "opportunistic" else "")
+    if s.shared:
+        return "shared"
+    if s.vc:
+        return f"({s.vc})"
+    return "-"
+
+
+def map_dict(cmap: ClusterMap) -> dict[str, Any]:
+    frag = cmap.fragmentation()
+    return {
+        "nodes": [
+            {
+                "name": n.name,
+                "gpu_type": n.gpu_type,
+                "state": n.state,
+                "bad": n.bad,
+                "free": n.free_gpus,
+                "gpus": [
+                    {"index": s.index, "kind": s.kind, "vc": s.vc, "job": s.job, "user": s.user, "bad": s.bad}
+                    for s in n.slots
+                ],
+            }
+            for n in cmap.nodes
+        ],
+        "counts": cmap.counts(),
+        "fragmentation": {
+            "free_gpus": frag.free_gpus,
+            "free_nodes": frag.free_nodes,
+            "stranded_gpus": frag.stranded_gpus,
+            "largest_block": frag.largest_block,
+            "partly_used_nodes": [{"node": n, "free": f} for n, f in frag.partly_used_nodes],
+            "free_cells": frag.free_cells,
+            "bad_nodes": frag.bad_nodes,
+        },
+    }
+
+
+def summary_lines(cmap: ClusterMap) -> list[str]:
+    frag = cmap.fragmentation()
+    c = cmap.counts()
+    lines = [
+        f"GPUs: {c['guaranteed']} guaranteed, {c['opportunistic']} opportunistic (*), {c['foreign']} foreign, "
+        f"{c['free']} free, {c['bad']} on bad nodes",
+        f"Free: {frag.summary()}.",
+    ]
+    if frag.free_cells:
+        lines.append("Free cells: " + ", ".join(f"{n}× {name}" for name, n in frag.free_cells.items()) + ".")
+    if frag.partly_used_nodes:
+        lines.append(
+            "Fragmented: " + ", ".join(f"{node} ({free} free)" for node, free in frag.partly_used_nodes) + "."
+        )
+    if frag.bad_nodes:
+        lines.append("Bad nodes (no new work): " + ", ".join(frag.bad_nodes) + ".")
+    return lines
+
+
+def print_map(
+    cmap: ClusterMap, header: str, vc_names: list[str] | None = None, out: IO[str] | None = None
+) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(file=out, highlight=False)
+    width = max((len(n.name) for n in cmap.nodes), default=4)
+    if not console.is_terminal:
+        lines = [header]
+        for node in cmap.nodes:
+            parts = []
+            for pos, s in enumerate(node.slots):
+                parts.append(plain_slot(s))
+                if pos < len(node.slots) - 1:
+                    parts.append(PLAIN_SEPARATORS.get(node.boundary_level(pos), " "))
+            state = f"  [{node.state}]" if node.state else ""
+            lines.append(f"{node.name.ljust(width)}  {''.join(parts)}  ({node.free_gpus} free){state}")
+        lines.extend(summary_lines(cmap))
+        console.file.write("\n".join(lines) + "\n")
+        return
+    colors = terminal_colors(sorted(set(vc_names or []) | set(cmap.vcs)))
+    console.print(header, markup=False)
+    if cmap.nodes:
+        idx = Text(" " * (width + 2))
+        first = cmap.nodes[0]
+        for pos, s in enumerate(first.slots):
+            idx.append(f"{s.index}".center(CELL_W), style="dim")
+            if pos < len(first.slots) - 1:
+                idx.append(SEPARATORS.get(first.boundary_level(pos), " "))
+        console.print(idx)
+    for node in cmap.nodes:
+        line = Text()
+        line.append(node.name.ljust(width) + "  ", style="bold red" if node.bad else "bold")
+        for pos, s in enumerate(node.slots):
+            label = slot_label(s).center(CELL_W)
+            if s.bad:
+                style = "bold white on red"
+            elif s.kind == "foreign":
+                style = "white on bright_black"
+            elif s.kind == "opportunistic":
+                style = f"italic black on {colors.get(s.vc or '', 'white')}"
+            elif s.job:
+                style = f"bold black on {colors.get(s.vc or '', 'white')}"
+            elif s.shared:
+                style = "black on bright_white"
+            elif s.vc:
+                style = colors.get(s.vc, "white")
+            else:
+                style = "dim"
+            line.append(label, style=style)
+            if pos < len(node.slots) - 1:
+                line.append(SEPARATORS.get(node.boundary_level(pos), " "), style="dim")
+        line.append(f"  {node.free_gpus} free", style="dim")
+        if node.state:
+            line.append(f"  {node.state}", style="red" if node.bad else "dim")
+        console.print(line, no_wrap=True, overflow="ellipsis")
+    legend = Text("")
+    for vc, color in colors.items():
+        legend.append(f" {vc} ", style=f"bold black on {color}")
+        legend.append(" ")
+    legend.append(" job* ", style="italic black on white")
+    legend.append(" opportunistic  ")
+    legend.append(" frgn ", style="white on bright_black")
+    legend.append(" foreign  ")
+    legend.append(" BAD ", style="bold white on red")
+    legend.append(" bad node   │ switch  ┃ socket")
+    console.print(legend)
+    for line_text in summary_lines(cmap):
+        console.print(line_text, markup=False)

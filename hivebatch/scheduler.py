@@ -1,0 +1,195 @@
+"""One scheduling round: the policy orders waiting tasks and picks shapes, the cell core binds GPUs.
+
+This glue is shared by the controller (real Slurm) and the simulator (virtual clock), so both make
+exactly the same decisions for the same state. It is pure: no DB, subprocess, click or rich.
+
+For each plan, in the order the policy returns them, the shapes are tried in preference order with
+``alloc.allocate``; the first shape that is placed wins. Otherwise the task waits with the cell
+core's reason (or is rejected when no shape could ever be placed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from hivebatch.cells import CellAllocator
+    from hivebatch.qos import Plan, Platform, Shape, Task
+
+OutcomeResult = Literal["placed", "waiting", "rejected"]
+
+OPPORTUNISTIC_PRIORITY = -1
+GUARANTEED_PRIORITY = 0
+
+
+@dataclass
+class Outcome:
+    """What one scheduling round decided for one task."""
+
+    task: Task
+    result: OutcomeResult
+    shape: Shape | None = None
+    placement: dict[str, list[int]] = field(default_factory=dict)
+    preempted: list[str] = field(default_factory=list)
+    reason: str | None = None
+    predicted_start: float | None = None
+    predicted_end: float | None = None
+    slack: float | None = None
+
+    @property
+    def job_id(self) -> str:
+        return str(self.task.job_id)
+
+
+def _predicted_latency(plan: Plan, shape: Shape, platform: Platform) -> float:
+    """Latency of the task on ``shape``: the plan's figure for its first choice, the model otherwise."""
+    if shape == plan.shapes[0]:
+        return float(plan.predicted_latency_s)
+    task = plan.task
+    if task.model is not None and task.batch is not None and task.iters is not None:
+        from hivebatch.qos import latency
+
+        return float(latency(task.model, task.batch, task.iters, shape, platform.overhead_s))
+    if task.time_limit_s is not None:
+        return float(task.time_limit_s)
+    return float(plan.predicted_latency_s)
+
+
+def default_priority(task: Task, opportunistic_task_ids: Collection[str]) -> int:
+    """Opportunistic tasks get -1 (preemptible, may use any free GPU); all others are guaranteed."""
+    return OPPORTUNISTIC_PRIORITY if str(task.job_id) in opportunistic_task_ids else GUARANTEED_PRIORITY
+
+
+def schedule_round(
+    tasks: Iterable[Task],
+    now: float,
+    alloc: CellAllocator | Any,
+    policy: Any,
+    platform: Platform,
+    opportunistic_task_ids: Collection[str] = frozenset(),
+    *,
+    limits: Mapping[str, int] | None = None,
+    priority_of: Callable[[Task], int] | None = None,
+) -> list[Outcome]:
+    """Plan the waiting ``tasks`` with ``policy`` and place them on ``alloc``, in the policy's order.
+
+    ``limits`` (VC -> GPUs it may use now) is handed to the policy unchanged for guaranteed tasks;
+    opportunistic tasks are planned after them, without limits. ``priority_of`` maps a
+    task to its cell priority; by default tasks in ``opportunistic_task_ids`` get -1, others 0.
+    A policy with ``strict_order = True`` (e.g. FIFO) blocks per VC: once one of a VC's tasks waits,
+    that VC's later tasks wait too, so nothing overtakes the head of its queue.
+    Placements (and the preemptions they cause) are applied to ``alloc``; the caller requeues the
+    jobs listed in ``Outcome.preempted``.
+    """
+    from hivebatch.cells.types import Request
+
+    task_list = list(tasks)
+    if not task_list:
+        return []
+    opp_ids = {str(i) for i in opportunistic_task_ids}
+
+    def prio(task: Task) -> int:
+        if priority_of is not None:
+            return priority_of(task)
+        return default_priority(task, opp_ids)
+
+    guaranteed = [t for t in task_list if prio(t) >= 0]
+    opportunistic = [t for t in task_list if prio(t) < 0]
+    # Guaranteed work goes first: an opportunistic job placed earlier in the same round would only be
+    # preempted again by a guaranteed job later in the round. Opportunistic jobs are planned without
+    # the VC limits: they run on any free GPU, outside their VC's cells.
+    plans = (
+        list(policy.plan(guaranteed, now, platform, dict(limits) if limits is not None else None))
+        if guaranteed
+        else []
+    )
+    if opportunistic:
+        plans += list(policy.plan(opportunistic, now, platform, None))
+    strict = bool(getattr(policy, "strict_order", False))
+
+    outcomes: list[Outcome] = []
+    # Within a round the allocator's free capacity only shrinks (except through preemption), so a
+    # request shape that was refused stays refused: remember it instead of asking again.
+    refused: dict[tuple[str, int, int, str | None, int], Any] = {}
+    blocked_by: dict[str, str] = {}  # VC -> the task at the head of its queue that waits
+    for plan in plans:
+        task = plan.task
+        if task.vc in blocked_by and prio(task) >= 0:
+            head = blocked_by[task.vc]
+            outcomes.append(
+                Outcome(task, "waiting", reason=f"behind job {head} in arrival order", slack=plan.slack)
+            )
+            continue
+        waiting_reason: str | None = None
+        rejected_error: str | None = None
+        placed: Outcome | None = None
+        for shape in plan.shapes:
+            key = (task.vc, shape.gpus, shape.d_node, task.gpu_type, prio(task))
+            decision = refused.get(key)
+            if decision is None:
+                decision = alloc.allocate(
+                    Request(
+                        job_id=str(task.job_id),
+                        vc=task.vc,
+                        gpus=shape.gpus,
+                        nodes=shape.d_node,
+                        gpu_type=task.gpu_type,
+                        within=None,
+                        priority=prio(task),
+                    )
+                )
+                if decision.result != "placed":
+                    refused[key] = decision
+                elif decision.preempted:
+                    refused.clear()  # preemption freed GPUs beyond what this job took
+            if decision.result == "placed":
+                lat = _predicted_latency(plan, shape, platform)
+                placed = Outcome(
+                    task,
+                    "placed",
+                    shape=shape,
+                    placement={n: sorted(g) for n, g in decision.placement.items()},
+                    preempted=list(decision.preempted),
+                    predicted_start=now,
+                    predicted_end=now + lat,
+                    slack=plan.slack,
+                )
+                break
+            if decision.result == "waiting":
+                waiting_reason = waiting_reason or decision.reason or "no free cells for this shape"
+            else:
+                rejected_error = rejected_error or decision.error or "request can never be placed"
+        if placed is not None:
+            outcomes.append(placed)
+        elif not plan.shapes:
+            outcomes.append(
+                Outcome(task, "waiting", reason="no shape fits the VC's limit now", slack=plan.slack)
+            )
+        elif waiting_reason is not None:
+            outcomes.append(
+                Outcome(
+                    task,
+                    "waiting",
+                    shape=plan.shapes[0] if plan.shapes else None,
+                    reason=waiting_reason,
+                    slack=plan.slack,
+                )
+            )
+            if strict and prio(task) >= 0:
+                blocked_by[task.vc] = str(task.job_id)
+        else:
+            outcomes.append(
+                Outcome(
+                    task,
+                    "rejected",
+                    reason=rejected_error or "the policy found no placement for this task",
+                    slack=plan.slack,
+                )
+            )
+    planned = {str(o.task.job_id) for o in outcomes}
+    for task in task_list:
+        if str(task.job_id) not in planned:
+            outcomes.append(Outcome(task, "waiting", reason="the policy chose not to start it now"))
+    return outcomes

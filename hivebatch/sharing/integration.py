@@ -1,0 +1,191 @@
+"""Helpers for the parts of hivebatch that use GPU sharing: hsub's checks, the controller's rebuild
+of the ledger each cycle, and how hq / hadmin show a slice. Pure, like the rest of the package."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hivebatch.errors import HivebatchError
+from hivebatch.sharing.config import SharingConfig, parse_sharing_config
+from hivebatch.sharing.env import job_environment
+from hivebatch.sharing.ledger import KIND_OPP, KIND_WHOLE, GpuShare, SharingLedger, slice_label
+from hivebatch.sharing.memory import format_mib, shard_rounded_mib, usable_mib
+
+
+def load_sharing(data: Mapping[str, Any], spec: Any) -> SharingConfig:
+    """The ``sharing:`` section checked against the cluster's nodes and VCs."""
+    return parse_sharing_config(data, {n.name for n in spec.nodes}, set(spec.vcs))
+
+
+def gpu_capacity_mib(spec: Any, gpu_type: str | None) -> int | None:
+    """Usable memory of one GPU of ``gpu_type`` (None: the smallest of the cluster's types)."""
+    types = [gpu_type] if gpu_type else list(spec.gpu_types)
+    caps = [usable_mib(int(m)) for t in types if (m := spec.gpu_memory_mib(t))]
+    return min(caps) if caps else None
+
+
+def is_slice(spec: Any, gpus: int, gpu_mem_mib: int | None, gpu_type: str | None = None) -> bool:
+    """A request is a slice of one GPU when it asks one GPU and less memory than the GPU has."""
+    if gpu_mem_mib is None or gpus != 1:
+        return False
+    cap = gpu_capacity_mib(spec, gpu_type)
+    return cap is not None and shard_rounded_mib(gpu_mem_mib) < cap
+
+
+def check_submission(
+    data: Mapping[str, Any], spec: Any, gpus: int, gpu_mem_mib: int | None, gpu_type: str | None
+) -> tuple[dict[str, str], list[str]]:
+    """hsub's check of ``--gpu-mem``: the environment to give the job and notes for the user, or one
+    HivebatchError line saying what to change."""
+    if gpu_mem_mib is None:
+        return {}, []
+    cfg = load_sharing(data, spec)
+    cap = gpu_capacity_mib(spec, gpu_type)
+    what = gpu_type or "/".join(spec.gpu_types)
+    if cap is None:
+        raise HivebatchError(
+            f"--gpu-mem needs the GPU memory of {what} in the config (memory: on the leaf cell type); ask the admin"
+        )
+    asked = shard_rounded_mib(gpu_mem_mib)
+    if asked > cap:
+        raise HivebatchError(
+            f"--gpu-mem {format_mib(gpu_mem_mib)} is more than one {what} GPU has ({format_mib(cap)}): "
+            "ask for less, or drop --gpu-mem to get whole GPUs"
+        )
+    if gpus != 1 or asked >= cap:
+        note = f"declared {format_mib(asked)} per GPU; the job gets {gpus} whole GPU(s)"
+        return {}, [note]
+    if not cfg.enabled:
+        raise HivebatchError("GPU sharing is switched off on this cluster: drop --gpu-mem to get a whole GPU")
+    env = job_environment(asked, cap)
+    note = (
+        f"shares one {what} GPU: {format_mib(asked)} of its {format_mib(cap)} ({100 * asked / cap:.0f}%), "
+        "binpacked with other slices; keep your framework within it (HIVEBATCH_GPU_MEM_MIB and "
+        "HIVEBATCH_GPU_MEM_FRACTION are set)"
+    )
+    return env, [note]
+
+
+@dataclass(frozen=True)
+class HeldSlice:
+    """A slice some job holds now (granted or running), as the controller's ledger knows it."""
+
+    job_id: str
+    vc: str
+    priority: int
+    node: str
+    gpu: int
+    mem_mib: int
+
+
+def rebuild_ledger(
+    alloc: Any, spec: Any, data: Mapping[str, Any], held: Iterable[HeldSlice]
+) -> tuple[SharingLedger, list[tuple[HeldSlice, str]]]:
+    """A ledger over ``alloc`` holding exactly ``held`` (guaranteed slices first). The allocator must not
+    hold the slices' jobs themselves, nor stale synthetic cells (they are released here). Returns the
+    ledger and the slices that could not be booked, with the reason (count their GPUs as foreign)."""
+    from hivebatch.sharing.ledger import is_synthetic
+
+    for jid in [j for j in alloc.jobs() if is_synthetic(j)]:
+        alloc.release(jid)
+    led = SharingLedger(alloc, spec, load_sharing(data, spec))
+    failed: list[tuple[HeldSlice, str]] = []
+    for h in sorted(held, key=lambda h: (h.priority < 0, h.node, h.gpu, h.job_id)):
+        d = led.adopt_slice(h.job_id, h.vc, h.priority, h.node, h.gpu, h.mem_mib)
+        if d.result != "placed":
+            failed.append((h, d.error or d.reason or "its GPU is busy"))
+    return led, failed
+
+
+def slice_share(mem_mib: int, capacity_mib: int) -> float:
+    """The part of a GPU a slice counts for in GPU-hours."""
+    return min(1.0, shard_rounded_mib(mem_mib) / capacity_mib) if capacity_mib else 1.0
+
+
+def slice_text(placement: Mapping[str, Iterable[int]], mem_mib: int, capacity_mib: int) -> str:
+    """``node2:[3] 8G/32G`` for a slice's placement."""
+    if not placement:
+        return "-"
+    (node, gpus), *_ = placement.items()
+    return slice_label(node, sorted(gpus)[0], shard_rounded_mib(mem_mib), capacity_mib)
+
+
+def describe_gpu(g: GpuShare) -> str:
+    """One shared GPU for a cluster map: who holds it, memory booked, slices on it."""
+    who = "opportunistic" if g.kind == KIND_OPP else (g.vc or "?")
+    used = g.guaranteed_mib + g.opportunistic_mib
+    extra = f"+{len(g.opp_slices())} opp" if g.opp_slices() and g.kind != KIND_OPP else ""
+    base = "whole+" if g.kind == KIND_WHOLE else ""
+    n = len(g.slices)
+    return f"{base}shared {who} {format_mib(used)}/{format_mib(g.capacity_mib)} {n} job{'s' if n != 1 else ''}{extra and ' ' + extra}"
+
+
+def _holds_gpus(job: Any) -> bool:
+    """Whether a controller ledger row holds its placement now (the controller's own rule)."""
+    return bool(job.placement) and (
+        job.intent == "place" or (job.state in ("placed", "running") and job.intent != "preempt")
+    )
+
+
+def held_slices(jobs: Iterable[Any]) -> list[HeldSlice]:
+    """The slices controller ledger rows hold: hsub jobs granted a ``shard:gN:k`` gres on one node."""
+    from hivebatch.sharing.gres import parse_shard_gres
+    from hivebatch.sharing.memory import SHARD_MIB
+
+    out: list[HeldSlice] = []
+    for j in jobs:
+        gres = str(getattr(j, "gres", None) or "")
+        if getattr(j, "foreign", False) or not gres.startswith("shard:") or not _holds_gpus(j):
+            continue
+        shards = parse_shard_gres(gres)
+        if len(j.placement) != 1 or len(shards) != 1:
+            continue
+        ((node, _gpus),) = j.placement.items()
+        ((gpu, count),) = shards.items()
+        out.append(
+            HeldSlice(
+                str(j.slurm_job_id), j.vc_name or "", int(j.priority or 0), node, gpu, count * SHARD_MIB
+            )
+        )
+    return out
+
+
+def controller_ledger(
+    alloc: Any, spec: Any, data: Mapping[str, Any], jobs: Iterable[Any]
+) -> tuple[SharingLedger, list[tuple[HeldSlice, str]]]:
+    """The sharing ledger for one controller cycle, over the allocator it has just rebuilt (which holds
+    no slice jobs). Slices that cannot be booked keep their GPU as foreign work, so it is never handed
+    out twice."""
+    led, failed = rebuild_ledger(alloc, spec, data, held_slices(jobs))
+    for h, _why in failed:
+        try:
+            alloc.occupy_foreign(f"slice:{h.job_id}@{h.node}", h.node, [h.gpu])
+        except Exception:  # noqa: BLE001 - the GPU is already held: it cannot be given out anyway
+            continue
+    return led, failed
+
+
+def slice_mem_label(mem_mib: int | None, capacity_mib: int | None = None) -> str:
+    """``8G/32G`` (or ``8G`` when the GPU's memory is not known)."""
+    if not mem_mib:
+        return ""
+    mem = format_mib(shard_rounded_mib(mem_mib))
+    return f"{mem}/{format_mib(capacity_mib)}" if capacity_mib else mem
+
+
+def add_gpu_capacity(rows: Iterable[Any], data: Mapping[str, Any] | None) -> None:
+    """Set ``gpu_total_mib`` on rows that carry a slice (``gpu_mem_mib``), from the config's GPU memory."""
+    if not data:
+        return
+    try:
+        from hivebatch.cells import parse_cluster_config
+
+        spec = parse_cluster_config(dict(data))
+    except Exception:  # noqa: BLE001 - a display nicety: without a readable config the size stays bare
+        return
+    for row in rows:
+        if getattr(row, "gpu_mem_mib", None):
+            gpu_type = getattr(row, "gpu_type", None)
+            row.gpu_total_mib = gpu_capacity_mib(spec, gpu_type if gpu_type in spec.gpu_types else None)

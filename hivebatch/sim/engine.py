@@ -1,0 +1,325 @@
+"""Event-driven simulation on a virtual clock, driving the real cell core and QoS policies.
+
+Events are arrivals, completions and node health changes. After all events of one instant are
+applied, ``hivebatch.scheduler.schedule_round`` (the controller's own glue) plans the waiting jobs
+with the chosen policy and binds them through the allocator: ``CellAllocator`` in cells mode,
+``QuotaPool`` (Slurm GrpTRES-like GPU counts) in quota mode. A placed job runs for the time the
+performance model gives for the placement it got. Preempted (opportunistic) jobs go back to the
+queue and start over, as a Slurm requeue does.
+
+Only the VCs touched by an event are re-planned in cells mode: a VC's cells are its own, so nothing
+another VC does can let one of its waiting jobs start. In quota mode every completion re-plans
+everyone, since the pool is shared.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hivebatch.errors import HivebatchError
+from hivebatch.qos import Shape, Task, get_policy, task_ect
+from hivebatch.scheduler import Outcome, schedule_round
+from hivebatch.sim.quota import QuotaPool
+from hivebatch.sim.runtime import RuntimeModel, tightest_shape
+from hivebatch.sim.workload import SimJob
+
+MODES = ("cells", "quota")
+
+_COMPLETE, _NODE, _ARRIVE = 0, 1, 2  # order of events at the same instant
+
+
+@dataclass
+class BadNode:
+    node: str
+    start_s: float
+    end_s: float | None = None
+
+
+@dataclass
+class JobRecord:
+    job: SimJob
+    task: Any
+    expected_end: float
+    ref_s: float
+    best_s: float
+    start: float | None = None
+    first_start: float | None = None
+    end: float | None = None
+    run_s: float = 0.0
+    shape: Shape | None = None
+    placement: dict[str, list[int]] = field(default_factory=dict)
+    preemptions: int = 0
+    lost_gpu_s: float = 0.0
+    rejected: str | None = None
+    token: int = 0
+
+    @property
+    def queue_s(self) -> float:
+        """Time not spent in the final run: waiting, plus runs lost to preemption."""
+        assert self.end is not None
+        return self.end - self.job.arrival - self.run_s
+
+    @property
+    def met_qos(self) -> bool:
+        return self.end is not None and self.end <= self.expected_end + 1e-6
+
+
+@dataclass
+class SimRun:
+    policy: str
+    mode: str
+    records: list[JobRecord]
+    total_gpus: int
+    busy_gpu_s: float
+    events: int
+    rounds: int
+
+
+class Simulation:
+    def __init__(
+        self,
+        spec: Any,
+        jobs: list[SimJob],
+        policy: str,
+        mode: str,
+        runtime: RuntimeModel,
+        platform: Any,
+        *,
+        bad_nodes: list[BadNode] | None = None,
+        opportunistic: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+        after_round: Callable[[Simulation, float, list[Outcome]], None] | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise HivebatchError(f"unknown mode {mode!r}: use cells or quota")
+        self.spec = spec
+        self.jobs = jobs
+        self.policy_name = policy
+        self.policy = get_policy(policy)
+        self.mode = mode
+        self.runtime = runtime
+        self.platform = platform
+        self.bad_nodes = bad_nodes or []
+        self.opportunistic = opportunistic and mode == "cells"
+        self.progress = progress
+        self.after_round = after_round
+        self.vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
+        if mode == "cells":
+            from hivebatch.cells.allocator import CellAllocator
+
+            self.alloc: Any = CellAllocator(spec)
+        else:
+            self.alloc = QuotaPool(spec.nodes, self.vc_gpus)
+        self.used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)  # guaranteed GPUs in use per VC
+        self.waiting: dict[str, JobRecord] = {}  # insertion order = arrival order
+        self.running: dict[str, JobRecord] = {}
+        self.records: dict[str, JobRecord] = {}
+        self.opp_ids: set[str] = set()
+        self.bad_now: set[str] = set()
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self.busy_gpu_s = 0.0
+        self.events = 0
+        self.rounds = 0
+        self.rejected = 0
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, data: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, data))
+
+    def _task_for(self, job: SimJob) -> Any:
+        if job.is_trace_job:
+            shape = tightest_shape(job.gpus, self.platform.gpus_per_node, self.platform.max_nodes)
+            return Task(
+                job_id=job.job_id,
+                vc=job.vc,
+                cls=job.cls,
+                arrival=job.arrival,
+                model=None,
+                batch=None,
+                iters=None,
+                gpus=job.gpus,
+                shape=shape,
+                time_limit_s=job.duration_s,
+                gpu_type=job.gpu_type,
+            )
+        return Task(
+            job_id=job.job_id,
+            vc=job.vc,
+            cls=job.cls,
+            arrival=job.arrival,
+            model=self.runtime.profile_for(job),
+            batch=job.batch,
+            iters=job.iters,
+            gpus=job.gpus,
+            shape=None,
+            time_limit_s=None,
+            gpu_type=job.gpu_type,
+        )
+
+    def _record_for(self, job: SimJob) -> JobRecord:
+        task = self._task_for(job)
+        return JobRecord(
+            job=job,
+            task=task,
+            expected_end=task_ect(task, self.platform),  # e_t exactly as the policies see it
+            ref_s=self.runtime.reference_latency(job),
+            best_s=self.runtime.best_run_time(job),
+        )
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self) -> SimRun:
+        for job in self.jobs:
+            if job.job_id in self.records:
+                raise HivebatchError(f"job id {job.job_id} appears twice in the workload")
+            self.records[job.job_id] = self._record_for(job)
+            self._push(job.arrival, _ARRIVE, job.job_id)
+        for b in self.bad_nodes:
+            self._push(b.start_s, _NODE, (b.node, True))
+            if b.end_s is not None:
+                self._push(b.end_s, _NODE, (b.node, False))
+        total = len(self.jobs)
+        finished = 0
+        while self._heap:
+            now = self._heap[0][0]
+            dirty: set[str] = set()
+            freed = False
+            while self._heap and self._heap[0][0] == now:
+                _, kind, _, data = heapq.heappop(self._heap)
+                self.events += 1
+                if kind == _COMPLETE:
+                    jid, token = data
+                    rec = self.running.get(jid)
+                    if rec is None or rec.token != token:
+                        continue  # a run that was preempted
+                    self._finish(rec, now)
+                    finished += 1
+                    dirty.add(rec.job.vc)
+                    freed = True
+                elif kind == _ARRIVE:
+                    rec = self.records[data]
+                    self.waiting[data] = rec
+                    if rec.job.opportunistic and self.opportunistic:
+                        self.opp_ids.add(data)
+                    dirty.add(rec.job.vc)
+                else:
+                    node, bad = data
+                    self._set_node(node, bad)
+                    dirty.update(self.vc_gpus)
+                    freed = True
+            if self.mode == "quota" and freed or self.bad_now:
+                dirty.update(self.vc_gpus)
+            self._schedule(now, dirty, freed)
+            if self.progress is not None:
+                self.progress(finished + self.rejected, total)
+        return SimRun(
+            policy=self.policy_name,
+            mode=self.mode,
+            records=list(self.records.values()),
+            total_gpus=sum(self.vc_gpus.values()) if self.mode == "quota" else self._cluster_gpus(),
+            busy_gpu_s=self.busy_gpu_s,
+            events=self.events,
+            rounds=self.rounds,
+        )
+
+    def _cluster_gpus(self) -> int:
+        return sum(len(n.gpu_indices) for n in self.spec.nodes)
+
+    def _set_node(self, node: str, bad: bool) -> None:
+        if bad:
+            self.alloc.set_node_bad(node)
+            self.bad_now.add(node)
+        else:
+            self.alloc.set_node_healthy(node)
+            self.bad_now.discard(node)
+
+    def _finish(self, rec: JobRecord, now: float) -> None:
+        del self.running[rec.job.job_id]
+        self.alloc.release(rec.job.job_id)
+        if rec.job.job_id not in self.opp_ids:
+            self.used[rec.job.vc] -= _gpus(rec.placement)
+        self.opp_ids.discard(rec.job.job_id)
+        rec.end = now
+
+    def _limits(self) -> dict[str, int]:
+        return {vc: max(0, self.vc_gpus[vc] - self.used[vc]) for vc in self.vc_gpus}
+
+    def _schedule(self, now: float, dirty: set[str], freed: bool) -> None:
+        for _ in range(100):  # re-plan after preemptions; bounded in case two jobs keep trading GPUs
+            limits = self._limits()
+            tasks = [
+                r.task
+                for jid, r in self.waiting.items()
+                if (jid in self.opp_ids and (freed or r.job.vc in dirty))
+                or (r.job.vc in dirty and limits[r.job.vc] > 0)
+            ]
+            if not tasks:
+                return
+            self.rounds += 1
+            outcomes = schedule_round(
+                tasks, now, self.alloc, self.policy, self.platform, self.opp_ids, limits=limits
+            )
+            dirty = set()
+            freed = False
+            for o in outcomes:
+                jid = str(o.task.job_id)
+                rec = self.records[jid]
+                if o.result == "placed":
+                    self._start(rec, o, now)
+                    for victim in o.preempted:
+                        self._preempt(self.records[victim], now)
+                        dirty.add(self.records[victim].job.vc)
+                        freed = True
+                elif o.result == "rejected":
+                    del self.waiting[jid]
+                    rec.rejected = o.reason or "rejected"
+                    self.rejected += 1
+            if self.after_round is not None:
+                self.after_round(self, now, outcomes)
+            if not dirty:
+                return
+
+    def _start(self, rec: JobRecord, o: Outcome, now: float) -> None:
+        jid = rec.job.job_id
+        del self.waiting[jid]
+        rec.placement = o.placement
+        rec.shape = o.shape
+        run = self.runtime.run_time(rec.job, o.placement)
+        rec.run_s = run
+        rec.start = now
+        if rec.first_start is None:
+            rec.first_start = now
+        rec.token += 1
+        self.running[jid] = rec
+        if jid not in self.opp_ids:
+            self.used[rec.job.vc] += _gpus(o.placement)
+        self.busy_gpu_s += run * _gpus(o.placement)
+        self._push(now + run, _COMPLETE, (jid, rec.token))
+
+    def _preempt(self, rec: JobRecord, now: float) -> None:
+        """Requeue a preempted job; its GPUs were already taken back by the cell core."""
+        jid = rec.job.job_id
+        if jid not in self.running:
+            return
+        del self.running[jid]
+        assert rec.start is not None
+        gpus = _gpus(rec.placement)
+        done = now - rec.start
+        self.busy_gpu_s -= (rec.run_s - done) * gpus  # the part it will not run now
+        rec.lost_gpu_s += done * gpus
+        if jid not in self.opp_ids:
+            self.used[rec.job.vc] -= gpus
+        rec.preemptions += 1
+        rec.token += 1
+        rec.start = None
+        rec.run_s = 0.0
+        rec.placement = {}
+        self.waiting[jid] = rec
+
+
+def _gpus(placement: dict[str, list[int]]) -> int:
+    return sum(len(g) for g in placement.values())

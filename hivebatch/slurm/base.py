@@ -1,0 +1,52 @@
+"""The one interface through which hivebatch talks to Slurm."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from datetime import datetime
+
+from hivebatch.slurm.types import AcctRecord, SlurmJob, SlurmNode
+
+
+class SlurmBackend(ABC):
+    """Every method raises SlurmError when Slurm refuses; job ids are Slurm's integers."""
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def submit(self, script_text: str, sbatch_args: list[str], env: dict[str, str] | None = None) -> int:
+        """Submit a batch script (text, not a path); ``sbatch_args`` e.g. ["--hold", "-A", "cv"]."""
+
+    @abstractmethod
+    def update_pending(
+        self,
+        job_id: int,
+        nodelist: list[str] | None = None,
+        num_nodes: int | None = None,
+        gres: str | None = None,
+    ) -> None:
+        """Pin a pending job: exact nodes, exactly ``num_nodes`` nodes, typed GRES like gpu:g3:1,gpu:g5:1."""
+
+    @abstractmethod
+    def release(self, job_id: int) -> None: ...
+
+    @abstractmethod
+    def hold(self, job_id: int) -> None: ...
+
+    @abstractmethod
+    def requeue_hold(self, job_id: int) -> None:
+        """Stop a running job and put it back in the queue, held, keeping its GRES and node list."""
+
+    @abstractmethod
+    def cancel(self, job_id: int) -> None: ...
+
+    @abstractmethod
+    def list_jobs(self, job_ids: list[int] | None = None) -> list[SlurmJob]:
+        """Jobs Slurm still knows (pending, running, and finished ones for MinJobAge seconds)."""
+
+    @abstractmethod
+    def list_nodes(self) -> list[SlurmNode]: ...
+
+    @abstractmethod
+    def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
+        """Accounting records (sacct) of jobs, finished or not."""

@@ -1,0 +1,155 @@
+"""The default backend: Slurm's own commands, run with argument lists (never through a shell)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from hivebatch.slurm.base import SlurmBackend
+from hivebatch.slurm.parse import (
+    SACCT_FIELDS,
+    parse_job_id,
+    parse_sacct,
+    parse_sinfo_json,
+    parse_squeue_json,
+)
+from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob, SlurmNode
+
+#: Fixed environment for every command: epoch times, and nothing from the user's SQUEUE_FORMAT etc.
+FIXED_ENV = {"SLURM_TIME_FORMAT": "%s"}
+_DROP_ENV = ("SQUEUE_FORMAT", "SQUEUE_FORMAT2", "SINFO_FORMAT", "SACCT_FORMAT", "SQUEUE_SORT")
+
+
+@dataclass
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+#: (argv, stdin text, extra env) -> Completed; replaced in tests by a recorder
+Runner = Callable[[list[str], str | None, dict[str, str]], Completed]
+
+
+def subprocess_runner(timeout_s: float = 60.0) -> Runner:
+    def run(argv: list[str], stdin: str | None, env: dict[str, str]) -> Completed:
+        full_env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+        full_env.update(env)
+        try:
+            p = subprocess.run(
+                argv,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                env=full_env,
+                timeout=timeout_s,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise SlurmError(
+                argv, 127, f"{argv[0]}: command not found (is slurm-client installed?)"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise SlurmError(
+                argv, 124, f"no answer within {timeout_s:.0f} s (is slurmctld running?)"
+            ) from None
+        return Completed(p.returncode, p.stdout, p.stderr)
+
+    return run
+
+
+class CliBackend(SlurmBackend):
+    """``sbatch``/``scontrol``/``scancel``/``squeue``/``sinfo``/``sacct``.
+
+    ``run_as`` runs every command as that Unix user through ``runuser`` (root only): the lab's tests
+    use it to act as a student or as the Operator.
+    """
+
+    name = "cli"
+
+    def __init__(self, runner: Runner | None = None, run_as: str | None = None) -> None:
+        self._runner = runner or subprocess_runner()
+        self.run_as = run_as
+
+    def as_user(self, user: str) -> CliBackend:
+        return CliBackend(self._runner, run_as=user)
+
+    def _run(self, argv: Sequence[str], stdin: str | None = None, env: dict[str, str] | None = None) -> str:
+        cmd = list(argv)
+        full = ["runuser", "-u", self.run_as, "--", *cmd] if self.run_as else cmd
+        extra = dict(FIXED_ENV)
+        if env:
+            extra.update(env)
+        res = self._runner(full, stdin, extra)
+        if res.returncode != 0:
+            raise SlurmError(cmd, res.returncode, res.stderr or res.stdout)
+        # scontrol prints some refusals on stderr yet exits 0 for a few operations; they are not errors
+        return res.stdout
+
+    # --- actions ---------------------------------------------------------------------------------
+
+    def submit(self, script_text: str, sbatch_args: list[str], env: dict[str, str] | None = None) -> int:
+        if not script_text.startswith("#!"):
+            raise SlurmError(["sbatch"], 1, "the batch script must start with a #! line")
+        out = self._run(["sbatch", "--parsable", *sbatch_args], stdin=script_text, env=env)
+        return parse_job_id(out)
+
+    def update_pending(
+        self,
+        job_id: int,
+        nodelist: list[str] | None = None,
+        num_nodes: int | None = None,
+        gres: str | None = None,
+    ) -> None:
+        args = ["scontrol", "update", f"JobId={int(job_id)}"]
+        if gres is not None:
+            args.append(f"Gres={gres}")
+        if nodelist is not None:
+            args.append(f"NodeList={','.join(nodelist)}")
+        if num_nodes is not None:
+            # NumNodes=N only sets a minimum; N-N pins the count
+            args.append(f"NumNodes={int(num_nodes)}-{int(num_nodes)}")
+        if len(args) == 3:
+            return
+        self._run(args)
+
+    def release(self, job_id: int) -> None:
+        self._run(["scontrol", "release", str(int(job_id))])
+
+    def hold(self, job_id: int) -> None:
+        self._run(["scontrol", "hold", str(int(job_id))])
+
+    def requeue_hold(self, job_id: int) -> None:
+        self._run(["scontrol", "requeuehold", str(int(job_id))])
+
+    def cancel(self, job_id: int) -> None:
+        self._run(["scancel", str(int(job_id))])
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    def list_jobs(self, job_ids: list[int] | None = None) -> list[SlurmJob]:
+        # squeue --json ignores -j/-u/-t on 22.05: fetch all once and filter here
+        jobs = parse_squeue_json(self._run(["squeue", "--json"]))
+        if job_ids is not None:
+            wanted = {int(j) for j in job_ids}
+            jobs = [j for j in jobs if j.job_id in wanted]
+        return jobs
+
+    def list_nodes(self) -> list[SlurmNode]:
+        return parse_sinfo_json(self._run(["sinfo", "--json"]))
+
+    def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
+        args = ["sacct", "--parsable2", "--noheader", "-X", "--allusers", "-o", ",".join(SACCT_FIELDS)]
+        if job_ids is not None:
+            if not job_ids:
+                return []
+            args += ["-j", ",".join(str(int(j)) for j in job_ids)]
+        if since is not None:
+            local = since.astimezone() if since.tzinfo else since
+            args += ["-S", local.strftime("%Y-%m-%dT%H:%M:%S")]
+        elif job_ids is None:
+            args += ["-S", "1970-01-01T00:00:00"]
+        return parse_sacct(self._run(args))

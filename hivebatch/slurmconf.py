@@ -1,0 +1,386 @@
+"""Slurm configuration generated from hivebatch's own cluster description.
+
+The cell config is the single source of truth for nodes and GPUs; the Slurm side must match it exactly,
+so ``hadmin slurm-config`` writes it from the same parsed spec the cell core uses:
+
+* ``slurm.conf`` node lines with **one GRES Type per GPU index** (``gpu:g0:1 … gpu:g7:1``): a job asking
+  ``--gres=gpu:g3:1,gpu:g5:1`` then gets exactly GPUs 3 and 5, which is how the controller pins placements.
+* shards (``shard:gN:<GiB of GPU memory>``) typed the same way, so a shared job can be pinned to one GPU.
+* ``gres.conf`` with one line per GPU index and ``Cores=`` of the GPU's socket.
+* the ``sacctmgr`` commands: cluster, one account per virtual cluster, the QOS classes (opportunistic
+  preemptable by requeue) and users with their accounts, including the controller's Operator user.
+
+For the local lab (``scripts/slurm-lab``) a complete ``slurm.conf`` and ``slurmdbd.conf`` are written;
+for a real cluster the node, partition and GRES lines plus the settings hivebatch relies on.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hivebatch.errors import ConfigError
+
+#: QOS classes, highest first, and the Slurm priority each one gets.
+QOS_PRIORITIES: dict[str, int] = {"urgent": 1000, "prior": 500, "normal": 100, "opportunistic": 0}
+PREEMPTABLE_QOS = "opportunistic"
+DEFAULT_QOS = "normal"
+#: Account of users that administer but do not belong to a virtual cluster (the controller's Operator).
+ADMIN_ACCOUNT = "hivebatch"
+#: One shard = this many MiB of the GPU's memory, so a 32G V100 offers 32 shards.
+SHARD_MIB = 1024
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """What Slurm must know of one node: its GPUs (by index), their socket and memory."""
+
+    name: str
+    gpu_type: str
+    gpu_indices: list[int]
+    socket_of: dict[int, int]
+    gpu_memory_mib: int | None = None
+
+    @property
+    def sockets(self) -> int:
+        return max(1, len(set(self.socket_of.values())))
+
+    def shards_per_gpu(self) -> int:
+        return (self.gpu_memory_mib or 0) // SHARD_MIB
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    nodes: list[NodeLayout]
+    vcs: list[str]
+
+
+@dataclass(frozen=True)
+class NodeHardware:
+    """Per-node CPU and memory figures written into NodeName lines (a lab fakes them)."""
+
+    cores_per_socket: int = 8
+    real_memory_mb: int = 64000
+
+
+@dataclass(frozen=True)
+class LabOptions:
+    """Where and on which ports the local lab runs; absent for a real cluster."""
+
+    state_dir: Path
+    cluster_name: str = "hivebatch"
+    ctld_port: int = 16817
+    dbd_port: int = 16819
+    db_port: int = 13307
+    node_base_port: int = 17001
+    db_password: str = "hivebatch-lab"
+    accounting: bool = True
+
+
+@dataclass(frozen=True)
+class AccountingPlan:
+    cluster: str
+    vcs: list[str]
+    users: dict[str, list[str]] = field(default_factory=dict)
+    operators: list[str] = field(default_factory=list)
+
+
+# --- reading the cluster ---------------------------------------------------------------------------
+
+
+def cluster_layout(data: Mapping[str, Any]) -> ClusterLayout:
+    """Nodes and VCs from a whole config mapping, through the cell core's own parser (ConfigError if bad)."""
+    from hivebatch.cells import parse_cluster_config
+
+    spec = parse_cluster_config(data)
+    nodes = [
+        NodeLayout(
+            name=n.name,
+            gpu_type=n.gpu_type,
+            gpu_indices=sorted(n.gpu_indices),
+            socket_of=dict(n.socket_of),
+            gpu_memory_mib=spec.gpu_memory_mib(n.gpu_type),
+        )
+        for n in spec.nodes
+    ]
+    return ClusterLayout(nodes=nodes, vcs=list(spec.vcs))
+
+
+# --- rendering -------------------------------------------------------------------------------------
+
+
+def _ranges(values: Iterable[int]) -> str:
+    """[0,1,2,3,8] → '0-3,8' (Slurm's core list syntax)."""
+    vals = sorted(set(values))
+    parts: list[str] = []
+    start = prev = None
+    for v in vals:
+        if start is None:
+            start = prev = v
+        elif prev is not None and v == prev + 1:
+            prev = v
+        else:
+            parts.append(f"{start}-{prev}" if start != prev else f"{start}")
+            start = prev = v
+    if start is not None:
+        parts.append(f"{start}-{prev}" if start != prev else f"{start}")
+    return ",".join(parts)
+
+
+def gres_string(node: NodeLayout, shards: bool) -> str:
+    items = [f"gpu:g{i}:1" for i in node.gpu_indices]
+    if shards and node.shards_per_gpu():
+        items += [f"shard:g{i}:{node.shards_per_gpu()}" for i in node.gpu_indices]
+    return ",".join(items)
+
+
+def uses_shards(layout: ClusterLayout, shards: bool) -> bool:
+    return shards and any(n.shards_per_gpu() for n in layout.nodes)
+
+
+def node_lines(layout: ClusterLayout, hw: NodeHardware, shards: bool, lab: LabOptions | None) -> list[str]:
+    lines = []
+    for i, node in enumerate(layout.nodes):
+        where = f" NodeHostname=localhost NodeAddr=127.0.0.1 Port={lab.node_base_port + i}" if lab else ""
+        lines.append(
+            f"NodeName={node.name}{where} Sockets={node.sockets} CoresPerSocket={hw.cores_per_socket} "
+            f"ThreadsPerCore=1 RealMemory={hw.real_memory_mb} Gres={gres_string(node, shards)} State=UNKNOWN"
+        )
+    names = ",".join(n.name for n in layout.nodes)
+    lines.append(f"PartitionName=gpu Nodes={names} Default=YES MaxTime=INFINITE State=UP")
+    return lines
+
+
+def gres_conf(layout: ClusterLayout, hw: NodeHardware, shards: bool, device_dir: str = "/dev") -> str:
+    """One line per GPU index: its own Type, its device file and the cores of its socket."""
+    out = [
+        "# generated by hadmin slurm-config: one GRES Type per GPU index pins exact GPUs",
+        "AutoDetect=off",
+    ]
+    for node in layout.nodes:
+        for i in node.gpu_indices:
+            s = node.socket_of.get(i, 0)
+            cores = _ranges(range(s * hw.cores_per_socket, (s + 1) * hw.cores_per_socket))
+            dev = f"{device_dir.rstrip('/')}/nvidia{i}"
+            out.append(f"NodeName={node.name} Name=gpu Type=g{i} File={dev} Cores={cores}")
+            if shards and node.shards_per_gpu():
+                out.append(
+                    f"NodeName={node.name} Name=shard Type=g{i} Count={node.shards_per_gpu()} File={dev} Cores={cores}"
+                )
+    return "\n".join(out) + "\n"
+
+
+def _settings(layout: ClusterLayout, shards: bool, accounting: bool) -> list[str]:
+    """Settings hivebatch relies on, common to the lab and a real cluster."""
+    lines = [
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core_Memory",
+        f"GresTypes={'gpu,shard' if uses_shards(layout, shards) else 'gpu'}",
+        # released and requeued jobs should start within seconds, not at the next minute
+        "SchedulerParameters=sched_interval=2,bf_interval=2",
+        # a requeued job may start again after 10 s instead of 120 s
+        "AuthInfo=cred_expire=10",
+    ]
+    if accounting:
+        # typed entries let sacct tell which GPU indices a finished job held (AllocTRES gres/gpu:g3=1)
+        indices = sorted({i for n in layout.nodes for i in n.gpu_indices})
+        tres = ",".join(["gres/gpu", *(f"gres/gpu:g{i}" for i in indices)])
+        if uses_shards(layout, shards):
+            tres += ",gres/shard"
+        lines += [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            f"AccountingStorageTRES={tres}",
+            "AccountingStorageEnforce=associations,limits,qos",
+            # the hivebatch request travels in the job comment; keep it in sacct too
+            "AccountingStoreFlags=job_comment",
+            "PriorityType=priority/multifactor",
+            "PriorityWeightQOS=10000",
+            "PreemptType=preempt/qos",
+            "PreemptMode=REQUEUE",
+        ]
+    return lines
+
+
+def slurm_conf(
+    layout: ClusterLayout, hw: NodeHardware, shards: bool = True, lab: LabOptions | None = None
+) -> str:
+    """A complete slurm.conf for the lab, or the lines to merge into a real cluster's slurm.conf."""
+    if lab is None:
+        head = [
+            "# generated by hadmin slurm-config: merge these lines into your slurm.conf",
+            "# (set DefMemPerCPU too: a job without --mem otherwise takes a whole node's memory)",
+            *_settings(layout, shards, accounting=True),
+        ]
+        return "\n".join(head + node_lines(layout, hw, shards, None)) + "\n"
+    d = lab.state_dir
+    lines = [
+        "# generated by hadmin slurm-config for the local lab (scripts/slurm-lab); do not edit",
+        f"ClusterName={lab.cluster_name}",
+        "SlurmctldHost=localhost",
+        f"SlurmctldPort={lab.ctld_port}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        f"StateSaveLocation={d}/state",
+        f"SlurmdSpoolDir={d}/spool/%n",
+        f"SlurmctldPidFile={d}/run/slurmctld.pid",
+        f"SlurmdPidFile={d}/run/slurmd-%n.pid",
+        f"SlurmctldLogFile={d}/log/slurmctld.log",
+        f"SlurmdLogFile={d}/log/slurmd-%n.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "MpiDefault=none",
+        # lets each slurmd claim the fake sockets/cores/memory of its NodeName line
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        "MailProg=/bin/true",
+        "KillWait=5",
+        "MinJobAge=300",
+        # without a default, a job without --mem takes the whole node's memory and blocks its GPUs
+        "DefMemPerCPU=2000",
+        "InactiveLimit=0",
+        "SlurmctldTimeout=30",
+        "SlurmdTimeout=60",
+        *_settings(layout, shards, accounting=lab.accounting),
+    ]
+    if lab.accounting:
+        lines += ["AccountingStorageHost=localhost", f"AccountingStoragePort={lab.dbd_port}"]
+    return "\n".join(lines + node_lines(layout, hw, shards, lab)) + "\n"
+
+
+def slurmdbd_conf(lab: LabOptions) -> str:
+    d = lab.state_dir
+    return (
+        "\n".join(
+            [
+                "# generated by hadmin slurm-config for the local lab; slurmdbd wants mode 600",
+                "AuthType=auth/munge",
+                "DbdHost=localhost",
+                f"DbdPort={lab.dbd_port}",
+                "SlurmUser=root",
+                f"PidFile={d}/run/slurmdbd.pid",
+                f"LogFile={d}/log/slurmdbd.log",
+                "DebugLevel=info",
+                "StorageType=accounting_storage/mysql",
+                "StorageHost=127.0.0.1",
+                f"StoragePort={lab.db_port}",
+                "StorageUser=slurm",
+                f"StoragePass={lab.db_password}",
+                "StorageLoc=slurm_acct_db",
+            ]
+        )
+        + "\n"
+    )
+
+
+def accounting_commands(plan: AccountingPlan) -> list[list[str]]:
+    """``sacctmgr`` argument lists, in order; re-running them changes nothing ('Nothing new added')."""
+    sa = ["sacctmgr", "-i"]
+    qos_list = ",".join(QOS_PRIORITIES)
+    cmds: list[list[str]] = [[*sa, "add", "cluster", plan.cluster]]
+    cmds.append([*sa, "add", "qos", *[q for q in QOS_PRIORITIES if q != DEFAULT_QOS]])
+    for qos, prio in QOS_PRIORITIES.items():
+        if qos == PREEMPTABLE_QOS:
+            cmds.append(
+                [
+                    *sa,
+                    "modify",
+                    "qos",
+                    "where",
+                    f"name={qos}",
+                    "set",
+                    f"Priority={prio}",
+                    "PreemptMode=requeue",
+                ]
+            )
+        else:
+            cmds.append(
+                [
+                    *sa,
+                    "modify",
+                    "qos",
+                    "where",
+                    f"name={qos}",
+                    "set",
+                    f"Priority={prio}",
+                    f"Preempt={PREEMPTABLE_QOS}",
+                ]
+            )
+    accounts = list(plan.vcs) + ([ADMIN_ACCOUNT] if plan.operators else [])
+    for acct in accounts:
+        what = "hivebatch administration" if acct == ADMIN_ACCOUNT else f"virtual cluster {acct}"
+        cmds.append(
+            [
+                *sa,
+                "add",
+                "account",
+                acct,
+                f"Cluster={plan.cluster}",
+                f"Description={what}",
+                "Organization=hivebatch",
+                f"QOS={qos_list}",
+                f"DefaultQOS={DEFAULT_QOS}",
+            ]
+        )
+    for user, accts in plan.users.items():
+        for acct in accts:
+            cmds.append(
+                [
+                    *sa,
+                    "add",
+                    "user",
+                    user,
+                    f"Account={acct}",
+                    f"Cluster={plan.cluster}",
+                    f"QOS={qos_list}",
+                    f"DefaultQOS={DEFAULT_QOS}",
+                ]
+            )
+    for op in plan.operators:
+        cmds.append(
+            [
+                *sa,
+                "add",
+                "user",
+                op,
+                f"Account={ADMIN_ACCOUNT}",
+                f"Cluster={plan.cluster}",
+                "AdminLevel=Operator",
+            ]
+        )
+        cmds.append([*sa, "modify", "user", "where", f"name={op}", "set", "AdminLevel=Operator"])
+    return cmds
+
+
+def accounting_script(plan: AccountingPlan) -> str:
+    lines = [
+        "#!/bin/sh",
+        "# generated by hadmin slurm-config: accounts = virtual clusters, QOS = hivebatch classes.",
+        "# 'Nothing new added' on a re-run is expected, so errors of single commands are tolerated.",
+    ]
+    lines += [shlex.join(c) + " || true" for c in accounting_commands(plan)]
+    return "\n".join(lines) + "\n"
+
+
+def parse_user_specs(specs: Iterable[str], known_accounts: Iterable[str]) -> dict[str, list[str]]:
+    """``alice=cv`` or ``alice=cv,nlp`` → {"alice": ["cv"]}; accounts must be VCs of the config."""
+    known = set(known_accounts)
+    users: dict[str, list[str]] = {}
+    for spec in specs:
+        user, sep, accts = spec.partition("=")
+        if not sep or not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user) or not accts:
+            raise ConfigError(f"--user {spec!r}: write USER=ACCOUNT[,ACCOUNT] with a Unix user name")
+        for a in accts.split(","):
+            if a not in known:
+                raise ConfigError(
+                    f"--user {spec!r}: account {a!r} is not a virtual cluster of the config ({', '.join(sorted(known))})"
+                )
+            users.setdefault(user, []).append(a)
+    return users

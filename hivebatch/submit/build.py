@@ -1,0 +1,301 @@
+"""From hsub's argv to what is handed to Slurm: the request, the job script and the sbatch arguments.
+
+Everything here is checked before anything reaches Slurm; a problem is one HivebatchError line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hivebatch.errors import HivebatchError
+from hivebatch.request import CLASSES, JobRequest
+from hivebatch.submit.options import OPTIONS, Parsed, parse_args, parse_directives, parse_env
+from hivebatch.submit.timefmt import parse_time_limit
+
+# sbatch would apply these again (or add GPUs to a job that must have none), so they never reach it
+_GPU_ENV_PREFIXES = ("SBATCH_GPU", "SBATCH_GRES", "SBATCH_MEM_PER_GPU", "SBATCH_CPUS_PER_GPU")
+_ENV_HANDLED = {o.env for o in OPTIONS if o.env}
+_ENV_DROPPED = _ENV_HANDLED | {"SBATCH_OPEN_MODE", "SBATCH_EXCLUSIVE", "SBATCH_REQUEUE", "SBATCH_NO_REQUEUE"}
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?$", re.IGNORECASE)
+
+
+@dataclass
+class Submission:
+    request: JobRequest
+    job_name: str
+    script_name: str  # the user's script (or "--wrap")
+    user_script: str
+    script_args: list[str]
+    sbatch_args: list[str]
+    env: dict[str, str]
+    parsable: bool = False
+    dry_run: bool = False
+    test_only: bool = False
+    config_path: Path | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    _job_script: str | None = None
+
+    def job_script(self) -> str:
+        if self._job_script is None:
+            from hivebatch.submit.script import render_job_script
+
+            self._job_script = render_job_script(
+                self.user_script,
+                self.script_args,
+                self.request.vc,
+                self.request.qos,
+                self.request.gpu_mem_mib,
+            )
+        return self._job_script
+
+
+def _int(name: str, raw: str | bool | None, minimum: int = 1) -> int | None:
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise HivebatchError(f"--{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise HivebatchError(f"--{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _typed_count(name: str, raw: str) -> tuple[str | None, int]:
+    """``4`` or ``V100:4`` (sbatch's ``--gpus``/``--gpus-per-node`` form)."""
+    kind, _, count = raw.rpartition(":")
+    n = _int(name, count, minimum=0)
+    assert n is not None
+    return (kind or None), n
+
+
+def _gres_gpus(raw: str) -> tuple[str | None, int]:
+    parts = raw.strip().split(":")
+    if "," in raw or parts[0] != "gpu" or len(parts) > 3:
+        raise HivebatchError(
+            f"--gres {raw!r}: hsub understands only gpu[:TYPE][:N]; other resources go to sbatch"
+        )
+    if len(parts) == 1:
+        return None, 1
+    if len(parts) == 2:
+        return (None, _int("gres", parts[1], 0) or 0) if parts[1].isdigit() else (parts[1], 1)
+    return parts[1], _int("gres", parts[2], 0) or 0
+
+
+def parse_size_mib(raw: str) -> int:
+    m = _SIZE.match(raw.strip())
+    if not m:
+        raise HivebatchError(f"--gpu-mem {raw!r} is not a size: use e.g. 8G or 8192M")
+    number, unit = float(m.group(1)), (m.group(2) or "M").upper()
+    mib = number * {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[unit]
+    if mib < 1:
+        raise HivebatchError(f"--gpu-mem {raw!r} is too small")
+    return int(mib)
+
+
+def read_script(
+    positionals: list[str], wrap: str | None, stdin_read: Callable[[], str] | None
+) -> tuple[str, str, list[str]]:
+    """(script text, name, args) from ``SCRIPT ARGS``, ``--wrap CMD`` or standard input."""
+    if wrap is not None:
+        if positionals:
+            raise HivebatchError("a script and --wrap cannot be used together")
+        return f"#!/bin/sh\n# This script was created by hsub --wrap.\n\n{wrap}\n", "wrap", []
+    if positionals:
+        path = Path(positionals[0])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise HivebatchError(f"batch script {path} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise HivebatchError(
+                f"cannot read batch script {path}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
+        text_name = path.name
+        script_args = positionals[1:]
+    elif stdin_read is not None:
+        text, text_name, script_args = stdin_read(), "sbatch", []
+    else:
+        raise HivebatchError(
+            "give a batch script (hsub [options] SCRIPT [ARGS]) or a command (hsub --wrap CMD)"
+        )
+    if not text.startswith("#!"):
+        raise HivebatchError(
+            f"{text_name} does not look like a batch script: its first line must start with #! "
+            "and an interpreter, e.g. #!/bin/bash"
+        )
+    return text, text_name, script_args
+
+
+def build_request(values: Mapping[str, str | bool]) -> JobRequest:
+    """The JobRequest the options describe (shape arithmetic included), checked on its own."""
+    vc = values.get("account")
+    if not vc:
+        raise HivebatchError("say which virtual cluster to use with -A VC (--account), as with sbatch")
+    qos = str(values.get("qos") or "normal").strip().lower()
+    if qos not in CLASSES:
+        raise HivebatchError(f"unknown class {qos!r} for -q/--qos: use one of {', '.join(CLASSES)}")
+
+    types: list[str] = []
+    nodes = _int("nodes", values.get("nodes"))
+    gpus: int | None = None
+    gpn: int | None = None
+    if values.get("gpus") is not None:
+        kind, gpus = _typed_count("gpus", str(values["gpus"]))
+        types += [kind] if kind else []
+    if values.get("gpus_per_node") is not None:
+        kind, gpn = _typed_count("gpus-per-node", str(values["gpus_per_node"]))
+        types += [kind] if kind else []
+    elif values.get("gres") is not None:
+        kind, gpn = _gres_gpus(str(values["gres"]))
+        types += [kind] if kind else []
+    if values.get("gpu_type"):
+        types.append(str(values["gpu_type"]))
+    if len({t.lower() for t in types}) > 1:
+        raise HivebatchError(f"conflicting GPU types {', '.join(sorted(set(types)))}: ask for one")
+    if gpus == 0 or gpn == 0:
+        raise HivebatchError(
+            "hsub is for GPU jobs: ask for at least one GPU (submit CPU-only jobs with sbatch)"
+        )
+
+    if gpn is not None:
+        if gpus is None:
+            nodes = nodes or 1
+            gpus = nodes * gpn
+        elif nodes is None:
+            if gpus % gpn:
+                raise HivebatchError(f"--gpus {gpus} is not a multiple of --gpus-per-node {gpn}")
+            nodes = gpus // gpn
+    elif gpus is None:
+        if nodes is not None:
+            raise HivebatchError("with -N/--nodes also say how many GPUs: --gpus N or --gpus-per-node N")
+        gpus = 1
+
+    time_raw = values.get("time")
+    time_limit_s = parse_time_limit(str(time_raw)) if time_raw else None
+    model = str(values["model"]) if values.get("model") else None
+    like = str(values["like"]) if values.get("like") else None
+    batch = _int("batch-size", values.get("batch_size"))
+    iters = _int("iters", values.get("iters"))
+    if like and not model:
+        raise HivebatchError("--like names a known model to borrow a profile from: give --model too")
+    if model and (batch is None or iters is None):
+        raise HivebatchError(
+            "--model needs --batch-size and --iters so the placement model can predict the run time"
+        )
+    if (batch is not None or iters is not None) and not model:
+        raise HivebatchError("--batch-size and --iters describe a model: give --model too")
+    mem = parse_size_mib(str(values["gpu_mem"])) if values.get("gpu_mem") else None
+
+    req = JobRequest(
+        vc=str(vc),
+        qos=qos,
+        gpus=gpus,
+        nodes=nodes,
+        gpus_per_node=gpn,
+        gpu_type=types[0] if types else None,
+        within=str(values["within"]) if values.get("within") else None,
+        model=model,
+        like=like,
+        batch_size=batch,
+        iters=iters,
+        time_limit_s=time_limit_s,
+        gpu_mem_mib=mem,
+    )
+    req.validate()
+    return req
+
+
+def submit_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment sbatch runs with: the user's, without what hsub already applied or GPU requests."""
+    return {k: v for k, v in environ.items() if k not in _ENV_DROPPED and not k.startswith(_GPU_ENV_PREFIXES)}
+
+
+def sbatch_arguments(
+    req: JobRequest, values: Mapping[str, str | bool], passthrough: Mapping[str, list[str]], name: str
+) -> list[str]:
+    """sbatch's arguments: held, no GPU gres, account = VC, qos = class, the request in the comment."""
+    args = [
+        "--hold",
+        f"--account={req.vc}",
+        f"--qos={req.qos}",
+        f"--job-name={name}",
+        f"--comment={req.to_comment()}",
+        "--open-mode=append",
+    ]
+    if values.get("no_requeue"):
+        if req.qos == "opportunistic":
+            raise HivebatchError(
+                "opportunistic jobs must be requeueable (they make way for their VC's owners): drop --no-requeue"
+            )
+        args.append("--no-requeue")
+    else:
+        args.append("--requeue")
+    for dest, flag in (
+        ("time", "--time"),
+        ("output", "--output"),
+        ("error", "--error"),
+        ("mail_type", "--mail-type"),
+        ("mail_user", "--mail-user"),
+        ("dependency", "--dependency"),
+        ("array", "--array"),
+    ):
+        if values.get(dest):
+            args.append(f"{flag}={values[dest]}")
+    for tokens in passthrough.values():
+        args.extend(tokens)
+    return args
+
+
+def prepare(
+    argv: list[str],
+    environ: Mapping[str, str] | None = None,
+    stdin_read: Callable[[], str] | None = None,
+    check_config: bool = True,
+) -> Submission:
+    """Parse, read the script, merge option sources, build and check the request."""
+    environ = os.environ if environ is None else environ
+    cmd = parse_args(argv)
+    wrap = cmd.values.get("wrap")
+    text, script_name, script_args = read_script(
+        cmd.positionals, str(wrap) if isinstance(wrap, str) else None, stdin_read
+    )
+    merged: Parsed = cmd.merged_over(parse_env(environ).merged_over(parse_directives(text)))
+    values = merged.values
+    req = build_request(values)
+    name = str(values.get("job_name") or script_name)
+    sub = Submission(
+        request=req,
+        job_name=name,
+        script_name="--wrap" if wrap is not None else script_name,
+        user_script=text,
+        script_args=script_args,
+        sbatch_args=[],
+        env=submit_env(environ),
+        parsable=bool(values.get("parsable")),
+        dry_run=bool(values.get("dry_run")),
+        test_only=bool(values.get("test_only")),
+    )
+    if check_config:
+        from hivebatch.config import load_config
+        from hivebatch.submit.checks import check_request
+
+        explicit = values.get("config")
+        sub.config_path, sub.config = load_config(str(explicit) if explicit else None)
+        sub.request, sub.notes = check_request(req, sub.config, sub.config_path)
+    sub.sbatch_args = sbatch_arguments(sub.request, values, merged.passthrough, name)
+    return sub
+
+
+def stdin_reader() -> Callable[[], str] | None:
+    """Read the script from standard input when it is not a terminal, as sbatch does."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return None
+    return sys.stdin.read

@@ -1,0 +1,91 @@
+"""Checks of a request against the cluster configuration, before anything reaches Slurm.
+
+The cell core is the authority on what a VC can ever hold: an empty allocator answering "rejected"
+means the request can never run, whatever else happens on the cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from hivebatch.errors import HivebatchError
+from hivebatch.request import JobRequest
+
+
+def _match_gpu_type(wanted: str, known: list[str]) -> str:
+    for name in known:
+        if name.lower() == wanted.lower():
+            return name
+    raise HivebatchError(
+        f"unknown GPU type {wanted!r}: this cluster has {', '.join(known) or 'none'} "
+        "(hivebatch picks the GPU indices itself)"
+    )
+
+
+def check_request(
+    req: JobRequest, config: dict[str, Any], config_path: Path | None
+) -> tuple[JobRequest, list[str]]:
+    """The request with names normalised to the config's spelling, and notes for the user."""
+    from hivebatch.cells import CellAllocator, Request, parse_cluster_config
+
+    notes: list[str] = []
+    spec = parse_cluster_config(config)
+    if req.vc not in spec.vcs:
+        raise HivebatchError(
+            f"unknown virtual cluster {req.vc!r} for -A/--account: this cluster has {', '.join(sorted(spec.vcs))}"
+        )
+    gpu_type = _match_gpu_type(req.gpu_type, list(spec.gpu_types)) if req.gpu_type else None
+    if gpu_type != req.gpu_type:
+        req = dataclasses.replace(req, gpu_type=gpu_type)
+
+    of_type = f" {gpu_type}" if gpu_type else ""
+    if req.priority >= 0:
+        capacity = spec.vc_gpus(req.vc, gpu_type)
+        if req.gpus > capacity:
+            raise HivebatchError(
+                f"virtual cluster {req.vc} holds at most {capacity}{of_type} GPUs; this job asks for {req.gpus} "
+                "(ask for fewer, or use -q opportunistic to borrow idle GPUs)"
+            )
+    else:
+        capacity = sum(len(n.gpu_indices) for n in spec.nodes if gpu_type is None or n.gpu_type == gpu_type)
+        if req.gpus > capacity:
+            raise HivebatchError(f"the cluster has {capacity}{of_type} GPUs; this job asks for {req.gpus}")
+
+    decision = CellAllocator(spec).try_allocate(
+        Request(
+            job_id="hsub-check",
+            vc=req.vc,
+            gpus=req.gpus,
+            nodes=req.nodes,
+            gpu_type=gpu_type,
+            within=req.within,
+            priority=req.priority,
+        )
+    )
+    if decision.result == "rejected":
+        raise HivebatchError(f"this job can never run in virtual cluster {req.vc}: {decision.error}")
+
+    if req.model:
+        notes.extend(check_model(req, config, config_path, gpu_type or spec.gpu_types[0]))
+    return req, notes
+
+
+def check_model(
+    req: JobRequest, config: dict[str, Any], config_path: Path | None, gpu_type: str
+) -> list[str]:
+    from hivebatch.qos import ProfileStore, UnknownModelError, parse_qos_config
+
+    settings = parse_qos_config(config, config_path.resolve().parent if config_path else None)
+    store = ProfileStore.load(settings.profiles)
+    try:
+        _prof, note = store.get(req.model, gpu_type=gpu_type, like=req.like)
+    except UnknownModelError as exc:
+        hint = (
+            ""
+            if req.like or "--like" in str(exc)
+            else " (give --like KNOWN_MODEL to borrow a similar model's profile)"
+        )
+        raise HivebatchError(f"{exc}{hint}") from None
+    return [note] if note else []

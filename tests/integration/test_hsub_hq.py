@@ -1,0 +1,233 @@
+"""hsub, hq and the sbatch wrapper on the real Slurm lab, run as the lab's users."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hivebatch.request import JobRequest
+
+PROJECT = Path(__file__).resolve().parents[2]
+VENV_BIN = PROJECT / ".venv" / "bin"
+SCRIPT = '#!/bin/bash\necho "demo: host=$(hostname) gpus=${CUDA_VISIBLE_DEVICES:-none} args=$*"\nsleep ${SLEEP:-1}\n'
+
+
+@dataclass
+class Site:
+    """A private hivebatch config (its own SQLite ledger and lock) in a directory the lab users can read."""
+
+    dir: Path
+    config: Path
+    user_bin: Path  # hsub/hq the lab users may execute
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "HIVEBATCH_CONFIG": str(self.config)}
+
+    def as_user(self, user: str | None, tool: str, *args: str, cwd: Path | None = None, extra_env: dict[str, str] | None = None,
+                stdin: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        exe = str((self.user_bin if user else VENV_BIN) / tool)
+        argv = ["runuser", "-u", user, "--", exe, *args] if user else [exe, *args]
+        return subprocess.run(argv, capture_output=True, text=True, env={**self.env(), **(extra_env or {})},
+                              cwd=cwd or self.dir, timeout=120, input=stdin, check=False)  # fmt: skip
+
+    def controller_once(self) -> None:
+        proc = subprocess.run([str(VENV_BIN / "hivebatch"), "controller", "run", "--once", "-q", "--config", str(self.config)],
+                              capture_output=True, text=True, env=self.env(), timeout=120, check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def site(slurm_lab) -> Iterator[Site]:  # type: ignore[no-untyped-def]
+    base = slurm_lab.jobs_dir / f"hsub-it-{uuid.uuid4().hex[:8]}"
+    base.mkdir(parents=True)
+    base.chmod(0o1777)
+    config = base / "hivebatch.yaml"
+    # the ledger's directory is not writable by the users, as on a real site: hq must read it anyway
+    (base / "db").mkdir(mode=0o755)
+    text = (PROJECT / "etc" / "hivebatch.example.yaml").read_text()
+    text = text.replace("sqlite:///var/hivebatch.db", f"sqlite:///{base / 'db' / 'hivebatch.db'}")
+    text = text.replace("lock_file: var/hivebatch-controller.lock", f"lock_file: {base / 'controller.lock'}")
+    config.write_text(text)
+    config.chmod(0o644)
+    # the quickstart's setup step: migrations, and a Python the lab users may execute
+    proc = subprocess.run([str(PROJECT / "scripts" / "quickstart"), "--setup"], capture_output=True, text=True,
+                          env={**os.environ, "HIVEBATCH_CONFIG": str(config)}, timeout=900, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    user_bin = Path(proc.stdout.strip().splitlines()[-1])
+    assert (user_bin / "hsub").exists()
+    yield Site(base, config, user_bin)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def write_script(site: Site, name: str = "job.sh", body: str = SCRIPT) -> Path:
+    path = site.dir / name
+    path.write_text(body)
+    path.chmod(0o755)
+    return path
+
+
+def submit(site: Site, user: str, lab_jobs: list[int], *args: str) -> int:
+    proc = site.as_user(user, "hsub", "--parsable", *args)
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout.strip())
+    lab_jobs.append(job_id)
+    return job_id
+
+
+def test_hsub_submits_held_as_the_user_with_the_request_and_no_gres(site: Site, slurm_lab, lab_jobs) -> None:  # type: ignore[no-untyped-def]
+    script = write_script(site)
+    job_id = submit(site, "alice", lab_jobs, "-A", "cv", "-q", "prior", "--gpus", "2", "-t", "5",
+                    "-o", str(site.dir / "out-%j.txt"), str(script), "x y")  # fmt: skip
+    job = slurm_lab.wait_for(job_id, ["PENDING"], held=True)
+    assert job.user == "alice" and job.account == "cv" and job.qos == "prior"
+    assert "gpu" not in job.tres_per_node and not job.gpus
+    req = JobRequest.from_comment(job.comment)
+    assert req is not None
+    assert (req.vc, req.qos, req.gpus, req.time_limit_s) == ("cv", "prior", 2, 300)
+
+
+def test_alice_cannot_submit_into_bobs_vc(site: Site, slurm_lab) -> None:  # type: ignore[no-untyped-def]
+    script = write_script(site)
+    before = {j.job_id for j in slurm_lab.backend().list_jobs()}
+    proc = site.as_user("alice", "hsub", "-A", "nlp", "--gpus", "1", str(script))
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "may not submit into virtual cluster 'nlp'" in lines[0], proc.stderr
+    after = [
+        j
+        for j in slurm_lab.backend().list_jobs()
+        if j.job_id not in before and j.user == "alice" and j.account == "nlp"
+    ]
+    assert after == []
+
+
+def test_bad_requests_never_reach_slurm(site: Site, slurm_lab) -> None:  # type: ignore[no-untyped-def]
+    script = write_script(site)
+    before = {j.job_id for j in slurm_lab.backend().list_jobs()}
+    for args, message in [
+        (["-A", "nosuch"], "unknown virtual cluster 'nosuch'"),
+        (["-A", "sys", "--gpus", "8"], "holds at most 4"),
+        (["-A", "cv", "-t", "soon"], "not a Slurm time"),
+        (["-A", "cv", "--model", "nosuchnet", "--batch-size", "8", "--iters", "5"], "nosuchnet"),
+    ]:
+        proc = site.as_user("alice", "hsub", *args, str(script))
+        assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert {j.job_id for j in slurm_lab.backend().list_jobs()} - before == set()
+
+
+def test_bob_cannot_cancel_alices_job(site: Site, slurm_lab, lab_jobs) -> None:  # type: ignore[no-untyped-def]
+    job_id = submit(site, "alice", lab_jobs, "-A", "cv", "--wrap", "sleep 1")
+    slurm_lab.wait_for(job_id, ["PENDING"], held=True)
+    proc = slurm_lab.run("bob", ["scancel", str(job_id)], check=False)
+    assert proc.returncode != 0 or "denied" in proc.stderr.lower()
+    time.sleep(0.5)
+    assert slurm_lab.backend().list_jobs([job_id])[0].state == "PENDING"
+
+
+def test_hq_before_the_controller_ran(site: Site, slurm_lab, lab_jobs) -> None:  # type: ignore[no-untyped-def]
+    fresh = site.dir / "fresh.yaml"
+    fresh.write_text(site.config.read_text().replace("hivebatch.db", "never-created.db"))
+    fresh.chmod(0o644)
+    job_id = submit(site, "carol", lab_jobs, "-A", "sys", "--gpus", "2", "--wrap", "true")
+    proc = site.as_user("carol", "hq", "--me", "--json", extra_env={"HIVEBATCH_CONFIG": str(fresh)})
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["job_id"]: r for r in json.loads(proc.stdout)}
+    row = rows[job_id]
+    assert (row["user"], row["vc"], row["qos"], row["gpus"], row["state"]) == (
+        "carol",
+        "sys",
+        "normal",
+        2,
+        "PENDING",
+    )
+    assert "controller" in row["reason"]
+    assert not (site.dir / "db" / "never-created.db").exists()  # readers never create the ledger
+
+
+def test_sbatch_wrapper_passes_cpu_jobs_untouched_and_routes_gpu_jobs(
+    site: Site, slurm_lab, lab_jobs
+) -> None:  # type: ignore[no-untyped-def]
+    bindir = site.dir / "bin"
+    bindir.mkdir(exist_ok=True)
+    bindir.chmod(0o755)
+    (bindir / "sbatch").unlink(missing_ok=True)
+    (bindir / "sbatch").symlink_to(PROJECT / "scripts" / "sbatch-wrapper")
+    record = site.dir / "real-sbatch.log"
+    spy = site.dir / "spy-sbatch"
+    # stands in for the real sbatch: records exactly what it is given, then runs the real one
+    spy.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {record}\nexec {shutil.which("sbatch")} "$@"\n')
+    spy.chmod(0o755)
+    record.touch()
+    record.chmod(0o666)
+    python = site.user_bin / "python"
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "HIVEBATCH_REAL_SBATCH": str(spy),
+        "HIVEBATCH_PYTHON": str(python),
+    }
+    cpu_args = ["--parsable", "-A", "cv", "-J", "plain cpu", "--mem=100", "--wrap", "echo plain > /dev/null"]
+    proc = subprocess.run(["runuser", "-u", "alice", "--", str(bindir / "sbatch"), *cpu_args], capture_output=True,
+                          text=True, env={**site.env(), **env}, cwd=site.dir, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout.strip())
+    lab_jobs.append(job_id)
+    assert record.read_text().splitlines() == cpu_args  # the real sbatch got exactly the user's arguments
+    job = slurm_lab.wait_for(job_id, ["PENDING", "RUNNING", "COMPLETED", "COMPLETING"])
+    assert not job.held and JobRequest.from_comment(job.comment) is None and job.name == "plain cpu"
+
+    gpu_script = write_script(
+        site, "gpu.sh", "#!/bin/bash\n#SBATCH -A cv\n#SBATCH --gres=gpu:2\nnvidia-smi\n"
+    )
+    record.write_text("")
+    proc = subprocess.run(["runuser", "-u", "alice", "--", str(bindir / "sbatch"), "--parsable", str(gpu_script)],
+                          capture_output=True, text=True, env={**site.env(), **env}, cwd=site.dir, timeout=120,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout.strip())
+    lab_jobs.append(job_id)
+    job = slurm_lab.wait_for(job_id, ["PENDING"], held=True)
+    req = JobRequest.from_comment(job.comment)
+    assert req is not None and req.vc == "cv" and req.gpus == 2
+    assert "gpu" not in job.tres_per_node
+
+
+def test_full_path_alices_two_gpu_job_runs_on_the_chosen_gpus(site: Site, slurm_lab, lab_jobs) -> None:  # type: ignore[no-untyped-def]
+    script = write_script(site, "two.sh")
+    job_id = submit(site, "alice", lab_jobs, "-A", "cv", "--gpus", "2", "-o", str(site.dir / "two-%j.out"),
+                    str(script), "hello world")  # fmt: skip
+    test_only = site.as_user("alice", "hsub", "-A", "cv", "--gpus", "2", "--test-only", str(script))
+    assert test_only.returncode == 0 and re.search(
+        r"would (start now on node\d:\[\d,\d\]|wait)", test_only.stdout
+    ), test_only
+    deadline = time.monotonic() + 120
+    row = None
+    while time.monotonic() < deadline:
+        site.controller_once()
+        proc = site.as_user("alice", "hq", "--json", "-t", "all", "-j", str(job_id))
+        assert proc.returncode == 0, proc.stderr
+        row = json.loads(proc.stdout)[0]
+        if row["state"] in ("COMPLETED", "FAILED", "CANCELLED"):
+            break
+        time.sleep(1)
+    assert row is not None and row["state"] == "COMPLETED", row
+    out = (site.dir / f"two-{job_id}.out").read_text()
+    host, gpus, args = re.search(r"demo: host=(\S+) gpus=(\S+) args=(.*)", out).groups()  # type: ignore[union-attr]
+    assert args == "hello world"
+    assert len(row["placement"]) == 1 and sorted(row["placement"][host]) == [int(g) for g in gpus.split(",")]
+    assert row["vc"] == "cv" and row["user"] == "alice" and row["gpus"] == 2
+
+    plain = site.as_user("alice", "hq", "-t", "all", "-j", str(job_id), "-o", "%i %u %a %N")
+    placed = " ".join(f"{n}:[{','.join(map(str, sorted(g)))}]" for n, g in row["placement"].items())
+    assert plain.stdout.splitlines()[1].split() == [str(job_id), "alice", "cv", placed]
+    vc = site.as_user("alice", "hq", "vc", "cv", "--json")
+    assert vc.returncode == 0 and json.loads(vc.stdout)["gpus_total"] == 12

@@ -1,0 +1,89 @@
+"""Shared set-up for the controller unit tests: the lab config, a migrated SQLite ledger, a fake Slurm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from hivebatch.controller.context import ControllerContext, load_context
+from hivebatch.controller.cycle import CycleReport, run_cycle
+from hivebatch.db import Base, Event, Job, open_database
+from hivebatch.request import JobRequest
+from hivebatch.slurm.fake import FakeSlurm
+
+CONFIG = """
+cluster:
+  cell_types:
+    V100: {memory: 32G}
+    V100-SWITCH: {child: V100, count: 2}
+    V100-SOCKET: {child: V100-SWITCH, count: 2}
+    V100-NODE: {child: V100-SOCKET, count: 2, node: true}
+  physical_cells:
+    - {type: V100-NODE, nodes: [node1]}
+    - {type: V100-NODE, nodes: [node2]}
+    - {type: V100-NODE, nodes: [node3]}
+    - {type: V100-NODE, nodes: [node4]}
+virtual_clusters:
+  cv: {cells: {V100-NODE: 1, V100-SOCKET: 1}}
+  nlp: {cells: {V100-NODE: 2}}
+  sys: {cells: {V100-SWITCH: 1, V100: 2}}
+database: {url: "sqlite:///var/hb.db"}
+controller: {lock_file: var/ctl.lock, interval_s: 1}
+"""
+
+SCRIPT = "#!/bin/sh\necho $CUDA_VISIBLE_DEVICES\n"
+
+
+@dataclass
+class Env:
+    ctx: ControllerContext
+    factory: sessionmaker[Session]
+    slurm: FakeSlurm
+
+    @property
+    def ctl(self) -> FakeSlurm:
+        return self.slurm.as_user("hbctl")
+
+    def cycle(self, backend: Any | None = None) -> CycleReport:
+        return run_cycle(self.ctx, self.factory, backend or self.ctl)
+
+    def submit(
+        self,
+        user: str,
+        vc: str,
+        gpus: int,
+        qos: str = "normal",
+        account: str | None = None,
+        extra: list[str] | None = None,
+        **fields: Any,
+    ) -> int:
+        req = JobRequest(vc=vc, qos=qos, gpus=gpus, **fields)
+        args = ["--hold", "-A", account or vc, "-q", qos, "-J", f"{user}-job", "--comment", req.to_comment()]
+        return self.slurm.as_user(user).submit(SCRIPT, args + list(extra or []))
+
+    def job(self, slurm_id: int) -> Job:
+        with self.factory() as s:
+            return s.scalars(select(Job).where(Job.slurm_job_id == slurm_id)).one()
+
+    def events(self, slurm_id: int | None = None, kind: str | None = None) -> list[Event]:
+        with self.factory() as s:
+            q = select(Event).order_by(Event.id)
+            if slurm_id is not None:
+                q = q.where(Event.slurm_job_id == slurm_id)
+            if kind is not None:
+                q = q.where(Event.kind == kind)
+            return list(s.scalars(q))
+
+
+def make_env(tmp_path: Path, config: str = CONFIG, **fake_args: Any) -> Env:
+    cfg = tmp_path / "hivebatch.yaml"
+    cfg.write_text(config)
+    ctx = load_context(cfg)
+    engine, factory = open_database(cfg, ctx.data)
+    Base.metadata.create_all(engine)
+    fake = FakeSlurm(accounts={"alice": ["cv"], "bob": ["nlp"], "carol": ["sys"]}, **fake_args)
+    return Env(ctx=ctx, factory=factory, slurm=fake)

@@ -1,0 +1,202 @@
+"""The controller cycle against the fake Slurm: placement, release, rejection, foreign work, bad nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from controller_support import Env, make_env
+from sqlalchemy import select
+
+from hivebatch.db import GpuBinding, GpuUsage, Job
+
+SCRIPT_FOREIGN = "#!/bin/sh\nsleep 100\n"
+
+
+@pytest.fixture()
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    return make_env(tmp_path)
+
+
+def _typed(gres: str) -> list[int]:
+    return sorted(int(g.split(":")[1][1:]) for g in gres.split(","))
+
+
+def test_held_job_is_pinned_to_the_cells_choice_and_released(env: Env) -> None:
+    jid = env.submit("alice", "cv", 2, qos="prior")
+    report = env.cycle()
+    assert report.placed == 1 and report.ok
+    job = env.job(jid)
+    assert job.state == "placed" and job.intent is None
+    ((node, idx),) = job.placement.items()
+    assert len(idx) == 2 and _typed(job.gres) == idx
+    sj = env.slurm.job(jid)
+    assert sj.state == "RUNNING" and sj.gpus == {node: idx}  # Slurm runs it exactly where the cells chose
+    updates = [c for c in env.slurm.calls if c[1] == "update_pending"]
+    assert updates == [("hbctl", "update_pending", (jid, [node], 1, job.gres))]
+    env.cycle()
+    assert env.job(jid).state == "running"
+    assert [e.kind for e in env.events(jid)] == ["submitted", "placed", "started"]
+
+
+def test_rerunning_a_cycle_changes_nothing(env: Env) -> None:
+    jid = env.submit("bob", "nlp", 4)
+    env.cycle()
+    env.cycle()
+    calls, events = len(env.slurm.calls), len(env.events())
+    env.cycle()
+    assert len(env.slurm.calls) == calls and len(env.events()) == events
+    assert env.job(jid).state == "running"
+
+
+def test_finished_job_releases_its_cells_and_books_gpu_hours(env: Env) -> None:
+    first = env.submit("alice", "cv", 8)
+    env.cycle()
+    second = env.submit("alice", "cv", 8)
+    env.cycle()
+    assert env.job(second).state == "queued"
+    assert "cv" in (env.job(second).reason or "") or env.job(second).reason
+    env.slurm.advance(3600)
+    env.slurm.finish(first)
+    env.cycle()
+    done = env.job(first)
+    assert done.state == "done" and done.gpu_hours_guaranteed == pytest.approx(8.0, rel=0.01)
+    assert env.job(second).state in ("placed", "running")
+    with env.factory() as s:
+        usage = s.scalars(select(GpuUsage)).all()
+        assert sum(u.guaranteed_s for u in usage) == pytest.approx(8 * 3600, rel=0.01)
+        assert {u.vc_name for u in usage} == {"cv"}
+
+
+def test_failed_and_cancelled_jobs_end_in_their_states(env: Env) -> None:
+    a = env.submit("alice", "cv", 1)
+    b = env.submit("bob", "nlp", 1)
+    env.cycle()
+    env.slurm.fail(a, exit_code=3)
+    env.slurm.as_user("bob").cancel(b)
+    env.cycle()
+    assert env.job(a).state == "failed" and env.job(b).state == "cancelled"
+
+
+def test_unknown_vc_gets_a_reason_and_stays_held(env: Env) -> None:
+    jid = env.submit("alice", "vision", 1, account="cv")
+    env.cycle()
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "rejected" and "unknown VC 'vision'" in job.reason
+    assert env.slurm.job(jid).held
+    assert len(env.events(jid, "rejected")) == 1  # one event, not one per cycle
+
+
+def test_request_naming_another_vc_than_the_slurm_account_is_rejected(env: Env) -> None:
+    jid = env.submit("alice", "nlp", 1, account="cv")
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "rejected" and "Slurm account is cv" in job.reason
+    assert env.slurm.job(jid).held
+
+
+def test_more_gpus_than_the_vc_holds_is_rejected(env: Env) -> None:
+    jid = env.submit("carol", "sys", 8)
+    env.cycle()
+    assert "holds only 4" in env.job(jid).reason
+
+
+def test_job_asking_slurm_for_gpus_itself_is_not_placed(env: Env) -> None:
+    jid = env.submit("alice", "cv", 1, extra=["--gres=gpu:g0:1"])
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "rejected" and "asks Slurm for GPUs itself" in job.reason
+    assert not [c for c in env.slurm.calls if c[1] == "update_pending"]
+
+
+def test_owner_releasing_their_own_hold_is_held_again(env: Env) -> None:
+    env.submit("alice", "cv", 8)
+    env.submit("alice", "cv", 4)  # cv is full now
+    env.cycle()
+    jid = env.submit("alice", "cv", 2)
+    env.cycle()
+    # Slurm would start it without GPUs if nothing stopped it
+    env.slurm._s.auto_schedule = False
+    env.slurm.as_user("alice").release(jid)
+    env.cycle()
+    assert env.slurm.job(jid).held
+    assert env.events(jid, "held")
+
+
+def test_foreign_gpu_job_is_recorded_and_its_gpus_avoided(env: Env) -> None:
+    fid = env.slurm.as_user("bob").submit(
+        SCRIPT_FOREIGN, ["-A", "nlp", "-w", "node1", "--gres=gpu:g0:1,gpu:g1:1"]
+    )
+    assert env.slurm.job(fid).state == "RUNNING"
+    ids = [env.submit("alice", "cv", 1) for _ in range(6)]
+    env.cycle()
+    foreign = env.job(fid)
+    assert foreign.foreign and foreign.state == "running" and foreign.placement == {"node1": [0, 1]}
+    for jid in ids:
+        placement = env.job(jid).placement
+        assert placement, (env.job(jid).state, env.job(jid).reason)
+        assert not (set(placement.get("node1", [])) & {0, 1})
+    with env.factory() as s:
+        kinds = {(b.node, b.gpu_index): b.kind for b in s.scalars(select(GpuBinding))}
+    assert kinds[("node1", 0)] == "foreign" and kinds[("node1", 1)] == "foreign"
+    env.slurm.finish(fid)
+    env.cycle()
+    assert env.job(fid).state == "done"
+
+
+def test_down_and_drained_nodes_get_no_new_work(env: Env) -> None:
+    env.slurm.set_node_state("node2", "DOWN", "test")
+    env.slurm.set_node_state("node3", "DRAIN", "test")
+    jobs = [env.submit("bob", "nlp", 8), env.submit("alice", "cv", 8), env.submit("carol", "sys", 2)]
+    env.cycle()
+    used = set()
+    for jid in jobs:
+        placement = env.job(jid).placement or {}
+        used |= set(placement)
+    assert used and not used & {"node2", "node3"}
+    assert {e.data["node"] for e in env.events(kind="node_bad")} == {"node2", "node3"}
+    with env.factory() as s:
+        assert s.get(GpuBinding, ("node2", 0)).bad
+    env.slurm.set_node_state("node2", "IDLE")
+    env.cycle()
+    assert [e.data["node"] for e in env.events(kind="node_healthy")] == ["node2"]
+
+
+def test_waiting_jobs_get_reason_and_predicted_start(env: Env) -> None:
+    first = env.submit("alice", "cv", 8, time_limit_s=600)
+    env.submit("alice", "cv", 4, time_limit_s=1200)
+    env.cycle()
+    second = env.submit("alice", "cv", 4, time_limit_s=600)
+    env.cycle()
+    first_job, waiting = env.job(first), env.job(second)
+    assert waiting.state == "queued" and waiting.reason
+    assert waiting.predicted_start is not None and first_job.start_time is not None
+    # it can start once the first job's 10 minutes are over
+    assert abs((waiting.predicted_start - first_job.start_time).total_seconds() - 600) < 120
+
+
+def test_zero_gpu_job_is_released_without_gres(env: Env) -> None:
+    jid = env.submit("alice", "cv", 0)
+    env.cycle()
+    assert env.job(jid).state == "placed"
+    assert not [c for c in env.slurm.calls if c[1] == "update_pending"]
+    assert env.slurm.job(jid).state == "RUNNING"
+
+
+def test_lost_ledger_adopts_running_hivebatch_jobs(env: Env, tmp_path: Path) -> None:
+    jid = env.submit("bob", "nlp", 2)
+    env.cycle()
+    placement = env.job(jid).placement
+    with env.factory() as s:
+        s.query(Job).delete()
+        s.commit()
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "running" and job.placement == placement and not job.foreign
+    other = env.submit("bob", "nlp", 8)
+    env.cycle()
+    assert not (
+        set(env.job(other).placement.get(next(iter(placement)), [])) & set(next(iter(placement.values())))
+    )

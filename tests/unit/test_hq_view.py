@@ -1,0 +1,180 @@
+"""hq's rows: Slurm merged with the ledger, filters, formats, JSON."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from hivebatch.cli.hq_data import Filters, collect_rows, format_placement, parse_states, plain_reason
+from hivebatch.cli.hq_format import Column, format_slack, parse_format, render_plain
+from hivebatch.errors import HivebatchError
+from hivebatch.request import JobRequest
+
+NOW = dt.datetime(2026, 11, 21, 12, 0, 0)
+
+
+def sjob(
+    job_id: int, user: str, state: str, reason: str = "None", gpus=None, req: JobRequest | None = None, **kw
+):
+    base = dict(
+        job_id=job_id, name=f"job{job_id}", user=user, account=req.vc if req else "cv", qos=req.qos if req else "normal",
+        state=state, reason=reason, nodes=list((gpus or {}).keys()), gpus=gpus or {}, shards={},
+        comment=req.to_comment() if req else "", submit_time=NOW - dt.timedelta(minutes=10),
+        start_time=NOW - dt.timedelta(minutes=5) if state == "RUNNING" else None, end_time=None,
+        time_limit_s=3600, num_nodes=1, held=reason.startswith("JobHeld"), exit_code=None,
+    )  # fmt: skip
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def dbjob(job_id: int, state: str, **kw):
+    base = dict(
+        slurm_job_id=job_id, name=f"job{job_id}", user="alice", account="cv", vc_name="cv", qos="normal",
+        priority=0, foreign=False, request=None, gpus=2, gpu_type=None, state=state, reason=None, placement=None,
+        predicted_start=None, predicted_end=None, expected_completion=None, slack_s=None, submit_time=None,
+        start_time=None, end_time=None, preemptions=0,
+    )  # fmt: skip
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_placement_format() -> None:
+    assert format_placement({"node2": [5, 3]}) == "node2:[3,5]"
+    assert format_placement({"node3": [0, 1], "node1": [0, 1]}) == "node1:[0,1] node3:[0,1]"
+    assert format_placement({}) == ""
+
+
+def test_slurm_only_rows_before_the_controller_ran() -> None:
+    req = JobRequest(vc="cv", qos="prior", gpus=2)
+    rows = collect_rows(
+        [
+            sjob(7, "alice", "PENDING", "JobHeldAdmin", req=req),
+            sjob(8, "bob", "RUNNING", gpus={"node1": [0]}),
+        ],
+        [],
+        Filters(),
+    )
+    assert [r.job_id for r in rows] == [8, 7]  # running first
+    pend = rows[1]
+    assert (pend.vc, pend.qos, pend.gpus, pend.hivebatch_state) == ("cv", "prior", 2, None)
+    assert "controller" in pend.reason
+    assert rows[0].placement == {"node1": [0]} and rows[0].hivebatch is False
+
+
+def test_ledger_adds_predictions_reason_and_slack() -> None:
+    req = JobRequest(vc="cv", gpus=2)
+    ect = NOW + dt.timedelta(hours=2)
+    rows = collect_rows(
+        [
+            sjob(1, "alice", "PENDING", "JobHeldAdmin", req=req),
+            sjob(2, "alice", "RUNNING", gpus={"node2": [3, 5]}, req=req),
+        ],
+        [
+            dbjob(1, "queued", reason="VC cv has no free V100-SWITCH cell", predicted_start=NOW + dt.timedelta(minutes=30),
+                  predicted_end=NOW + dt.timedelta(minutes=90), expected_completion=ect),
+            dbjob(2, "running", placement={"node2": [3, 5]}, predicted_end=NOW + dt.timedelta(minutes=20),
+                  expected_completion=ect),
+        ],
+        Filters(),
+    )  # fmt: skip
+    running, pending = rows
+    assert running.placement == {"node2": [3, 5]} and running.hivebatch_state == "running"
+    assert running.slack_s == pytest.approx(100 * 60)
+    assert pending.reason == "VC cv has no free V100-SWITCH cell"
+    assert pending.slack_s == pytest.approx(30 * 60)
+    data = pending.to_json()
+    for key in (
+        "job_id",
+        "user",
+        "vc",
+        "qos",
+        "state",
+        "gpus",
+        "placement",
+        "predicted_start",
+        "predicted_end",
+        "reason",
+    ):
+        assert key in data
+    assert data["predicted_start"] == "2026-11-21T12:30:00Z"
+    json.dumps([r.to_json() for r in rows])
+
+
+def test_placed_but_not_started_shows_chosen_gpus() -> None:
+    req = JobRequest(vc="cv", gpus=2)
+    rows = collect_rows(
+        [sjob(3, "alice", "PENDING", "Priority", req=req)],
+        [dbjob(3, "placed", placement={"node1": [0, 1]}, predicted_start=NOW)],
+        Filters(),
+    )
+    assert rows[0].placement == {"node1": [0, 1]}
+    assert "released" in rows[0].reason
+
+
+def test_finished_jobs_only_on_request() -> None:
+    ledger = [dbjob(9, "done", end_time=NOW, placement={"node1": [0]})]
+    assert collect_rows([], ledger, Filters()) == []
+    rows = collect_rows([], ledger, Filters(all_states=True))
+    assert rows[0].state == "COMPLETED" and rows[0].placement == {"node1": [0]}
+    assert collect_rows([], ledger, Filters(job_ids={9}))[0].job_id == 9
+
+
+def test_filters() -> None:
+    a = JobRequest(vc="cv", qos="urgent")
+    b = JobRequest(vc="nlp")
+    jobs = [sjob(1, "alice", "RUNNING", req=a), sjob(2, "bob", "PENDING", "JobHeldAdmin", req=b)]
+    assert [r.job_id for r in collect_rows(jobs, [], Filters(users={"bob"}))] == [2]
+    assert [r.job_id for r in collect_rows(jobs, [], Filters(accounts={"cv"}))] == [1]
+    assert [r.job_id for r in collect_rows(jobs, [], Filters(qos={"urgent"}))] == [1]
+    assert [r.job_id for r in collect_rows(jobs, [], Filters(states={"PENDING"}))] == [2]
+    assert [r.job_id for r in collect_rows(jobs, [], Filters(job_ids={1}))] == [1]
+
+
+def test_states_parse() -> None:
+    assert parse_states("PD,running") == ({"PENDING", "RUNNING"}, False)
+    assert parse_states("all") == (None, True)
+    with pytest.raises(HivebatchError, match="unknown state"):
+        parse_states("SLEEPING")
+
+
+def test_plain_reasons() -> None:
+    assert "depends" in plain_reason("Dependency")
+    assert "preempted" in plain_reason("job_requeued_in_held_state")
+    assert plain_reason("None") is None
+    assert plain_reason("SomethingNew") == "SomethingNew"
+
+
+def test_slack_words() -> None:
+    assert format_slack(720) == "+12m"
+    assert format_slack(-300) == "-5m"
+    assert format_slack(3900) == "+1h05m"
+    assert format_slack(None) == "-"
+
+
+def test_squeue_style_format() -> None:
+    rows = collect_rows(
+        [sjob(42, "alice", "RUNNING", gpus={"node2": [3, 5]}, req=JobRequest(vc="cv", gpus=2))], [], Filters()
+    )
+    pieces, literal = parse_format("%.6i|%u|%a|%N")
+    assert render_plain(rows, pieces, literal, True, NOW).splitlines() == [
+        " JOBID|USER |VC|PLACEMENT",
+        "    42|alice|cv|node2:[3,5]",
+    ]
+    pieces, literal = parse_format("jobid,placement")
+    assert render_plain(rows, pieces, literal, False, NOW) == "42 node2:[3,5]"
+    with pytest.raises(HivebatchError, match="unknown field %Z"):
+        parse_format("%Z")
+    with pytest.raises(HivebatchError, match="unknown field 'bogus'"):
+        parse_format("jobid,bogus")
+
+
+def test_default_columns_plain() -> None:
+    rows = collect_rows(
+        [sjob(5, "carol", "PENDING", "JobHeldAdmin", req=JobRequest(vc="sys"))], [], Filters()
+    )
+    text = render_plain(rows, [Column("jobid"), Column("vc"), Column("reason")], False, True, NOW)
+    assert text.splitlines()[0].split() == ["JOBID", "VC", "REASON"]
+    assert text.splitlines()[1].split()[:2] == ["5", "sys"]

@@ -1,0 +1,120 @@
+"""hsub's checks against the cluster config (the lab's example config), before anything reaches Slurm."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hivebatch.config import load_config
+from hivebatch.errors import HivebatchError
+from hivebatch.request import JobRequest
+from hivebatch.submit.checks import check_request
+
+PROJECT = Path(__file__).resolve().parents[2]
+EXAMPLE = PROJECT / "etc" / "hivebatch.example.yaml"
+
+
+@pytest.fixture(scope="module")
+def config() -> tuple[Path, dict]:
+    return load_config(EXAMPLE)
+
+
+def check(config: tuple[Path, dict], **fields: object) -> tuple[JobRequest, list[str]]:
+    path, data = config
+    return check_request(JobRequest(**{"vc": "cv", **fields}), data, path)  # type: ignore[arg-type]
+
+
+def test_a_fitting_request_passes_and_names_are_normalised(config) -> None:  # type: ignore[no-untyped-def]
+    req, notes = check(config, gpus=2, gpu_type="v100")
+    assert req.gpu_type == "V100" and notes == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"vc": "vision"}, "unknown virtual cluster 'vision'"),
+        ({"vc": "sys", "gpus": 8}, "virtual cluster sys holds at most 4 GPUs"),
+        ({"gpus": 40, "qos": "opportunistic"}, "the cluster has 32"),
+        ({"gpus": 2, "gpu_type": "A100"}, "unknown GPU type 'A100'"),
+        ({"gpus": 3, "nodes": 2}, "can never run in virtual cluster cv"),
+        ({"gpus": 1, "model": "nosuchnet", "batch_size": 8, "iters": 10}, "nosuchnet"),
+    ],
+)
+def test_requests_that_can_never_run_are_refused(config, fields: dict, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(HivebatchError, match=message) as info:
+        check(config, **fields)
+    assert "\n" not in str(info.value)
+
+
+def test_opportunistic_jobs_may_borrow_beyond_their_vc(config) -> None:  # type: ignore[no-untyped-def]
+    req, _ = check(config, vc="sys", gpus=8, qos="opportunistic")
+    assert req.gpus == 8
+
+
+def test_a_new_model_borrows_a_profile_with_like(config) -> None:  # type: ignore[no-untyped-def]
+    req, notes = check(config, gpus=2, model="mynet", like="resnet50", batch_size=64, iters=100)
+    assert req.model == "mynet"
+    assert notes and "resnet50" in notes[0]
+
+
+def run_hsub(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {"HIVEBATCH_CONFIG": str(EXAMPLE), "PATH": "/usr/bin:/bin", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "hivebatch.cli.hsub", *args], capture_output=True, text=True,
+                          env=env, cwd=PROJECT, timeout=60, check=False)  # fmt: skip
+
+
+def test_cli_errors_are_one_line_with_exit_status_1(tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\ntrue\n")
+    proc = run_hsub("-A", "sys", "--gpus", "8", str(script))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
+        "hsub: error: virtual cluster sys holds at most 4"
+    )
+
+
+def test_dry_run_prints_command_and_script_without_slurm(tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -J named\necho hi\n")
+    # no Slurm on PATH: a dry run must not need it
+    proc = run_hsub("-A", "cv", "--gpus", "2", "--dry-run", str(script), "it's")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("sbatch --parsable --hold --account=cv --qos=normal --job-name=named")
+    assert '\'--comment=hivebatch:v1:{"gpus":2,"qos":"normal","vc":"cv"}\'' in lines[1]
+    assert "#!/bin/bash" in lines and "echo hi" in lines
+    assert lines[-1] == "\"$hb_script\" 'it'\"'\"'s'"
+
+
+def test_dry_run_does_not_import_heavy_modules(tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\ntrue\n")
+    code = (
+        "import sys; from hivebatch.cli import hsub\n"
+        f"hsub.run(['-A', 'cv', '--gpus', '2', '--dry-run', {str(script)!r}])\n"
+        "heavy = sorted(m for m in ('sqlalchemy', 'rich', 'numpy', 'click') if m in sys.modules)\n"
+        "print('HEAVY', heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+                          env={"HIVEBATCH_CONFIG": str(EXAMPLE), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "HEAVY []"
+
+
+def test_help_lists_the_options() -> None:
+    proc = run_hsub("--help")
+    assert proc.returncode == 0
+    for opt in (
+        "--account",
+        "--qos",
+        "--gpus-per-node",
+        "--model",
+        "--like",
+        "--dry-run",
+        "--test-only",
+        "--wrap",
+    ):
+        assert opt in proc.stdout

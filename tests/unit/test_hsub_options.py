@@ -1,0 +1,203 @@
+"""hsub's option parsing: sbatch's syntax and precedence, hivebatch's own options, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hivebatch.errors import HivebatchError
+from hivebatch.request import JobRequest
+from hivebatch.submit.build import build_request, prepare, submit_env
+from hivebatch.submit.options import parse_args, parse_directives, parse_env
+from hivebatch.submit.timefmt import format_duration, parse_time_limit
+
+
+def script(tmp_path: Path, body: str, name: str = "job.sh") -> str:
+    p = tmp_path / name
+    p.write_text(body)
+    return str(p)
+
+
+def prep(argv: list[str], env: dict[str, str] | None = None):
+    return prepare(argv, environ=env or {}, stdin_read=None, check_config=False)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("10", 600),
+        ("10:30", 630),
+        ("1:00:00", 3600),
+        ("2-0", 2 * 86400),
+        ("1-2:03", 86400 + 2 * 3600 + 180),
+        ("1-02:03:04", 86400 + 7200 + 184),
+        ("UNLIMITED", None),
+    ],
+)
+def test_time_formats_follow_slurm(text: str, seconds: int | None) -> None:
+    assert parse_time_limit(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["ten", "1h", "1:2:3:4", "-5", "0", "1-"])
+def test_bad_time_is_one_clear_error(bad: str) -> None:
+    with pytest.raises(HivebatchError, match="time"):
+        parse_time_limit(bad)
+
+
+def test_format_duration() -> None:
+    assert format_duration(3661) == "01:01:01"
+    assert format_duration(90061) == "1-01:01:01"
+
+
+def test_short_and_long_forms_parse_alike() -> None:
+    a = parse_args(["-A", "cv", "-N2", "--gpus=4", "-t", "10", "-J", "x", "script.sh", "-N", "arg"])
+    b = parse_args(
+        ["--account=cv", "--nodes", "2", "--gpus", "4", "--time=10", "--job-name=x", "script.sh", "-N", "arg"]
+    )
+    assert a.values == b.values == {"account": "cv", "nodes": "2", "gpus": "4", "time": "10", "job_name": "x"}
+    # everything after the script belongs to the script
+    assert a.positionals == ["script.sh", "-N", "arg"]
+
+
+def test_unknown_and_refused_options() -> None:
+    with pytest.raises(HivebatchError, match="unknown option --frobnicate"):
+        parse_args(["--frobnicate", "x.sh"])
+    with pytest.raises(HivebatchError, match="hivebatch chooses the nodes"):
+        parse_args(["-w", "node1", "x.sh"])
+    with pytest.raises(HivebatchError, match="comment"):
+        parse_args(["--comment=hi", "x.sh"])
+    with pytest.raises(HivebatchError, match="needs a value"):
+        parse_args(["--account"])
+
+
+def test_directives_stop_at_first_command() -> None:
+    parsed = parse_directives(
+        "#!/bin/bash\n#SBATCH -A cv --gpus=2  # two GPUs\n\n# comment\n#HSUB --model resnet50\n"
+        "echo hi\n#SBATCH -A nlp\n"
+    )
+    assert parsed.values == {"account": "cv", "gpus": "2", "model": "resnet50"}
+
+
+def test_directive_error_names_the_line() -> None:
+    with pytest.raises(HivebatchError, match="script line 2: unknown option --bogus"):
+        parse_directives("#!/bin/sh\n#SBATCH --bogus=1\n")
+
+
+def test_precedence_command_line_over_env_over_directives(tmp_path: Path) -> None:
+    path = script(tmp_path, "#!/bin/bash\n#SBATCH -A sys -q prior -J fromscript --gpus=1 -t 5\necho\n")
+    sub = prep(["-A", "cv", path], env={"SBATCH_ACCOUNT": "nlp", "SBATCH_QOS": "urgent", "SBATCH_GPUS": "3"})
+    assert sub.request.vc == "cv"  # command line
+    assert sub.request.qos == "urgent"  # env over directive
+    assert sub.request.gpus == 3  # env over directive
+    assert sub.request.time_limit_s == 300  # directive only
+    assert sub.job_name == "fromscript"
+
+
+def test_request_travels_in_the_comment_held_without_gres(tmp_path: Path) -> None:
+    path = script(tmp_path, "#!/bin/bash\necho\n")
+    sub = prep(["-A", "cv", "-q", "prior", "--gpus", "2", "--model", "resnet50", "--batch-size", "64",
+                "--iters", "100", "-o", "out-%j.txt", "--mem=4G", path])  # fmt: skip
+    args = sub.sbatch_args
+    assert "--hold" in args and "--account=cv" in args and "--qos=prior" in args
+    assert "--open-mode=append" in args and "--output=out-%j.txt" in args and "--mem=4G" in args
+    assert not [a for a in args if "gres" in a or a.startswith("--gpus") or a.startswith("-G")]
+    comment = next(a for a in args if a.startswith("--comment="))[len("--comment=") :]
+    req = JobRequest.from_comment(comment)
+    assert req == sub.request
+    assert req.gpus == 2 and req.model == "resnet50" and req.batch_size == 64 and req.iters == 100
+    assert json.loads(comment.split(":", 2)[2])["vc"] == "cv"
+
+
+def test_gpu_env_never_reaches_sbatch() -> None:
+    env = submit_env(
+        {
+            "SBATCH_GPUS": "2",
+            "SBATCH_GRES": "gpu:1",
+            "SBATCH_ACCOUNT": "cv",
+            "HOME": "/h",
+            "SBATCH_WCKEY": "w",
+        }
+    )
+    assert env == {"HOME": "/h", "SBATCH_WCKEY": "w"}
+
+
+@pytest.mark.parametrize(
+    ("values", "gpus", "nodes", "gpn", "gtype"),
+    [
+        ({}, 1, None, None, None),
+        ({"gpus": "4"}, 4, None, None, None),
+        ({"gpus": "V100:4"}, 4, None, None, "V100"),
+        ({"gpus_per_node": "4", "nodes": "2"}, 8, 2, 4, None),
+        ({"gpus_per_node": "2"}, 2, 1, 2, None),
+        ({"gpus": "8", "gpus_per_node": "4"}, 8, 2, 4, None),
+        ({"gres": "gpu:V100:2", "nodes": "2"}, 4, 2, 2, "V100"),
+        ({"gres": "gpu"}, 1, 1, 1, None),
+        ({"gpus": "2", "gpu_type": "V100"}, 2, None, None, "V100"),
+    ],
+)
+def test_gpu_arithmetic(
+    values: dict[str, str], gpus: int, nodes: int | None, gpn: int | None, gtype: str | None
+) -> None:
+    req = build_request({"account": "cv", **values})
+    assert (req.gpus, req.nodes, req.gpus_per_node, req.gpu_type) == (gpus, nodes, gpn, gtype)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({}, "-A VC"),
+        ({"account": "cv", "qos": "vip"}, "unknown class 'vip'"),
+        ({"account": "cv", "gpus": "0"}, "hsub is for GPU jobs"),
+        ({"account": "cv", "gpus": "two"}, "whole number"),
+        ({"account": "cv", "gpus": "7", "gpus_per_node": "2"}, "not a multiple"),
+        ({"account": "cv", "nodes": "2"}, "how many GPUs"),
+        ({"account": "cv", "gpus": "V100:2", "gpu_type": "A100"}, "conflicting GPU types"),
+        ({"account": "cv", "model": "resnet50"}, "--batch-size and --iters"),
+        ({"account": "cv", "like": "resnet50"}, "give --model"),
+        ({"account": "cv", "gres": "shard:2"}, "only gpu"),
+        ({"account": "cv", "time": "soon"}, "not a Slurm time"),
+        ({"account": "bad vc"}, "may only contain"),
+        ({"account": "cv", "gpu_mem": "lots"}, "not a size"),
+    ],
+)
+def test_bad_requests_are_one_line(values: dict[str, str], message: str) -> None:
+    with pytest.raises(HivebatchError, match=message) as info:
+        build_request(values)
+    assert "\n" not in str(info.value)
+
+
+def test_gpu_mem_sizes() -> None:
+    assert build_request({"account": "cv", "gpu_mem": "8G"}).gpu_mem_mib == 8192
+    assert build_request({"account": "cv", "gpu_mem": "512M"}).gpu_mem_mib == 512
+
+
+def test_wrap_and_script_sources(tmp_path: Path) -> None:
+    sub = prep(["-A", "cv", "--wrap", "nvidia-smi; echo done"])
+    assert sub.user_script.startswith("#!/bin/sh\n") and "nvidia-smi; echo done" in sub.user_script
+    assert sub.job_name == "wrap"
+    with pytest.raises(HivebatchError, match="cannot be used together"):
+        prep(["-A", "cv", "--wrap", "true", "x.sh"])
+    with pytest.raises(HivebatchError, match="does not exist"):
+        prep(["-A", "cv", str(tmp_path / "missing.sh")])
+    with pytest.raises(HivebatchError, match="first line must start with #!"):
+        prep(["-A", "cv", script(tmp_path, "echo no shebang\n")])
+    with pytest.raises(HivebatchError, match="give a batch script"):
+        prep(["-A", "cv"])
+    sub = prepare(
+        ["-A", "cv"], environ={}, stdin_read=lambda: "#!/bin/sh\n#SBATCH --gpus=3\ntrue\n", check_config=False
+    )
+    assert sub.request.gpus == 3 and sub.job_name == "sbatch"
+
+
+def test_opportunistic_jobs_stay_requeueable(tmp_path: Path) -> None:
+    path = script(tmp_path, "#!/bin/sh\ntrue\n")
+    with pytest.raises(HivebatchError, match="requeueable"):
+        prep(["-A", "cv", "-q", "opportunistic", "--no-requeue", path])
+    assert "--no-requeue" in prep(["-A", "cv", "--no-requeue", path]).sbatch_args
+
+
+def test_env_options_parse() -> None:
+    assert parse_env({"SBATCH_TIMELIMIT": "5", "SBATCH_PARTITION": "gpu"}).values == {"time": "5"}
+    assert parse_env({"SBATCH_PARTITION": "gpu"}).passthrough == {"partition": ["--partition=gpu"]}

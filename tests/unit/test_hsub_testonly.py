@@ -1,0 +1,75 @@
+"""``hsub --test-only`` answers with the controller's own round on the current cell state (fake Slurm)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+import hivebatch.slurm
+from hivebatch.request import JobRequest
+from hivebatch.slurm.fake import FakeSlurm
+from hivebatch.submit.build import prepare
+from hivebatch.submit.testonly import predict, render_prediction
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, FakeSlurm]:
+    config = tmp_path / "hivebatch.yaml"
+    text = (PROJECT / "etc" / "hivebatch.example.yaml").read_text()
+    config.write_text(text.replace("sqlite:///var/hivebatch.db", f"sqlite:///{tmp_path / 'none.db'}"))
+    fake = FakeSlurm(accounts={"alice": ["cv"], "bob": ["nlp"], "carol": ["sys"]}, operators=["hbctl"])
+    monkeypatch.setattr(hivebatch.slurm, "get_backend", lambda *a, **k: fake)
+    (tmp_path / "job.sh").write_text("#!/bin/sh\ntrue\n")
+    return tmp_path, fake
+
+
+def run_hivebatch_job(fake: FakeSlurm, user: str, req: JobRequest, node: str, gpus: list[int]) -> int:
+    jid = fake.as_user(user).submit(
+        "#!/bin/sh\n", ["--hold", "-A", req.vc, "-q", req.qos, f"--comment={req.to_comment()}"]
+    )
+    gres = ",".join(f"gpu:g{i}:1" for i in gpus)
+    fake.as_user("hbctl").update_pending(jid, [node], 1, gres)
+    fake.as_user("hbctl").release(jid)
+    assert fake.job(jid).state == "RUNNING"
+    return jid
+
+
+def test_an_idle_cluster_places_the_job_now(site) -> None:  # type: ignore[no-untyped-def]
+    tmp, _fake = site
+    sub = prepare(["--config", str(tmp / "hivebatch.yaml"), "-A", "cv", "--gpus", "2", "-t", "30", str(tmp / "job.sh")],
+                  environ={}, stdin_read=None)  # fmt: skip
+    now = dt.datetime(2026, 1, 1, 12, 0)
+    pred = predict(sub, now)
+    assert pred.result == "placed"
+    ((node, gpus),) = pred.placement.items()
+    assert len(gpus) == 2 and node.startswith("node")
+    assert pred.predicted_start == now
+    assert pred.predicted_end is not None and pred.predicted_end > now
+    assert "Slurm" in pred.source  # no controller snapshot yet: rebuilt from what Slurm runs
+    text = render_prediction(sub, pred, now)
+    assert (
+        f"would start now on {node}:[{','.join(map(str, gpus))}]" in text and "nothing was submitted" in text
+    )
+
+
+def test_a_full_vc_makes_the_job_wait_with_a_reason(site) -> None:  # type: ignore[no-untyped-def]
+    tmp, fake = site
+    # carol's two jobs fill VC sys (a switch pair and two single GPUs)
+    run_hivebatch_job(fake, "carol", JobRequest(vc="sys", gpus=2), "node1", [0, 1])
+    run_hivebatch_job(fake, "carol", JobRequest(vc="sys", gpus=2), "node1", [2, 3])
+    sub = prepare(["--config", str(tmp / "hivebatch.yaml"), "-A", "sys", "--gpus", "2", str(tmp / "job.sh")],
+                  environ={}, stdin_read=None)  # fmt: skip
+    pred = predict(sub)
+    assert pred.result == "waiting", pred
+    assert pred.reason and "sys" in pred.reason
+    assert "would wait" in render_prediction(sub, pred)
+    # another VC is not affected by sys being full
+    other = prepare(["--config", str(tmp / "hivebatch.yaml"), "-A", "cv", "--gpus", "4", str(tmp / "job.sh")],
+                    environ={}, stdin_read=None)  # fmt: skip
+    placed = predict(other)
+    assert placed.result == "placed"
+    assert all(not (n == "node1" and set(g) & {0, 1, 2, 3}) for n, g in placed.placement.items())

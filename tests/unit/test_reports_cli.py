@@ -1,0 +1,140 @@
+"""hadmin report / cluster / events / vc check through click, on the scripted day's ledger."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from report_scenario import make_db, write_config
+
+from hivebatch.cli.hadmin import cli
+
+WINDOW = ["--since", "2026-11-16", "--until", "2026-11-16T10:00"]
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = write_config(tmp_path)
+    make_db(tmp_path / "hivebatch.db")  # the config's database.url is relative to its directory
+    monkeypatch.setenv("HIVEBATCH_CONFIG", str(path))
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    monkeypatch.setenv("HIVEBATCH_SLURM_BACKEND", "fake")
+    return path
+
+
+def run(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_quota_table_piped_is_plain_columns(config: Path) -> None:
+    out = run("report", "quota", *WINDOW)
+    lines = out.splitlines()
+    assert lines[0] == "GPU usage per VC"
+    nlp = next(line for line in lines if line.startswith("nlp "))
+    assert (
+        "140.0" in nlp
+        and "88%" in nlp
+        and "full: 88% of its reservation used, 1 pending, oldest waits 8.0h" in nlp
+    )
+    assert next(line for line in lines if line.startswith("total ")).split()[1:4] == ["32", "183.0", "28.0"]
+    assert "Deadlines: 4 of 6 jobs met their ECT (67%)." in out
+    assert "Missed their ECT: 102 (alice/cv/prior), 105 (bob/nlp/normal)" in out
+    assert "Waiting now: 105 (bob/nlp/normal, 8 GPUs, 8.0h: VC nlp has 8 healthy GPUs" in out
+
+
+def test_quota_json_and_csv(config: Path) -> None:
+    data = json.loads(run("report", "quota", *WINDOW, "--format", "json"))
+    assert data["totals"]["gpu_hours_guaranteed"] == 183.0
+    assert data["totals"]["qos_overall"] == {"met": 4, "total": 6, "rate": 0.6667}
+    sys_vc = next(v for v in data["vcs"] if v["vc"] == "sys")
+    assert sys_vc["verdict"] == "starved" and sys_vc["preempted_gpu_hours"] == 14.0
+    rows = list(csv.DictReader(io.StringIO(run("report", "quota", *WINDOW, "--format", "csv"))))
+    assert [r["vc"] for r in rows] == ["cv", "nlp", "sys", "TOTAL"]
+    assert rows[0]["excess_queue_s"] == "900.0"
+    assert rows[3]["qos_normal_met"] == "3" and rows[3]["qos_normal_total"] == "4"
+
+
+def test_quota_for_one_vc(config: Path) -> None:
+    data = json.loads(run("report", "quota", *WINDOW, "--vc", "cv", "--format", "json"))
+    assert [v["vc"] for v in data["vcs"]] == ["cv"]
+    assert data["totals"]["gpu_hours_guaranteed"] == 42.0
+
+
+def test_users_report(config: Path) -> None:
+    out = run("report", "users", *WINDOW)
+    assert out.splitlines()[0] == "GPU usage per user"
+    assert [line.split()[0] for line in out.splitlines()[3:6]] == ["bob", "alice", "carol"]
+    data = json.loads(run("report", "users", *WINDOW, "--format", "json", "--vc", "sys"))
+    assert [u["user"] for u in data["users"]] == ["carol"]
+    assert data["users"][0]["preemptions"] == 4
+
+
+def test_html_report_file(config: Path, tmp_path: Path) -> None:
+    target = tmp_path / "out" / "report.html"
+    target.parent.mkdir()
+    out = run("report", "html", *WINDOW, "--no-slurm", str(target))
+    assert out.startswith(f"wrote {target}")
+    page = target.read_text(encoding="utf-8")
+    assert page.count("data:image/png;base64,") == 3
+    assert 'id="usage"' in page and 'id="wait"' in page and 'id="users"' in page and 'id="gpumap"' in page
+    assert "full: 88% of its reservation used" in page
+    assert not list(target.parent.glob(".report.html.*"))  # no temporary file left behind
+
+
+def test_cluster_and_events(config: Path) -> None:
+    out = run("cluster", "--no-slurm")
+    assert "node1  - - | - - || - - | nlp:110* nlp:110*  (6 free)" in out
+    assert "Fragmented: node4 (7 free), node1 (6 free)." in out
+    data = json.loads(run("cluster", "--no-slurm", "--format", "json"))
+    assert data["fragmentation"]["largest_block"] == 7
+    events = json.loads(run("events", "--job", "108", "--format", "json"))
+    assert [e["kind"] for e in events] == ["submitted", "started", "preempted", "started", "finished"]
+    assert run("events", "--kind", "node_bad").count("node node2 is bad") == 1
+    assert "no events for job 999" in run("events", "--job", "999")
+
+
+def test_vc_check_config_only(config: Path) -> None:
+    out = run("vc", "check", "--no-slurm")
+    assert "ok     config feasible: 3 VCs reserve 32 of 32 GPUs on 4 nodes" in out
+    assert "ok     VC sys: 1×V100-SWITCH, 2×V100 = 4 GPUs" in out
+
+
+def _hadmin(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from hivebatch.cli.hadmin import main; main()", *args],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["report", "quota", "--vc", "bio"], "error: unknown VC 'bio': the config defines cv, nlp, sys"),
+        (["report", "quota", "--since", "last tuesday"], "error: cannot read date 'last tuesday'"),
+        (
+            ["report", "users", "--since", "2026-11-17", "--until", "2026-11-16"],
+            "error: --since must be before",
+        ),
+        (["events", "--job", "x1"], "error: --job wants a Slurm job id (a number), got 'x1'"),
+        (
+            ["report", "html", "--no-slurm", "/nonexistent-dir/r.html"],
+            "error: cannot write /nonexistent-dir/r.html",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_1(config: Path, args: list[str], message: str) -> None:
+    import os
+
+    result = _hadmin(*args, env={**os.environ})
+    assert result.returncode == 1
+    assert result.stderr.startswith(message), result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,124 @@
+"""The CLI backend builds argument lists, fixes the time format and turns failures into SlurmError."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from hivebatch.slurm.cli import CliBackend, Completed
+from hivebatch.slurm.types import SlurmError
+
+
+class Recorder:
+    def __init__(self, *answers: Completed) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[list[str], str | None, dict[str, str]]] = []
+
+    def __call__(self, argv, stdin, env):
+        self.calls.append((argv, stdin, env))
+        return self.answers.pop(0) if self.answers else Completed(0, "", "")
+
+
+def test_submit_passes_script_on_stdin_and_options_as_a_list():
+    rec = Recorder(Completed(0, "17\n", ""))
+    jid = CliBackend(rec).submit("#!/bin/sh\necho hi\n", ["--hold", "-J", "a b; rm -rf /"], env={"X": "1"})
+    assert jid == 17
+    argv, stdin, env = rec.calls[0]
+    assert argv == ["sbatch", "--parsable", "--hold", "-J", "a b; rm -rf /"]
+    assert stdin == "#!/bin/sh\necho hi\n"
+    assert env["SLURM_TIME_FORMAT"] == "%s" and env["X"] == "1"
+
+
+def test_submit_refuses_a_script_without_shebang():
+    with pytest.raises(SlurmError):
+        CliBackend(Recorder()).submit("echo hi", [])
+
+
+def test_update_pending_pins_node_count():
+    rec = Recorder()
+    CliBackend(rec).update_pending(5, nodelist=["node2"], num_nodes=1, gres="gpu:g3:1,gpu:g5:1")
+    assert rec.calls[0][0] == [
+        "scontrol",
+        "update",
+        "JobId=5",
+        "Gres=gpu:g3:1,gpu:g5:1",
+        "NodeList=node2",
+        "NumNodes=1-1",
+    ]
+    CliBackend(rec).update_pending(5)
+    assert len(rec.calls) == 1  # nothing to change, nothing run
+
+
+@pytest.mark.parametrize(
+    ("method", "argv"),
+    [
+        ("release", ["scontrol", "release", "9"]),
+        ("hold", ["scontrol", "hold", "9"]),
+        ("requeue_hold", ["scontrol", "requeuehold", "9"]),
+        ("cancel", ["scancel", "9"]),
+    ],
+)
+def test_job_actions(method, argv):
+    rec = Recorder()
+    getattr(CliBackend(rec), method)(9)
+    assert rec.calls[0][0] == argv
+
+
+def test_run_as_prefixes_runuser():
+    rec = Recorder()
+    CliBackend(rec, run_as="bob").release(3)
+    assert rec.calls[0][0] == ["runuser", "-u", "bob", "--", "scontrol", "release", "3"]
+
+
+def test_failure_is_a_typed_error_with_command_code_and_stderr(slurm_fixture):
+    stderr = slurm_fixture("err_release_other_user.txt").split("rc=")[0]
+    rec = Recorder(Completed(1, "", stderr))
+    with pytest.raises(SlurmError) as err:
+        CliBackend(rec, run_as="bob").release(2)
+    e = err.value
+    assert e.command == ["scontrol", "release", "2"] and e.returncode == 1
+    assert "Invalid user id" in e.stderr and e.permission_denied and not e.unknown_job
+    assert "\n" not in str(e) and "Invalid user id for job 2" in str(e)
+
+
+def test_cancel_permission_error_recorded(slurm_fixture):
+    text = slurm_fixture("err_cancel_other_user.txt")
+    rec = Recorder(Completed(210, "", text.split("rc=")[0]))
+    with pytest.raises(SlurmError) as err:
+        CliBackend(rec).cancel(2)
+    assert err.value.permission_denied and err.value.returncode == 210
+
+
+def test_list_jobs_filters_what_squeue_json_does_not(slurm_fixture):
+    rec = Recorder(Completed(0, slurm_fixture("squeue.json"), ""))
+    jobs = CliBackend(rec).list_jobs([3, 4, 999])
+    assert [j.job_id for j in jobs] == [3, 4]
+    assert rec.calls[0][0] == ["squeue", "--json"]
+
+
+def test_list_nodes(slurm_fixture):
+    rec = Recorder(Completed(0, slurm_fixture("sinfo.json"), ""))
+    assert len(CliBackend(rec).list_nodes()) == 4
+    assert rec.calls[0][0] == ["sinfo", "--json"]
+
+
+def test_history_arguments(slurm_fixture):
+    rec = Recorder(Completed(0, slurm_fixture("sacct.txt"), ""), Completed(0, "", ""))
+    be = CliBackend(rec)
+    recs = be.history([7, 8])
+    assert {r.job_id for r in recs} >= {7, 8}
+    argv = rec.calls[0][0]
+    assert argv[:5] == ["sacct", "--parsable2", "--noheader", "-X", "--allusers"]
+    assert argv[argv.index("-j") + 1] == "7,8" and "-S" not in argv
+    be.history(since=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    argv = rec.calls[1][0]
+    assert "-S" in argv and "-j" not in argv
+    assert be.history([]) == [] and len(rec.calls) == 2
+
+
+def test_missing_command_is_a_slurm_error(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SlurmError) as err:
+        CliBackend().list_nodes()
+    assert err.value.returncode == 127 and "not found" in str(err.value)

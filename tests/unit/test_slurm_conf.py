@@ -1,0 +1,180 @@
+"""slurm.conf / gres.conf / sacctmgr generation from the cell config (hadmin slurm-config)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from hivebatch.cli.hadmin import cli as hadmin
+from hivebatch.errors import ConfigError
+from hivebatch.slurmconf import (
+    AccountingPlan,
+    LabOptions,
+    NodeHardware,
+    accounting_commands,
+    cluster_layout,
+    gres_conf,
+    parse_user_specs,
+    slurm_conf,
+)
+
+CONFIG = {
+    "cluster": {
+        "cell_types": {
+            "V100": {"memory": "32G"},
+            "V100-SWITCH": {"child": "V100", "count": 2},
+            "V100-SOCKET": {"child": "V100-SWITCH", "count": 2},
+            "V100-NODE": {"child": "V100-SOCKET", "count": 2, "node": True},
+        },
+        "physical_cells": [{"type": "V100-NODE", "nodes": [f"node{i}"]} for i in range(1, 5)],
+    },
+    "virtual_clusters": {
+        "cv": {"cells": {"V100-NODE": 2}},
+        "nlp": {"cells": {"V100-NODE": 1}},
+        "sys": {"cells": {"V100-SOCKET": 2}},
+    },
+}
+
+
+@pytest.fixture
+def layout():
+    return cluster_layout(CONFIG)
+
+
+def test_layout(layout):
+    assert [n.name for n in layout.nodes] == ["node1", "node2", "node3", "node4"]
+    n = layout.nodes[0]
+    assert n.gpu_indices == list(range(8)) and n.sockets == 2 and n.gpu_type == "V100"
+    assert [n.socket_of[i] for i in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert n.gpu_memory_mib == 32768 and n.shards_per_gpu() == 32
+    assert set(layout.vcs) == {"cv", "nlp", "sys"}
+
+
+def test_node_lines_one_type_per_gpu_index_and_shards(layout):
+    text = slurm_conf(layout, NodeHardware())
+    line = next(x for x in text.splitlines() if x.startswith("NodeName=node2"))
+    gres = re.search(r"Gres=(\S+)", line).group(1).split(",")
+    assert gres[:8] == [f"gpu:g{i}:1" for i in range(8)]
+    assert gres[8:] == [f"shard:g{i}:32" for i in range(8)]
+    assert "Sockets=2 CoresPerSocket=8" in line
+    assert "GresTypes=gpu,shard" in text and "PreemptType=preempt/qos" in text
+    assert "gres/gpu:g7" in text  # typed TRES let sacct tell which GPUs a job held
+    assert "Port=" not in text  # a real cluster's lines carry no lab ports
+    assert "PartitionName=gpu Nodes=node1,node2,node3,node4" in text
+
+
+def test_no_shards_flag(layout):
+    text = slurm_conf(layout, NodeHardware(), shards=False)
+    assert "shard" not in text and "GresTypes=gpu\n" in text
+    assert "shard" not in gres_conf(layout, NodeHardware(), shards=False)
+
+
+def test_gres_conf_cores_by_socket(layout):
+    lines = gres_conf(
+        layout, NodeHardware(cores_per_socket=4), shards=True, device_dir="/lab/dev"
+    ).splitlines()
+    assert "NodeName=node1 Name=gpu Type=g3 File=/lab/dev/nvidia3 Cores=0-3" in lines
+    assert "NodeName=node4 Name=gpu Type=g4 File=/lab/dev/nvidia4 Cores=4-7" in lines
+    assert "NodeName=node2 Name=shard Type=g5 Count=32 File=/lab/dev/nvidia5 Cores=4-7" in lines
+    assert sum(1 for x in lines if " Name=gpu " in x) == 32
+
+
+def test_lab_conf_is_complete(layout, tmp_path):
+    text = slurm_conf(layout, NodeHardware(), lab=LabOptions(state_dir=tmp_path))
+    for needed in (
+        "ClusterName=hivebatch",
+        "SlurmdParameters=config_overrides",
+        f"StateSaveLocation={tmp_path}/state",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "DefMemPerCPU=",
+    ):
+        assert needed in text
+    ports = re.findall(r"NodeName=node\d .*Port=(\d+)", text)
+    assert ports == ["17001", "17002", "17003", "17004"]
+    assert "5432" not in text
+
+
+def test_accounting_commands():
+    plan = AccountingPlan("hivebatch", ["cv", "nlp"], {"alice": ["cv"]}, ["hbctl"])
+    cmds = [" ".join(c) for c in accounting_commands(plan)]
+    assert cmds[0] == "sacctmgr -i add cluster hivebatch"
+    assert "sacctmgr -i add qos urgent prior opportunistic" in cmds
+    assert "sacctmgr -i modify qos where name=opportunistic set Priority=0 PreemptMode=requeue" in cmds
+    assert "sacctmgr -i modify qos where name=urgent set Priority=1000 Preempt=opportunistic" in cmds
+    assert any(c.startswith("sacctmgr -i add account cv ") and "DefaultQOS=normal" in c for c in cmds)
+    assert any(c.startswith("sacctmgr -i add user alice Account=cv") for c in cmds)
+    assert "sacctmgr -i modify user where name=hbctl set AdminLevel=Operator" in cmds
+    assert all(isinstance(a, str) for c in accounting_commands(plan) for a in c)
+
+
+def test_user_specs():
+    assert parse_user_specs(["alice=cv", "bob=cv,nlp"], ["cv", "nlp"]) == {
+        "alice": ["cv"],
+        "bob": ["cv", "nlp"],
+    }
+    with pytest.raises(ConfigError, match="not a virtual cluster"):
+        parse_user_specs(["alice=zzz"], ["cv"])
+    with pytest.raises(ConfigError, match="USER=ACCOUNT"):
+        parse_user_specs(["alice; rm -rf /=cv"], ["cv"])
+
+
+def test_infeasible_config_is_refused():
+    data = {**CONFIG, "virtual_clusters": {"cv": {"cells": {"V100-NODE": 9}}}}
+    with pytest.raises(ConfigError):
+        cluster_layout(data)
+
+
+def _write(tmp_path: Path, data) -> Path:
+    p = tmp_path / "hivebatch.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_cli_prints_to_stdout(tmp_path):
+    res = CliRunner().invoke(
+        hadmin, ["slurm-config", "--config", str(_write(tmp_path, CONFIG)), "--user", "alice=cv"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "# ==> slurm.conf <==" in res.output and "# ==> gres.conf <==" in res.output
+    assert "sacctmgr -i add user alice Account=cv" in res.output
+
+
+def test_cli_writes_files_once(tmp_path):
+    cfg = _write(tmp_path, CONFIG)
+    out = tmp_path / "out"
+    args = [
+        "slurm-config",
+        "--config",
+        str(cfg),
+        "--out",
+        str(out),
+        "--lab-dir",
+        str(tmp_path / "lab"),
+        "--operator",
+        "hbctl",
+    ]
+    res = CliRunner().invoke(hadmin, args)
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "accounts.sh",
+        "gres.conf",
+        "slurm.conf",
+        "slurmdbd.conf",
+    ]
+    assert (out / "slurmdbd.conf").stat().st_mode & 0o777 == 0o600
+    again = CliRunner().invoke(hadmin, args)
+    assert "unchanged" in again.output
+
+
+def test_cli_bad_config_one_line(tmp_path):
+    from hivebatch.cli.common import run_cli
+
+    bad = _write(tmp_path, {"virtual_clusters": {}})
+    with pytest.raises(SystemExit) as ex:
+        run_cli(hadmin, ["slurm-config", "--config", str(bad), "--out", str(tmp_path / "o")])
+    assert ex.value.code == 1
+    assert not (tmp_path / "o").exists()

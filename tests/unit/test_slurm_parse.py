@@ -1,0 +1,133 @@
+"""Parsers on outputs recorded from the lab (Slurm 22.05.8): tests/fixtures/slurm/."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from hivebatch.errors import HivebatchError
+from hivebatch.slurm.parse import (
+    exit_code_from_status,
+    expand_hostlist,
+    expand_ranges,
+    gpus_in_detail,
+    parse_job_id,
+    parse_sacct,
+    parse_sinfo_json,
+    parse_squeue_json,
+    split_gres,
+    typed_request,
+)
+
+
+@pytest.fixture
+def jobs(slurm_fixture):
+    return {j.job_id: j for j in parse_squeue_json(slurm_fixture("squeue.json"))}
+
+
+def test_user_held_job(jobs):
+    j = jobs[2]
+    assert (j.name, j.user, j.account, j.qos, j.state) == ("heldA", "alice", "cv", "normal", "PENDING")
+    assert j.held and j.reason == "JobHeldUser"
+    assert j.nodes == [] and j.gpus == {} and j.start_time is None and j.end_time is None
+    assert j.comment == 'hivebatch:v1:{"gpus":2,"qos":"normal","vc":"cv"}'
+    assert j.submit_time == datetime.fromtimestamp(1795278011, tz=UTC)
+
+
+def test_admin_hold_and_requeue_hold(jobs):
+    assert jobs[5].held and jobs[5].reason == "JobHeldAdmin"
+    # squeue --json says JobHeldUser + a description; hivebatch reports what scontrol shows
+    assert jobs[6].held and jobs[6].reason == "job_requeued_in_held_state"
+    assert jobs[6].required_nodes == ["node2"] and jobs[6].tres_per_node == "gres:gpu:g7:1"
+    assert jobs[6].nodes == [] and jobs[6].gpus == {}
+
+
+def test_running_two_node_job_gpu_indices(jobs):
+    j = jobs[3]
+    assert j.state == "RUNNING" and not j.held and j.reason == "None"
+    assert j.nodes == ["node3", "node4"] and j.num_nodes == 2
+    assert j.gpus == {"node3": [0, 1], "node4": [0, 1]}
+    assert j.time_limit_s == 30 * 60 and j.qos == "prior" and j.account == "nlp"
+    assert j.start_time == datetime.fromtimestamp(1795278012, tz=UTC) and j.end_time is None
+
+
+def test_running_shard_job(jobs):
+    assert jobs[4].shards == {"node1": {2: 4}} and jobs[4].gpus == {}
+
+
+def test_finished_jobs_keep_gpus_exit_codes_and_end(jobs):
+    assert jobs[7].state == "COMPLETED" and jobs[7].exit_code == "0:0" and jobs[7].gpus == {"node2": [0]}
+    assert jobs[8].state == "FAILED" and jobs[8].exit_code == "3:0" and jobs[8].reason == "NonZeroExitCode"
+    assert jobs[9].state == "CANCELLED" and jobs[9].exit_code == "0:15" and jobs[9].gpus == {"node1": [6]}
+    assert jobs[1].gpus == {"node2": [3, 5]} and jobs[1].end_time == datetime.fromtimestamp(
+        1795277980, tz=UTC
+    )
+    assert all(j.finished for j in (jobs[1], jobs[7], jobs[8], jobs[9]))
+
+
+def test_nodes_healthy(slurm_fixture):
+    nodes = {n.name: n for n in parse_sinfo_json(slurm_fixture("sinfo.json"))}
+    assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
+    assert all(n.gpu_indices == list(range(8)) for n in nodes.values())
+    assert not any(n.bad for n in nodes.values())
+    assert nodes["node3"].gpus_used == [0, 1] and nodes["node4"].gpus_used == [0, 1]
+    assert nodes["node1"].gpus_used == [] and nodes["node1"].gpus_shared == [2]
+
+
+def test_nodes_down_and_draining_are_bad(slurm_fixture):
+    nodes = {n.name: n for n in parse_sinfo_json(slurm_fixture("sinfo_bad_nodes.json"))}
+    assert nodes["node2"].bad and nodes["node2"].state == "DOWN" and nodes["node2"].reason == "test down"
+    assert (
+        nodes["node4"].bad and nodes["node4"].state == "MIXED+DRAIN" and nodes["node4"].reason == "fan broken"
+    )
+    assert not nodes["node1"].bad and not nodes["node3"].bad
+
+
+def test_sacct_records(slurm_fixture):
+    recs = {r.job_id: r for r in parse_sacct(slurm_fixture("sacct.txt"))}
+    assert recs[3].gpus == {"node3": [0, 1], "node4": [0, 1]} and recs[3].state == "RUNNING"
+    assert recs[3].end_time is None and recs[3].start_time == datetime.fromtimestamp(1795278012, tz=UTC)
+    assert recs[7].state == "COMPLETED" and recs[7].elapsed_s == 1 and recs[7].gpus == {"node2": [0]}
+    assert recs[8].exit_code == "3:0" and recs[8].state == "FAILED"
+    assert recs[9].state == "CANCELLED"  # 'CANCELLED by 0'
+    assert recs[1].comment == 'hivebatch:v1:{"vc":"cv"}' and recs[1].exit_code == "0:15"
+    assert recs[5].nodes == [] and recs[5].state == "PENDING"
+
+
+def test_sacct_comment_may_contain_the_separator():
+    line = "12|x|alice|cv|normal|COMPLETED|100|101|102|1|node1|gres/gpu:g3=1,gres/gpu=1|0:0|a|b"
+    (rec,) = parse_sacct(line)
+    assert rec.comment == "a|b" and rec.gpus == {"node1": [3]}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("gpu:g3:1(IDX:3),gpu:g5:1(IDX:5)", ([3, 5], {})),
+        ("gpu:g0:1(IDX:0-1),shard:g2:4(IDX:2)", ([0, 1], {2: 4})),
+        ("gpu:2(IDX:0,3)", ([0, 3], {})),
+        ("", ([], {})),
+    ],
+)
+def test_gres_detail(text, expected):
+    assert gpus_in_detail(text) == expected
+
+
+def test_split_and_typed_request():
+    assert split_gres("gres:gpu:g3:1,gres:shard:g2:4") == [("gpu", "g3", 1, ""), ("shard", "g2", 4, "")]
+    assert split_gres("gpu:2") == [("gpu", None, 2, "")]
+    assert typed_request("gres:gpu:g3:1,gres:gpu:g5:1,gres:shard:g2:4") == ([3, 5], {2: 4})
+    assert typed_request("N/A") == ([], {})
+
+
+def test_small_helpers():
+    assert expand_hostlist("node[1-3],node7") == ["node1", "node2", "node3", "node7"]
+    assert expand_hostlist("None assigned") == []
+    assert expand_ranges("0-2,5,N/A") == [0, 1, 2, 5]
+    assert exit_code_from_status(768) == "3:0" and exit_code_from_status(15) == "0:15"
+    assert parse_job_id("42\n") == 42 and parse_job_id("43;hivebatch\n") == 43
+    with pytest.raises(HivebatchError):
+        parse_job_id("sbatch: error")
+    with pytest.raises(HivebatchError):
+        parse_squeue_json("not json")
