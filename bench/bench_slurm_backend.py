@@ -1,6 +1,6 @@
 """How long one call of each Slurm backend query takes on the running lab (a controller cycle makes each once).
 
-    eval "$(scripts/slurm-lab env)"; .venv/bin/python bench/bench_slurm_backend.py [--repeat 10]
+eval "$(scripts/slurm-lab env)"; .venv/bin/python bench/bench_slurm_backend.py [--repeat 10]
 """
 
 from __future__ import annotations

@@ -34,6 +34,42 @@ from hivebatch.cells.types import (
 SNAPSHOT_VERSION = 1
 
 
+class _Victims:
+    """Jobs a higher-priority job may preempt: lower-priority guaranteed jobs of its VC and GPU type.
+
+    Membership is tested against the VC's job table (no set is built); usable GPUs per cell are
+    counted on demand and cached for the one request.
+    """
+
+    def __init__(
+        self, vc_jobs: dict[str, _Job], priority: int, chain: str, cell_jobs: dict[int, dict[str, int]]
+    ) -> None:
+        self.vc_jobs = vc_jobs
+        self.priority = priority
+        self.chain = chain
+        self.cell_jobs = cell_jobs
+        self.cache: dict[int, int] = {}
+
+    def __contains__(self, job_id: object) -> bool:
+        j = self.vc_jobs.get(job_id) if isinstance(job_id, str) else None
+        return j is not None and 0 <= j.priority < self.priority and j.chain == self.chain
+
+    def any(self) -> bool:
+        return any(0 <= j.priority < self.priority and j.chain == self.chain for j in self.vc_jobs.values())
+
+    def extra(self, cell: Cell) -> int:
+        """GPUs of victims in the cell that could be taken (not on bad or foreign GPUs)."""
+        got = self.cache.get(cell.id)
+        if got is None:
+            if cell.bound_vc is not None and cell.n_bad == 0:
+                # a bound cell: from the per-cell job tally, without touching its GPUs
+                got = sum(k for j, k in self.cell_jobs.get(cell.id, {}).items() if j in self)
+            else:
+                got = sum(1 for lf in cell.leaves if lf.job in self and not lf.bad and lf.foreign is None)
+            self.cache[cell.id] = got
+        return got
+
+
 class _Wait(Exception):
     """Internal: the request cannot be placed now; the message is the plain-words reason."""
 
@@ -93,6 +129,9 @@ class CellAllocator:
         self.buddy = Buddy(spec, self.tree)
         self.vcs: dict[str, _VC] = {v: _VC(v, spec) for v in spec.vcs}
         self._jobs: dict[str, _Job] = {}
+        self._vc_jobs: dict[str, dict[str, _Job]] = {v: {} for v in self.vcs}
+        # bound cell id -> guaranteed job -> GPUs it holds in the cell (for the preemption pass)
+        self._cell_jobs: dict[int, dict[str, int]] = {}
         self._ended: set[str] = set()  # waiting or preempted: a release answers ok once
         self._released: set[str] = set()  # a second release is an error
         self._foreign: dict[str, list[Cell]] = {}
@@ -118,6 +157,7 @@ class CellAllocator:
         return g, o, b, block, optblock
 
     def _set_leaf(self, leaf: Cell, **changes: Any) -> None:
+        old_job = leaf.job
         g0, o0, b0, k0, p0 = self._flags(leaf)
         for k, v in changes.items():
             setattr(leaf, k, v)
@@ -143,8 +183,23 @@ class CellAllocator:
             c = c.parent
         if free_anc is not None:
             self.buddy.after_change(free_anc)
-        if dk and leaf.bcell is not None:
-            self._file_roomy(leaf.bcell)
+        if leaf.bcell is not None:
+            if dg:
+                self._tally(leaf.bcell.id, leaf.job if dg > 0 else old_job, dg)
+            if dk:
+                self._file_roomy(leaf.bcell)
+
+    def _tally(self, cell_id: int, job: str | None, delta: int) -> None:
+        if job is None:
+            return
+        row = self._cell_jobs.setdefault(cell_id, {})
+        k = row.get(job, 0) + delta
+        if k > 0:
+            row[job] = k
+        else:
+            row.pop(job, None)
+            if not row:
+                del self._cell_jobs[cell_id]
 
     def _file_roomy(self, cell: Cell) -> None:
         assert cell.bound_vc is not None
@@ -340,6 +395,7 @@ class CellAllocator:
                 for leaf in leaves:
                     self._set_leaf(leaf, job=req.job_id, opp=req.priority < 0)
                 self._jobs[req.job_id] = job
+                self._vc_jobs[req.vc][req.job_id] = job
                 self._ended.discard(req.job_id)
                 self._released.discard(req.job_id)
                 touched.extend(obj for kind, obj in undo if kind == "bind")
@@ -450,12 +506,8 @@ class CellAllocator:
         try:
             return self._place_guaranteed(req, chain, n, g, undo, victims=None)
         except _Wait as first:
-            victims = {
-                j.job_id
-                for j in self._jobs.values()
-                if j.vc == req.vc and 0 <= j.priority < req.priority and j.chain == chain
-            }
-            if not victims:
+            victims = _Victims(self._vc_jobs[req.vc], req.priority, chain, self._cell_jobs)
+            if not victims.any():
                 raise
             self._rollback(undo)
             undo.clear()
@@ -498,13 +550,13 @@ class CellAllocator:
         return ", ".join(parts) or "none"
 
     # ---- guaranteed, inside the VC's cells
-    def _avail(self, cell: Cell, victims: set[str] | None) -> int:
+    def _avail(self, cell: Cell, victims: _Victims | None) -> int:
         if victims is None:
             return cell.size - cell.n_block
-        return sum(1 for lf in cell.leaves if self._usable(lf, victims))
+        return cell.size - cell.n_block + victims.extra(cell)
 
     @staticmethod
-    def _usable(leaf: Cell, victims: set[str] | None) -> bool:
+    def _usable(leaf: Cell, victims: _Victims | None) -> bool:
         if leaf.bad or leaf.foreign is not None:
             return False
         if leaf.job is None or leaf.opp:
@@ -512,7 +564,7 @@ class CellAllocator:
         return victims is not None and leaf.job in victims
 
     def _pick_in(
-        self, cell: Cell, g: int, lo: int, hi: int, victims: set[str] | None
+        self, cell: Cell, g: int, lo: int, hi: int, victims: _Victims | None
     ) -> tuple[tuple[int, int, int], list[Cell]] | None:
         """Best g GPUs inside a bound cell, within one sub-cell of level lo..hi (tightest first)."""
         if self._avail(cell, victims) < g:
@@ -543,13 +595,13 @@ class CellAllocator:
             return 1
         return 2 + self._jobs[leaf.job].priority
 
-    def _cheapest(self, cell: Cell, g: int, victims: set[str] | None) -> list[Cell]:
+    def _cheapest(self, cell: Cell, g: int, victims: _Victims | None) -> list[Cell]:
         usable = [lf for lf in cell.leaves if self._usable(lf, victims)]
         usable.sort(key=self._leaf_cost)
         return usable[:g]
 
     def _place_guaranteed(
-        self, req: Request, chain: str, n: int, g: int, undo: list[tuple[str, Any]], victims: set[str] | None
+        self, req: Request, chain: str, n: int, g: int, undo: list[tuple[str, Any]], victims: _Victims | None
     ) -> tuple[list[Cell], set[str]]:
         if n == 1:
             leaves = self._place_single(req, chain, g, undo, victims)
@@ -559,7 +611,7 @@ class CellAllocator:
         return leaves, preempt  # type: ignore[return-value]
 
     def _place_single(
-        self, req: Request, chain: str, g: int, undo: list[tuple[str, Any]], victims: set[str] | None
+        self, req: Request, chain: str, g: int, undo: list[tuple[str, Any]], victims: _Victims | None
     ) -> list[Cell]:
         ch = self.spec.chains[chain]
         v = self.vcs[req.vc]
@@ -572,8 +624,12 @@ class CellAllocator:
             if not v.total[chain][lv]:
                 continue
             best: tuple[tuple[int, int, int, int], list[Cell]] | None = None
-            pool = v.bound if victims is not None else v.roomy
-            for cell in pool[chain][lv].values():
+            if victims is not None:
+                # the second pass: only cells holding victims can offer more than the first pass saw
+                pool: Iterable[Cell] = (c for c in v.bound[chain][lv].values() if victims.extra(c))
+            else:
+                pool = v.roomy[chain][lv].values()
+            for cell in pool:
                 got = self._pick_in(cell, g, lmin, hi, victims)
                 if got is None:
                     continue
@@ -603,7 +659,9 @@ class CellAllocator:
                 continue
             tname = ch.type_at(lv)
             bound = list(v.bound[chain][lv].values())
-            most = max((self._largest_block(c, ch.node_level) for c in bound), default=0)
+            most = max(
+                (self._largest_block(c, ch.node_level) for c in v.roomy[chain][lv].values()), default=0
+            )
             txt = f"{len(bound)} of {v.total[chain][lv]} {tname} cells in use"
             if bound:
                 txt += f" (at most {most} GPUs free together on one node)"
@@ -625,7 +683,7 @@ class CellAllocator:
             out.extend(c.node_cells)
         return out
 
-    def _mask(self, node: Cell, victims: set[str] | None, opp_mode: bool = False) -> int:
+    def _mask(self, node: Cell, victims: _Victims | None, opp_mode: bool = False) -> int:
         m = 0
         for lf in node.leaves:
             ok = (
@@ -644,7 +702,7 @@ class CellAllocator:
         g: int,
         lmin: int,
         fresh: int,
-        victims: set[str] | None,
+        victims: _Victims | None,
         opp_mode: bool = False,
         proto: Cell | None = None,
     ) -> tuple[int, list[Cell]] | None:
@@ -691,11 +749,11 @@ class CellAllocator:
             return None
         return best[0], best[1]
 
-    def _blocked(self, node: Cell, victims: set[str] | None) -> int:
+    def _blocked(self, node: Cell, victims: _Victims | None) -> int:
         return node.n_block if victims is None else node.size - self._avail(node, victims)
 
     def _place_multi(
-        self, req: Request, chain: str, n: int, g: int, undo: list[tuple[str, Any]], victims: set[str] | None
+        self, req: Request, chain: str, n: int, g: int, undo: list[tuple[str, Any]], victims: _Victims | None
     ) -> list[Cell]:
         ch = self.spec.chains[chain]
         v = self.vcs[req.vc]
@@ -888,6 +946,7 @@ class CellAllocator:
     def _release_job(self, job_id: str) -> list[Cell]:
         """Free the job's GPUs; return the bound cells it used (the caller unbinds the idle ones)."""
         job = self._jobs.pop(job_id)
+        del self._vc_jobs[job.vc][job_id]
         touched: dict[int, Cell] = {}
         for leaf in job.leaves:
             if leaf.bcell is not None and job.priority >= 0:
@@ -990,6 +1049,7 @@ class CellAllocator:
         for leaf in leaves:
             self._set_leaf(leaf, job=job_id, opp=priority < 0)
         self._jobs[job_id] = job
+        self._vc_jobs[vc][job_id] = job
         state = job.state()
         return Decision("placed", placement=state.placement, preempted=preempted, gpu_type=chain)
 
@@ -997,15 +1057,19 @@ class CellAllocator:
         v = self.vcs[vc]
         ch = self.spec.chains[chain]
         for leaf in leaves:
-            if leaf.bcell is not None:
-                if leaf.bcell.bound_vc != vc:
-                    raise _Wait(
-                        f"{leaf.node} GPU {leaf.index} lies in a cell bound to VC {leaf.bcell.bound_vc}"
-                    )
+            if leaf.bcell is not None and leaf.bcell.bound_vc != vc:
+                raise _Wait(f"{leaf.node} GPU {leaf.index} lies in a cell bound to VC {leaf.bcell.bound_vc}")
+        # per node, the GPUs not yet in one of the VC's bound cells must share one new binding:
+        # the lowest VC level at or above their common ancestor whose cell is still free
+        groups: dict[str, list[Cell]] = {}
+        for leaf in leaves:
+            if leaf.bcell is None:
+                groups.setdefault(str(leaf.node), []).append(leaf)
+        for node, group in groups.items():
+            group = [lf for lf in group if lf.bcell is None]  # an earlier group's rack may cover it
+            if not group:
                 continue
-            # lowest VC level whose ancestor cell of this GPU is still free in the buddy system
-            anc: Cell | None = leaf
-            done = False
+            anc: Cell | None = self._common_ancestor(group)
             while anc is not None:
                 if v.unbound[chain][anc.level] > 0 and self.buddy.free_ancestor(anc) is not None:
                     self.buddy.take_specific(anc)
@@ -1013,14 +1077,26 @@ class CellAllocator:
                     self.demand[chain][anc.level] -= 1
                     self._mark_bound(anc, vc)
                     undo.append(("bind", anc))
-                    done = True
                     break
                 anc = anc.parent
-            if not done:
+            if anc is None:
+                gpus = ",".join(str(lf.index) for lf in group)
                 raise _Wait(
-                    f"VC {vc} has no free cell containing {leaf.node} GPU {leaf.index} "
+                    f"VC {vc} has no free cell containing {node} GPUs {gpus} "
                     f"(its {ch.name} cells: {self._cells_text(vc, chain)})"
                 )
+
+    @staticmethod
+    def _common_ancestor(cells: list[Cell]) -> Cell:
+        first = cells[0]
+        ids = [c.id for c in cells]
+        anc: Cell | None = first
+        while anc is not None:
+            inside = {lf.id for lf in anc.leaves}
+            if all(i in inside for i in ids):
+                return anc
+            anc = anc.parent
+        raise AssertionError("cells of one chain always share the top cell's ancestor line")
 
     # ======================================================================== views
     def jobs(self) -> dict[str, JobState]:
@@ -1220,11 +1296,21 @@ class CellAllocator:
                         assert cell.bound_vc == vname
                         assert not cell.free
                         assert cell.n_g > 0, f"{cell} bound to {vname} while idle"
-                        assert (cell.id in v.roomy[cname][lv]) == (cell.n_block < cell.size), f"{cell} roomy index"
+                        assert (cell.id in v.roomy[cname][lv]) == (cell.n_block < cell.size), (
+                            f"{cell} roomy index"
+                        )
                         for lf in cell.leaves:
                             assert lf.id not in seen, f"GPU {lf} bound twice"
                             seen.add(lf.id)
                             assert lf.bcell is cell
+        tally: dict[int, dict[str, int]] = {}
+        for jid, job in self._jobs.items():
+            if job.priority >= 0:
+                for lf in job.leaves:
+                    assert lf.bcell is not None
+                    row = tally.setdefault(lf.bcell.id, {})
+                    row[jid] = row.get(jid, 0) + 1
+        assert tally == self._cell_jobs, "per-cell job tally out of date"
         for jid, job in self._jobs.items():
             for lf in job.leaves:
                 assert lf.job == jid

@@ -329,7 +329,10 @@ def _parse_physical_cells(
             or not raw_nodes
             or not all(isinstance(n, str) and n for n in raw_nodes)
         ):
-            raise ConfigError(f"{where}: nodes must be a list of node names, e.g. nodes: [node1]")
+            raise ConfigError(
+                f"{where}: nodes must be a list of node names, e.g. nodes: [node1] or [node[1-4]]"
+            )
+        raw_nodes = [n for name in raw_nodes for n in expand_hostlist(name, where)]
         indices: tuple[int, ...] | None = None
         if entry.get("gpu_indices") is not None:
             gi = entry["gpu_indices"]
@@ -372,6 +375,28 @@ def _parse_physical_cells(
                     )
                 )
     return cells, nodes
+
+
+_RANGE_RE = re.compile(r"^([^\[\]]*)\[([0-9,\-]+)\]([^\[\]]*)$")
+
+
+def expand_hostlist(name: str, where: str = "nodes") -> list[str]:
+    """'node[1-3,7]' -> node1, node2, node3, node7; 'gpu[01-02]' keeps the zero padding."""
+    if "[" not in name and "]" not in name:
+        return [name]
+    m = _RANGE_RE.match(name)
+    if not m:
+        raise ConfigError(f"{where}: cannot read node list {name!r}; write node[1-4] or list the names")
+    prefix, body, suffix = m.groups()
+    out: list[str] = []
+    for part in body.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            raise ConfigError(f"{where}: bad range {part!r} in {name!r}")
+        width = len(lo) if lo.startswith("0") else 0
+        for i in range(int(lo), int(hi or lo) + 1):
+            out.append(f"{prefix}{str(i).zfill(width)}{suffix}")
+    return out
 
 
 def _sockets(chain: ChainSpec, types: dict[str, CellType], indices: list[int]) -> dict[int, int]:

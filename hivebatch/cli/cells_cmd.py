@@ -105,7 +105,8 @@ def _short_list(names: list[str], limit: int = 6) -> str:
 @cells.command("replay")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per step (the conformance format).")
-def replay(scenario: str, as_json: bool) -> None:
+@click.option("--map", "show_map", is_flag=True, help="Also print who holds each GPU after the last step.")
+def replay(scenario: str, as_json: bool, show_map: bool) -> None:
     """Run SCENARIO's steps (allocate/release/bad_node/healthy_node) through the cell core.
 
     Nothing touches Slurm or the database: use it to try a VC layout before deploying it.
@@ -142,6 +143,38 @@ def replay(scenario: str, as_json: bool) -> None:
         "Virtual clusters after the last step",
         ["VC", "cells", "GPUs used", "free", "capacity", "note"],
         vrows,
+    )
+    if show_map:
+        _print_map(alloc)
+
+
+def _print_map(alloc: CellAllocator) -> None:
+    """One row per node: for each GPU, the job on it; VC:- when bound but idle; . when free."""
+    gmap = alloc.gpu_map()
+    width = max((len(row) for row in gmap.values()), default=0)
+    index_sets = {tuple(sorted(row)) for row in gmap.values()}
+    # columns are GPU indices when every node has the same ones, else positions with idx= prefixes
+    same = len(index_sets) == 1
+    header = [str(i) for i in next(iter(index_sets))] if same else [f"#{i}" for i in range(width)]
+    rows = []
+    for node, row in gmap.items():
+        cells = []
+        for idx in sorted(row):
+            u = row[idx]
+            if u.bad:
+                text = "BAD" if u.job is None else f"{u.job}(BAD)"
+            elif u.foreign:
+                text = "outside"
+            elif u.job is not None:
+                text = f"{u.job}(opp)" if u.opportunistic else u.job
+            else:
+                text = f"{u.vc}:-" if u.vc else "."
+            cells.append(text if same else f"{idx}={text}")
+        rows.append((node, *cells, *[""] * (width - len(cells))))
+    _table(
+        "GPUs after the last step (job; VC:- when bound and idle; . when free)",
+        ["node", *header],
+        rows,
     )
 
 

@@ -36,7 +36,9 @@ def _compute(config: str | None, since_text: str | None, until_text: str | None,
     data.check_vc(vc)
     if since is None:
         since = default_since(data.jobs, until)
-    quota = quota_report(data.jobs, data.segments, data.vcs, since, until, data.total_gpus, only_vc=vc)
+    quota = quota_report(
+        data.jobs, data.segments, data.vcs, since, until, data.total_gpus, only_vc=vc, now=data.vc_now
+    )
     users = users_report(data.jobs, data.segments, since, until, gpus_per_node(data.layouts), only_vc=vc)
     return data, quota, users
 
@@ -115,7 +117,7 @@ def users(
     Flags: time limits far longer than the jobs run, frequent preemption, multi-node jobs whose GPUs
     would fit on one node.
     """
-    from hivebatch.reports.render import users_csv, users_dicts, users_table, window_line
+    from hivebatch.reports.render import users_csv, users_dicts, users_flag_lines, users_table, window_line
     from hivebatch.reports.tables import print_tables
 
     data, rep, user_rows = _compute(config, since_text, until_text, vc)
@@ -132,7 +134,9 @@ def users(
     elif fmt == "html":
         click.echo(_html(data, rep, user_rows, vc))
     else:
-        print_tables([users_table(user_rows)], notes=[window_line(rep)])
+        print_tables(
+            [users_table(user_rows, with_flags=False)], notes=[window_line(rep), *users_flag_lines(user_rows)]
+        )
 
 
 @report.command()

@@ -32,18 +32,18 @@ def _write_all(out: Path, files: dict[str, tuple[str, int]]) -> list[str]:
             target = out / name
             if target.exists() and target.read_text(encoding="utf-8") == text:
                 continue
-            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.")
+            fd, tmp_name = tempfile.mkstemp(dir=out, prefix=f".{name}.")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
-            os.chmod(tmp, mode)
-            staged.append((name, Path(tmp)))
-        for name, tmp in staged:
-            tmp.replace(out / name)
+            os.chmod(tmp_name, mode)
+            staged.append((name, Path(tmp_name)))
+        for name, staged_path in staged:
+            staged_path.replace(out / name)
             changed.append(name)
     finally:
-        for _, tmp in staged:
-            if tmp.exists():
-                tmp.unlink()
+        for _, leftover in staged:
+            if leftover.exists():
+                leftover.unlink()
     return changed
 
 
@@ -86,7 +86,13 @@ def _write_all(out: Path, files: dict[str, tuple[str, int]]) -> list[str]:
     show_default=True,
     help="Offer GPU shards (1 per GiB of GPU memory).",
 )
-@click.option("--cores-per-socket", default=8, show_default=True, type=click.IntRange(1, 1024))
+@click.option(
+    "--cores-per-socket",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 1024),
+    help="CoresPerSocket of every node (the lab fakes 8).",
+)
 @click.option(
     "--real-memory",
     default=64000,

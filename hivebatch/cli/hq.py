@@ -22,6 +22,15 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line, exit 1, like every hivebatch error
         raise HivebatchError(f"{message} (see hq --help)")
 
+    def format_help(self) -> str:
+        text = super().format_help()
+        if self.prog != PROG:
+            return text
+        from hivebatch.cli.hq_format import FIELDS
+
+        fields = ", ".join(f"{name}" + (f" (%{f.letter})" if f.letter else "") for name, f in FIELDS.items())
+        return f"{text}\nfields for -o: {fields}\n"
+
 
 def _job_parser() -> argparse.ArgumentParser:
     p = _Parser(

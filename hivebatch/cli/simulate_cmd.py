@@ -43,6 +43,7 @@ def _load(
     seed: int,
     n_jobs: int,
     opportunistic: float,
+    single_vc: bool,
 ) -> tuple[dict[str, Any], Path | None, list[Any], str | None]:
     """(config mapping, config dir, jobs, note on skipped trace jobs)."""
     from hivebatch.config import read_yaml
@@ -64,6 +65,8 @@ def _load(
         data = read_yaml(cfg_path)
     else:
         raise click.UsageError(f"--trace-format {trace_format} needs --config FILE or --vcs FILE (vc,nodes)")
+    if single_vc:
+        data = setup.single_vc_config(data)
     spec = setup.build_spec(data)
     vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
     note = None
@@ -244,6 +247,11 @@ def _print_table(results: list[Any], as_rich: bool) -> None:
     help="Cluster + VC + qos config (default: etc/paper-4x4.yaml).",
 )
 @click.option(
+    "--single-vc",
+    is_flag=True,
+    help="Replace the config's VCs by one VC owning the whole cluster (the paper's setting).",
+)
+@click.option(
     "--opportunistic",
     type=float,
     default=0.0,
@@ -274,6 +282,7 @@ def simulate(
     policy: str,
     mode: str,
     config: str | None,
+    single_vc: bool,
     opportunistic: float,
     bad_nodes: tuple[str, ...],
     no_private: bool,
@@ -295,7 +304,7 @@ def simulate(
         raise click.UsageError("--opportunistic must be between 0 and 1")
     bad = [_parse_bad_node(b) for b in bad_nodes]
     data, cfg_dir, jobs, note = _load(
-        workload, trace, trace_format, vcs_file, config, rate, hours, seed, n_jobs, opportunistic
+        workload, trace, trace_format, vcs_file, config, rate, hours, seed, n_jobs, opportunistic, single_vc
     )
     spec = setup.build_spec(data)
     for b in bad:

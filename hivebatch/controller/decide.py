@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hivebatch.controller.reconcile import Ledger
+from hivebatch.qos import Shape, task_ect, task_latency
 from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
 from hivebatch.request import JobRequest
@@ -174,7 +175,7 @@ class TaskBuilder:
         return self._profiles[key]
 
     def task(self, job: Job, req: JobRequest, sj: Any) -> Any:
-        from hivebatch.qos import Shape, Task
+        from hivebatch.qos import Task
 
         spec = self.ctx.spec
         prof, _note = self.profile(req)
@@ -427,8 +428,6 @@ class Room:
 
 def _hopeless_wait(job: Job, req: JobRequest, task: Any, room: Room, ctx: Any, now: dt.datetime) -> Wait:
     """A job that cannot start this cycle: its reason, and its ECT and latency (computed once, then kept)."""
-    from hivebatch.qos import Shape, task_ect, task_latency
-
     lat: float | None = None
     if job.predicted_start is not None and job.predicted_end is not None:
         lat = (job.predicted_end - job.predicted_start).total_seconds()

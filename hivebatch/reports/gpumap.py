@@ -130,11 +130,13 @@ class ClusterMap:
         return sorted(seen)
 
     def counts(self) -> dict[str, int]:
-        out = {FREE: 0, GUARANTEED: 0, OPPORTUNISTIC: 0, FOREIGN: 0, "bad": 0}
+        out = {FREE: 0, GUARANTEED: 0, OPPORTUNISTIC: 0, FOREIGN: 0, "shared": 0, "bad": 0}
         for node in self.nodes:
             for s in node.slots:
                 if s.bad:
                     out["bad"] += 1
+                elif s.shared and s.kind == FREE and s.job is None:
+                    out["shared"] += 1
                 else:
                     out[s.kind if s.kind in out else FREE] += 1
         return out

@@ -28,7 +28,8 @@ from hivebatch.reports.usage import QuotaReport, queue_delay_s
 from hivebatch.reports.users import UserReport
 
 TEMPLATE_NAME = "report.html.j2"
-LIST_LIMIT = 100  # rows shown of the missed-deadline and waiting lists; the JSON/CSV outputs have all
+LIST_LIMIT = 25  # rows shown of the missed-deadline and waiting lists; the JSON/CSV outputs have all
+USERS_LIMIT = 50  # users shown, by GPU-hours; `hadmin report users` has all
 
 
 def templates_dir() -> Path:
@@ -47,6 +48,10 @@ class ReportInputs:
     cluster_source: str = ""
     title: str = "hivebatch cluster report"
     notes: list[str] = field(default_factory=list)
+
+
+def _lateness(job: JobRow, until: datetime) -> float:
+    return ((job.end_time or until) - job.ect).total_seconds() if job.ect else 0.0
 
 
 def _b64(png: bytes) -> str:
@@ -221,7 +226,7 @@ def render_html(inputs: ReportInputs) -> str:
             "end": fmt_time(j.end_time) if j.end_time else f"not finished ({j.state})",
             "late": fmt_duration(((j.end_time or quota.until) - j.ect).total_seconds()) if j.ect else "-",
         }
-        for j in quota.missed_jobs[:LIST_LIMIT]
+        for j in sorted(quota.missed_jobs, key=lambda j: _lateness(j, quota.until), reverse=True)[:LIST_LIMIT]
     ]
     waiting = [
         {
@@ -261,11 +266,13 @@ def render_html(inputs: ReportInputs) -> str:
         cards=_headline(quota, frag),
         usage=_table_ctx(usage_t),
         wait=_table_ctx(wait_t),
-        users=_table_ctx(users_table(inputs.users)),
+        users=_table_ctx(users_table(inputs.users[:USERS_LIMIT])),
+        users_total=len(inputs.users),
         missed=missed,
         missed_total=len(quota.missed_jobs),
         waiting=waiting,
         waiting_total=len(quota.waiting_jobs),
+        now_reasons=[f"{v.name}: {v.now.reason}." for v in quota.vcs if v.now is not None and v.now.reason],
         classes=GUARANTEED_CLASSES,
         plots=plots,
         colors=[{"vc": vc, "color": colors[vc]} for vc in vcs],

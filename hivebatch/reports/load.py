@@ -10,7 +10,7 @@ from typing import Any
 from hivebatch.config import load_config
 from hivebatch.errors import HivebatchError
 from hivebatch.reports.gpumap import ClusterMap, GpuSlot, NodeLayout, build_cluster_map
-from hivebatch.reports.rows import JobRow, RunSegment, VCInfo
+from hivebatch.reports.rows import JobRow, RunSegment, VCInfo, VCNow
 from hivebatch.reports.timeutil import parse_since
 from hivebatch.reports.topology import node_layouts, vc_infos
 
@@ -27,6 +27,7 @@ class ReportData:
     segments: list[RunSegment] = field(default_factory=list)
     slots: list[GpuSlot] = field(default_factory=list)
     slots_taken_at: datetime | None = None
+    vc_now: dict[str, VCNow] = field(default_factory=dict)
     has_db: bool = False
 
     @property
@@ -56,7 +57,26 @@ def load_report_data(config: str | None, since: datetime | None = None, with_job
         if with_jobs:
             out.jobs, out.segments = load_jobs(session, since)
         out.slots, out.slots_taken_at = load_slots(session)
+        out.vc_now = load_vc_now(session, data)
     return out
+
+
+def load_vc_now(session: Any, data: dict[str, Any]) -> dict[str, VCNow]:
+    """Each VC as the cell core sees it in the controller's last snapshot; {} when there is none."""
+    from hivebatch.db.models import CellSnapshot
+
+    snap = session.get(CellSnapshot, 1)
+    if snap is None or not snap.data:
+        return {}
+    try:
+        from hivebatch.cells import CellAllocator, parse_cluster_config
+
+        alloc = CellAllocator.restore(parse_cluster_config(dict(data)), snap.data)
+        views = alloc.vc_views()
+    except (ImportError, HivebatchError, KeyError, ValueError, TypeError):
+        # A snapshot from another hivebatch version or config: the report simply has no "now" column.
+        return {}
+    return {name: VCNow(name, v.gpus_total, v.gpus_used, v.capacity, v.reason) for name, v in views.items()}
 
 
 def resolve_window(since_text: str | None, until_text: str | None) -> tuple[datetime | None, datetime]:

@@ -90,7 +90,8 @@ def summary_lines(cmap: ClusterMap) -> list[str]:
     c = cmap.counts()
     lines = [
         f"GPUs: {c['guaranteed']} guaranteed, {c['opportunistic']} opportunistic (*), {c['foreign']} foreign, "
-        f"{c['free']} free, {c['bad']} on bad nodes",
+        + (f"{c['shared']} shared by fractional jobs, " if c["shared"] else "")
+        + f"{c['free']} free, {c['bad']} on bad nodes",
         f"Free: {frag.summary()}.",
     ]
     if frag.free_cells:
@@ -114,10 +115,11 @@ def print_map(
     width = max((len(n.name) for n in cmap.nodes), default=4)
     if not console.is_terminal:
         lines = [header]
+        cell = max((len(plain_slot(s)) for n in cmap.nodes for s in n.slots), default=1)
         for node in cmap.nodes:
             parts = []
             for pos, s in enumerate(node.slots):
-                parts.append(plain_slot(s))
+                parts.append(plain_slot(s).ljust(cell))
                 if pos < len(node.slots) - 1:
                     parts.append(PLAIN_SEPARATORS.get(node.boundary_level(pos), " "))
             state = f"  [{node.state}]" if node.state else ""

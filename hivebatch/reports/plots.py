@@ -58,7 +58,7 @@ def plot_utilization(
     keys = list(series.series)
     if keys:
         # one extra point at the window's end so the last bin is drawn to the edge
-        xs = [*series.starts, series.until]
+        xs = mdates.date2num([*series.starts, series.until])
         ys = [[*series.series[k], series.series[k][-1]] for k in keys]
         cols = [OPPORTUNISTIC_COLOR if k == OPPORTUNISTIC_SERIES else colors.get(k, "#888888") for k in keys]
         labels = [
@@ -71,9 +71,11 @@ def plot_utilization(
                 poly.set_hatch("///")
                 poly.set_edgecolor("#8a8a8a")
     ax.axhline(total_gpus, color="#333333", linestyle="--", linewidth=1)
-    ax.text(series.starts[0], total_gpus, f" {total_gpus} GPUs", va="bottom", fontsize=8, color="#333333")
+    left, right = mdates.date2num([series.starts[0], series.until])
+    ax.text(left, total_gpus, f" {total_gpus} GPUs", va="bottom", fontsize=8, color="#333333")
     ax.set_ylim(0, max(1, total_gpus) * 1.12)
-    ax.set_xlim(series.starts[0], series.until)
+    ax.set_xlim(left, right)
+    ax.xaxis_date()
     ax.set_ylabel("GPUs in use")
     ax.set_title("GPUs in use per VC", loc="left", fontsize=11)
     _style(ax)

@@ -45,8 +45,19 @@ def quota_tables(rep: QuotaReport) -> list[TextTable]:
     t = rep.totals
     usage = TextTable(
         title="GPU usage per VC",
-        headers=["VC", "cells", "GPUs", "GPU-h guar", "GPU-h opp", "of reserv.", "run", "pending", "status"],
-        right={2, 3, 4, 5, 6, 7},
+        headers=[
+            "VC",
+            "cells",
+            "GPUs",
+            "GPU-h guar",
+            "GPU-h opp",
+            "of reserv.",
+            "run",
+            "pending",
+            "used now",
+            "status",
+        ],
+        right={2, 3, 4, 5, 6, 7, 8},
     )
     wait = TextTable(
         title="Waiting and deadlines per VC",
@@ -74,10 +85,11 @@ def quota_tables(rep: QuotaReport) -> list[TextTable]:
                 _pct(vc.reservation_share),
                 str(vc.jobs_run),
                 str(vc.jobs_pending),
+                vc.now_text,
                 status,
             ]
         )
-        usage.styles[(r, 8)] = VERDICT_STYLE.get(vc.verdict, "")
+        usage.styles[(r, 9)] = VERDICT_STYLE.get(vc.verdict, "")
         excess = (
             "-"
             if vc.excess_queue_s is None
@@ -106,6 +118,7 @@ def quota_tables(rep: QuotaReport) -> list[TextTable]:
         _pct(t.utilization),
         str(t.jobs_run),
         str(t.jobs_pending),
+        "",
         "utilisation of all GPUs",
     ]
     wait.footer = [
@@ -125,6 +138,9 @@ def quota_notes(rep: QuotaReport) -> list[str]:
     t = rep.totals
     overall = t.qos_overall
     notes = [window_line(rep)]
+    for v in rep.vcs:
+        if v.now is not None and v.now.reason:
+            notes.append(f"{v.name} now: {v.now.reason}.")
     if overall.total:
         notes.append(
             f"Deadlines: {overall.met} of {overall.total} jobs met their ECT ({_pct(overall.rate)})."
@@ -178,6 +194,14 @@ def quota_dict(rep: QuotaReport) -> dict[str, Any]:
                 "preempted_gpu_hours": round(v.preempted_gpu_hours, 3),
                 "verdict": v.verdict,
                 "verdict_detail": v.verdict_detail,
+                "now": None
+                if v.now is None
+                else {
+                    "gpus_used": v.now.gpus_used,
+                    "capacity": v.now.capacity,
+                    "gpus_total": v.now.gpus_total,
+                    "reason": v.now.reason,
+                },
             }
             for v in rep.vcs
         ],
@@ -270,22 +294,14 @@ def quota_csv(rep: QuotaReport) -> str:
     return to_csv(QUOTA_CSV_HEADERS, [["" if x is None else x for x in row] for row in rows])
 
 
-def users_table(users: list[UserReport]) -> TextTable:
+USER_HEADERS = ["user", "VC", "GPU-h", "guar", "opp", "run", "pending", "mean wait", "met ECT", "preempted"]
+
+
+def users_table(users: list[UserReport], with_flags: bool = True) -> TextTable:
+    """Per-user table; without flags the caller lists them below (long sentences make wide columns)."""
     table = TextTable(
         title="GPU usage per user",
-        headers=[
-            "user",
-            "VC",
-            "GPU-h",
-            "guar",
-            "opp",
-            "run",
-            "pending",
-            "mean wait",
-            "met ECT",
-            "preempted",
-            "flags",
-        ],
+        headers=[*USER_HEADERS, "flags"] if with_flags else list(USER_HEADERS),
         right={2, 3, 4, 5, 6, 7, 8, 9},
     )
     for r, u in enumerate(users):
@@ -301,12 +317,17 @@ def users_table(users: list[UserReport]) -> TextTable:
                 fmt_duration(u.mean_queue_s),
                 u.qos.text(),
                 str(u.preemptions),
-                "; ".join(u.flags) or "-",
+                *(["; ".join(u.flags) or "-"] if with_flags else []),
             ]
         )
-        if u.flags:
+        if u.flags and with_flags:
             table.styles[(r, 10)] = "yellow"
     return table
+
+
+def users_flag_lines(users: list[UserReport]) -> list[str]:
+    lines = [f"  {u.user}: {flag}" for u in users for flag in u.flags]
+    return ["Waste flags:", *lines] if lines else ["Waste flags: none"]
 
 
 def users_dicts(users: list[UserReport]) -> list[dict[str, Any]]:

@@ -93,3 +93,14 @@ class VCInfo:
 
     def cells_text(self) -> str:
         return ", ".join(f"{n}×{t}" for t, n in self.cells.items()) or "-"
+
+
+@dataclass(frozen=True)
+class VCNow:
+    """A VC at the controller's last cycle, from the cell core's view of it."""
+
+    vc: str
+    gpus_total: int
+    gpus_used: int  # by its guaranteed jobs
+    capacity: int  # healthy capacity: total minus what bad or outside-busy hardware takes away
+    reason: str | None = None  # why capacity < total

@@ -77,7 +77,7 @@ def load_jobs(session: Session, since: datetime | None = None) -> tuple[list[Job
     """
     from hivebatch.db.models import Event, Job
 
-    alive = [Job.foreign.is_(False)]
+    alive: list[Any] = [Job.foreign.is_(False)]
     if since is not None:
         alive.append((Job.end_time.is_(None)) | (Job.end_time >= naive_utc(since)))
     columns = [getattr(Job, name) for name in _JOB_COLUMNS]
@@ -93,7 +93,7 @@ def load_jobs(session: Session, since: datetime | None = None) -> tuple[list[Job
         )
         for job_id, time, kind in session.execute(query):
             stamp = as_utc(time)
-            if stamp is not None:
+            if stamp is not None and job_id is not None:
                 events[job_id].append((stamp, kind))
     rows_out: list[JobRow] = []
     segments: list[RunSegment] = []

@@ -2,15 +2,16 @@
 whether the QoS deadlines held; plus cluster totals.
 
 Window: every figure covers ``since``..``until``. GPU-hours are clipped to the window; queuing
-delays are those of jobs that *started* in the window; the QoS rate counts jobs that finished in the
-window, plus unfinished jobs whose deadline (ECT) already passed (they can no longer meet it).
+delays are those of jobs that *started* in it (``since <= start < until``); the QoS rate counts jobs
+that *finished* in it (``since < end <= until``: a job ending at the instant a report is cut belongs to
+that report), plus unfinished jobs whose deadline (ECT) already passed (they can no longer meet it).
 Cancelled jobs count in no rate.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -21,6 +22,7 @@ from hivebatch.reports.rows import (
     JobRow,
     RunSegment,
     VCInfo,
+    VCNow,
 )
 
 # Verdict thresholds: what makes a VC look idle or starved on the Monday report.
@@ -67,6 +69,15 @@ class VCReport:
     preemptions: int = 0
     verdict: str = "ok"
     verdict_detail: str = ""
+    now: VCNow | None = None  # at the controller's last cycle
+
+    @property
+    def now_text(self) -> str:
+        """GPUs in use / healthy capacity now, e.g. ``8/8 of 16``."""
+        if self.now is None:
+            return "-"
+        text = f"{self.now.gpus_used}/{self.now.capacity}"
+        return text + (f" of {self.now.gpus_total}" if self.now.capacity < self.now.gpus_total else "")
 
     @property
     def cells_text(self) -> str:
@@ -147,7 +158,7 @@ def qos_outcome(job: JobRow, since: datetime, until: datetime) -> bool | None:
     if job.qos not in GUARANTEED_CLASSES or job.ect is None or job.state in CANCELLED_STATES:
         return None
     if job.finished and job.end_time is not None:
-        if not since <= job.end_time < until:
+        if not since < job.end_time <= until:
             return None
         return job.end_time <= job.ect
     # Still queued or running: it counts once its deadline has passed, as a miss.
@@ -200,8 +211,12 @@ def quota_report(
     until: datetime,
     total_gpus: int | None = None,
     only_vc: str | None = None,
+    now: Mapping[str, VCNow] | None = None,
 ) -> QuotaReport:
-    """Compute the quota report over the window ``since``..``until`` (aware datetimes)."""
+    """Compute the quota report over the window ``since``..``until`` (aware datetimes).
+
+    ``now`` (optional) is each VC's state at the controller's last cycle: GPUs in use and healthy capacity.
+    """
     window_h = max(0.0, (until - since).total_seconds()) / 3600.0
     jobs = [j for j in jobs if in_window(j, since, until)]
     reports: dict[str, VCReport] = {
@@ -232,7 +247,7 @@ def quota_report(
             rep.gpu_hours_opportunistic += gpu_h
         else:
             rep.gpu_hours_guaranteed += gpu_h
-        if seg.preempted and seg.end is not None and since <= seg.end < until:
+        if seg.preempted and seg.end is not None and since < seg.end <= until:
             rep.preempted_gpu_hours += gpu_h
             rep.preemptions += 1
 
@@ -271,6 +286,7 @@ def quota_report(
         rep.mean_queue_s = mean(delays[name])
         rep.p95_queue_s = p95(delays[name])
         _private_estimate(rep, started_guaranteed[name], segs_by_job, until)
+        rep.now = (now or {}).get(name)
         rep.verdict, rep.verdict_detail = _verdict(rep)
 
     ordered = [reports[v.name] for v in vcs] + sorted(
@@ -279,6 +295,9 @@ def quota_report(
     if only_vc is not None:
         ordered = [r for r in ordered if r.name == only_vc]
     gpus = total_gpus if total_gpus is not None else sum(v.gpus for v in vcs)
+    if only_vc is not None:
+        # One VC's totals are measured against its own reservation, not the whole cluster.
+        gpus = sum(r.gpus_reserved for r in ordered)
     totals = _totals(ordered, gpus, window_h, segments, until)
     if only_vc is not None:
         missed = [j for j in missed if j.vc == only_vc]

@@ -90,7 +90,7 @@ def users_report(
             rep.gpu_hours_opportunistic += gpu_h
         else:
             rep.gpu_hours_guaranteed += gpu_h
-        if seg.preempted and seg.end is not None and since <= seg.end < until:
+        if seg.preempted and seg.end is not None and since < seg.end <= until:
             rep.preemptions += 1
             rep.preempted_gpu_hours += gpu_h
 
@@ -114,7 +114,7 @@ def users_report(
             job.finished
             and job.time_limit_s
             and job.end_time is not None
-            and since <= job.end_time < until
+            and since < job.end_time <= until
             and job.job_id in segs_by_job
         ):
             limit_use[job.user].append(

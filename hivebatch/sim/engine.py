@@ -99,6 +99,7 @@ class Simulation:
         self.jobs = jobs
         self.policy_name = policy
         self.policy = get_policy(policy)
+        self.strict = bool(getattr(self.policy, "strict_order", False))
         self.mode = mode
         self.runtime = runtime
         self.platform = platform
@@ -251,11 +252,17 @@ class Simulation:
     def _schedule(self, now: float, dirty: set[str], freed: bool) -> None:
         for _ in range(100):  # re-plan after preemptions; bounded in case two jobs keep trading GPUs
             limits = self._limits()
+            # A fixed-size job bigger than its VC's free GPUs would only come back "waiting"; leaving
+            # it out of the round saves planning it (unless a strict-order policy must see the head).
             tasks = [
                 r.task
                 for jid, r in self.waiting.items()
                 if (jid in self.opp_ids and (freed or r.job.vc in dirty))
-                or (r.job.vc in dirty and limits[r.job.vc] > 0)
+                or (
+                    r.job.vc in dirty
+                    and limits[r.job.vc] > 0
+                    and (self.strict or r.task.model is not None or r.job.gpus <= limits[r.job.vc])
+                )
             ]
             if not tasks:
                 return

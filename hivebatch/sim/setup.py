@@ -11,6 +11,7 @@ from hivebatch.qos import Platform, ProfileStore, QosSettings, parse_qos_config
 from hivebatch.sim.runtime import RuntimeModel
 
 # A generic 8-GPU server: 2 sockets x 2 PCIe switches x 2 GPUs (the same tree as the lab nodes).
+# The GPU model only selects the profiles behind the slowdown of spread placements.
 NODE8_CELL_TYPES: dict[str, Any] = {
     "V100-SWITCH": {"child": "V100", "count": 2},
     "V100-SOCKET": {"child": "V100-SWITCH", "count": 2},
@@ -27,6 +28,15 @@ def node8_config(vc_nodes: dict[str, int], node_prefix: str = "n") -> dict[str, 
         "cluster": {"cell_types": dict(NODE8_CELL_TYPES), "physical_cells": physical},
         "virtual_clusters": {vc: {"cells": {"V100-NODE": n}} for vc, n in vc_nodes.items()},
     }
+
+
+def single_vc_config(data: dict[str, Any], name: str = "all") -> dict[str, Any]:
+    """The same cluster with one VC owning every physical cell: a cluster without tenants."""
+    cells: dict[str, int] = {}
+    for pc in (data.get("cluster") or {}).get("physical_cells") or []:
+        if isinstance(pc, dict) and "type" in pc:
+            cells[str(pc["type"])] = cells.get(str(pc["type"]), 0) + 1
+    return {**data, "virtual_clusters": {name: {"cells": cells}}}
 
 
 def project_root() -> Path:

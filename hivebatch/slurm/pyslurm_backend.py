@@ -85,7 +85,7 @@ def job_from_pyslurm(j: Any) -> SlurmJob:
     nodes = expand_hostlist(getattr(j, "nodes", None) or "") if state != "PENDING" else []
     gpus: dict[str, list[int]] = {}
     shards: dict[str, dict[int, int]] = {}
-    layout = {}
+    layout: dict[str, Any] = {}
     if hasattr(j, "get_resource_layout_per_node") and state == "RUNNING":
         try:
             layout = j.get_resource_layout_per_node() or {}

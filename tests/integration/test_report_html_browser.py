@@ -94,7 +94,9 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, monkeypatch: pytest
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     html = page.read_text(encoding="utf-8")
-    assert not re.search(r"""(src|href)=["'](https?:)?//""", html), "the report must not load anything from the network"
+    assert not re.search(r"""(src|href)=["'](https?:)?//""", html), (
+        "the report must not load anything from the network"
+    )
     probed = tmp_path / "probed.html"
     probed.write_text(html.replace("</head>", PROBE + "</head>", 1), encoding="utf-8")
 

@@ -140,3 +140,26 @@ def check_config_or_skip(cfg: dict[str, Any]) -> bool:
     except ConfigError:
         return False
     return True
+
+
+def preempting_request(alloc: CellAllocator, rng: random.Random, job_id: str) -> Request | None:
+    """A request of a VC whose guaranteed jobs all have lower priority: once they are preempted, the
+    VC is empty, so the request must be placed whenever one of its cells can hold it."""
+    vname = rng.choice(list(alloc.vcs))
+    spec = alloc.spec
+    top = max(
+        (j.priority for j in alloc.jobs().values() if j.vc == vname and not j.opportunistic), default=-1
+    )
+    sizes = [
+        (
+            spec.cell_types[t].chain,
+            min(spec.cell_types[t].gpus, spec.chains[spec.cell_types[t].chain].gpus_per_node),
+        )
+        for t in spec.vcs[vname].cells
+    ]
+    if not sizes:
+        return None
+    chain, most = rng.choice(sizes)
+    return Request(
+        job_id=job_id, vc=vname, gpus=rng.randint(1, most), nodes=1, gpu_type=chain, priority=top + 1
+    )

@@ -25,7 +25,8 @@ import yaml
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-from hivebatch.db.models import Base, Event, GpuBinding, Job
+from hivebatch.cells import CellAllocator, parse_cluster_config
+from hivebatch.db.models import Base, CellSnapshot, Event, GpuBinding, Job
 
 T0 = dt.datetime(2026, 11, 16, 0, 0)
 UNTIL_H = 10.0
@@ -182,6 +183,13 @@ def fill(session: Session, with_events: bool = True) -> None:
                 kind = "foreign"
             session.add(GpuBinding(node=node, gpu_index=idx, gpu_type="V100", vc_name=vc, slurm_job_id=sid,
                                    kind=kind, bad=node == "node2", updated_at=at(UNTIL_H)))  # fmt: skip
+    # The allocator's snapshot, as the controller stores it: the same jobs, the foreign GPU, node2 bad.
+    alloc = CellAllocator(parse_cluster_config(config_data()))
+    alloc.adopt("106", "nlp", 1, {"node3": list(range(8))})
+    alloc.adopt("110", "nlp", -1, {"node1": [6, 7]})
+    alloc.occupy_foreign("slurm:999@node4", "node4", [7])
+    alloc.set_node_bad("node2")
+    session.add(CellSnapshot(id=1, taken_at=at(UNTIL_H), data=alloc.snapshot()))
     session.commit()
 
 

@@ -272,3 +272,12 @@ def test_restore_with_a_changed_config_keeps_what_fits() -> None:
     b.check_invariants()
     assert "n" not in b.jobs()
     assert set(b.jobs()) <= {"c"}
+
+
+def test_adopt_binds_one_cell_for_gpus_spanning_small_cells() -> None:
+    a = lab({"x": {"V100-SWITCH": 1, "V100-NODE": 1}}, nodes=2)
+    d = a.adopt("j", "x", 0, {"node1": [0, 1, 2, 3]})
+    assert d.result == "placed"
+    view = a.vc_view("x")
+    assert view.cells["V100-NODE"].bound == 1 and view.cells["V100-SWITCH"].bound == 0
+    a.check_invariants()

@@ -53,7 +53,16 @@ def test_cell_core_is_pure() -> None:
     # the core must run inside the simulator and tests without Slurm, a database or a terminal
     import ast
 
-    forbidden = {"subprocess", "click", "rich", "sqlalchemy", "hivebatch.db", "hivebatch.slurm", "os", "socket"}
+    forbidden = {
+        "subprocess",
+        "click",
+        "rich",
+        "sqlalchemy",
+        "hivebatch.db",
+        "hivebatch.slurm",
+        "os",
+        "socket",
+    }
     for path in (ROOT / "hivebatch" / "cells").glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
@@ -63,4 +72,6 @@ def test_cell_core_is_pure() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             for name in names:
-                assert not any(name == f or name.startswith(f + ".") for f in forbidden), f"{path.name} imports {name}"
+                assert not any(name == f or name.startswith(f + ".") for f in forbidden), (
+                    f"{path.name} imports {name}"
+                )

@@ -215,3 +215,18 @@ def test_allocator_refuses_infeasible_spec() -> None:
     spec = parse_cluster_config(c, check_feasible=False)
     with pytest.raises(InfeasibleConfigError):
         CellAllocator(spec)
+
+
+def test_node_ranges() -> None:
+    c = cfg(
+        cluster__physical_cells=[
+            {"type": "V100-NODE", "nodes": ["gpu[01-03]", "x7"]},
+            {"type": "V100-RACK", "nodes": ["r[1-2]"]},
+        ]
+    )
+    spec = parse_cluster_config(c)
+    assert [n.name for n in spec.nodes] == ["gpu01", "gpu02", "gpu03", "x7", "r1", "r2"]
+    assert "bad range" in error_of(cfg(cluster__physical_cells=[{"type": "V100-NODE", "nodes": ["n[3-1]"]}]))
+    assert "cannot read node list" in error_of(
+        cfg(cluster__physical_cells=[{"type": "V100-NODE", "nodes": ["n[1-2"]}])
+    )

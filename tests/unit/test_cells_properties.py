@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 
-from cells_gen import any_request, assert_consistent, legal_request, random_config
+from cells_gen import any_request, assert_consistent, legal_request, preempting_request, random_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +25,7 @@ def run_sequence(seed: int, steps: int, check_every: int = 1) -> dict[str, int]:
     spec = parse_cluster_config(cfg)
     alloc = CellAllocator(spec)
     nodes = [n.name for n in spec.nodes]
-    stats = {"theorem1": 0, "placed": 0, "waiting": 0, "rejected": 0}
+    stats = {"theorem1": 0, "preempting": 0, "placed": 0, "waiting": 0, "rejected": 0}
     jid = 0
     for step in range(steps):
         r = rng.random()
@@ -51,6 +51,22 @@ def run_sequence(seed: int, steps: int, check_every: int = 1) -> dict[str, int]:
                             victim.vc == req.vc and victim.priority < req.priority
                         ), f"{req.job_id} preempted {victim}"
                         assert p not in alloc.jobs()
+        elif r < 0.45:
+            preq = preempting_request(alloc, rng, f"j{jid}")
+            jid += 1
+            if preq is not None:
+                chain_bad = any(c.n_bad for c in alloc.tree.nodes_of_chain[str(preq.gpu_type)])
+                healthy = not chain_bad and not alloc.shortfall()[preq.vc]
+                d = alloc.allocate(preq)
+                stats[d.result] += 1
+                if healthy:
+                    stats["preempting"] += 1
+                    assert d.result == "placed", (
+                        f"seed {seed} step {step}: {preq} -> {d}\nconfig {json.dumps(cfg)}"
+                    )
+                for p in d.preempted:
+                    victim = before_jobs[p]
+                    assert victim.opportunistic or (victim.vc == preq.vc and victim.priority < preq.priority)
         elif r < 0.6:
             req = any_request(alloc, rng, f"j{jid}")
             jid += 1
@@ -103,10 +119,11 @@ def test_random_sequences_keep_invariants_and_theorem1(seed: int) -> None:
 
 def test_theorem1_is_exercised() -> None:
     # guard against a generator that never produces a request the theorem speaks about
-    total = {"theorem1": 0, "placed": 0}
+    total = {"theorem1": 0, "preempting": 0, "placed": 0}
     for seed in range(30):
         s = run_sequence(seed, steps=40)
-        total["theorem1"] += s["theorem1"]
-        total["placed"] += s["placed"]
+        for k in total:
+            total[k] += s[k]
     assert total["theorem1"] > 100
+    assert total["preempting"] > 50
     assert total["placed"] > 100

@@ -80,3 +80,15 @@ def test_table_output_when_piped() -> None:
     assert "preempts o1" in proc.stdout
     assert "Virtual clusters after the last step" in proc.stdout
     assert "\x1b[" not in proc.stdout  # plain text when not a terminal
+
+
+def test_map_shows_who_holds_each_gpu() -> None:
+    proc = replay(SCENARIOS / "opportunistic.yaml", "--map")
+    assert proc.returncode == 0, proc.stderr
+    rows = {
+        ln.split()[0]: ln.split()[1:]
+        for ln in proc.stdout.splitlines()
+        if ln.startswith(("a1 ", "a2 ", "a3 "))
+    }
+    assert rows["a1"] == ["g2", "x:-", "x:-", "x:-"]
+    assert rows["a3"] == ["o4(opp)", "o5(opp)", "g1", "g1"]

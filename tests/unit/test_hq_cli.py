@@ -143,6 +143,8 @@ def test_hq_on_a_sqlite_ledger_imports_nothing_heavy(config: Path) -> None:
         "print('HEAVY', sorted(m for m in ('sqlalchemy', 'numpy', 'rich', 'click', 'jinja2') if m in sys.modules))\n"
     )
     env = {"HIVEBATCH_CONFIG": str(config), "HIVEBATCH_SLURM_BACKEND": "fake", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "HEAVY []"

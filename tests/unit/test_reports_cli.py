@@ -45,6 +45,8 @@ def test_quota_table_piped_is_plain_columns(config: Path) -> None:
         and "full: 88% of its reservation used, 1 pending, oldest waits 8.0h" in nlp
     )
     assert next(line for line in lines if line.startswith("total ")).split()[1:4] == ["32", "183.0", "28.0"]
+    assert " 8/8 of 16 " in nlp  # used now / healthy capacity of the 16 GPUs it reserves
+    assert "nlp now: capacity reduced by 8 GPUs" in out
     assert "Deadlines: 4 of 6 jobs met their ECT (67%)." in out
     assert "Missed their ECT: 102 (alice/cv/prior), 105 (bob/nlp/normal)" in out
     assert "Waiting now: 105 (bob/nlp/normal, 8 GPUs, 8.0h: VC nlp has 8 healthy GPUs" in out
@@ -66,12 +68,14 @@ def test_quota_for_one_vc(config: Path) -> None:
     data = json.loads(run("report", "quota", *WINDOW, "--vc", "cv", "--format", "json"))
     assert [v["vc"] for v in data["vcs"]] == ["cv"]
     assert data["totals"]["gpu_hours_guaranteed"] == 42.0
+    assert data["totals"]["gpus"] == 12 and data["totals"]["utilization"] == 0.35  # against cv's own 12 GPUs
 
 
 def test_users_report(config: Path) -> None:
     out = run("report", "users", *WINDOW)
     assert out.splitlines()[0] == "GPU usage per user"
     assert [line.split()[0] for line in out.splitlines()[3:6]] == ["bob", "alice", "carol"]
+    assert "  carol: preempted 4×, 14.0 GPU-h lost (checkpoint, or submit as a guaranteed class)" in out
     data = json.loads(run("report", "users", *WINDOW, "--format", "json", "--vc", "sys"))
     assert [u["user"] for u in data["users"]] == ["carol"]
     assert data["users"][0]["preemptions"] == 4
@@ -89,9 +93,18 @@ def test_html_report_file(config: Path, tmp_path: Path) -> None:
     assert not list(target.parent.glob(".report.html.*"))  # no temporary file left behind
 
 
+def test_quota_as_html_on_stdout(config: Path) -> None:
+    page = run("report", "quota", *WINDOW, "--format", "html")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert page.count('<table class="report"') == 5  # usage, wait, missed, waiting, users
+
+
 def test_cluster_and_events(config: Path) -> None:
     out = run("cluster", "--no-slurm")
-    assert "node1  - - | - - || - - | nlp:110* nlp:110*  (6 free)" in out
+    assert (
+        "node1  -        -        | -        -        || -        -        | nlp:110* nlp:110*  (6 free)"
+        in out
+    )
     assert "Fragmented: node4 (7 free), node1 (6 free)." in out
     data = json.loads(run("cluster", "--no-slurm", "--format", "json"))
     assert data["fragmentation"]["largest_block"] == 7

@@ -36,7 +36,14 @@ def test_scenario_map_and_fragmentation(tmp_path: Path) -> None:
     assert taken is not None and taken.hour == 10
     cmap = build_cluster_map(node_layouts(config_data()), slots, job_users={"110": "bob", "106": "bob"})
     assert [n.name for n in cmap.nodes] == ["node1", "node2", "node3", "node4"]
-    assert cmap.counts() == {"free": 13, "guaranteed": 8, "opportunistic": 2, "foreign": 1, "bad": 8}
+    assert cmap.counts() == {
+        "free": 13,
+        "guaranteed": 8,
+        "opportunistic": 2,
+        "foreign": 1,
+        "shared": 0,
+        "bad": 8,
+    }
     node1 = cmap.nodes[0]
     assert (
         node1.slots[6].kind == "opportunistic"
@@ -69,6 +76,7 @@ def test_live_slurm_marks_bad_nodes_foreign_and_shared_gpus() -> None:
     assert n1.slots[3].kind == "foreign"  # Slurm runs something there hivebatch did not place
     assert n1.slots[5].shared == 1 and not n1.slots[5].free
     assert n1.free_gpus == 5
+    assert cmap.counts()["shared"] == 1 and cmap.counts()["free"] == 5 + 2
     assert cmap.nodes[1].bad and all(s.bad for s in cmap.nodes[1].slots)
     assert cmap.nodes[2].name == "n9" and "not in config" in cmap.nodes[2].state
     frag = cmap.fragmentation()
@@ -101,7 +109,8 @@ def test_plain_map_when_piped_and_json() -> None:
     print_map(cmap, "Cluster GPUs", ["cv", "sys"], out=out)
     lines = out.getvalue().splitlines()
     assert lines[0] == "Cluster GPUs"
-    assert lines[1] == "n1  cv:7 - | - - || sys:9* - | - -  (6 free)"
+    # labels padded to one width, so the columns line up from node to node
+    assert lines[1] == "n1  cv:7   -      | -      -      || sys:9* -      | -      -       (6 free)"
     data = map_dict(cmap)
     assert data["counts"]["opportunistic"] == 1
     # GPU 0 and 4 busy: switches 2–3 and 6–7 stay whole, GPUs 1 and 5 are single

@@ -164,3 +164,20 @@ def test_ledger_without_events_gives_the_same_gpu_hours(tmp_path: Path) -> None:
     assert t.gpu_hours_guaranteed == pytest.approx(183)
     assert t.gpu_hours_opportunistic == pytest.approx(28)
     assert t.preempted_gpu_hours == pytest.approx(14)
+
+
+def test_vc_now_comes_from_the_allocator_snapshot(tmp_path: Path) -> None:
+    """node2 is drained: nlp (two node cells) can back only one of them, sys loses the GPU busy on node4."""
+    from hivebatch.reports.load import load_vc_now
+
+    engine = create_engine(make_db(tmp_path / "ledger.db"))
+    with Session(engine) as session:
+        now = load_vc_now(session, config_data())
+        jobs, segments = load_jobs(session)
+    engine.dispose()
+    assert (now["nlp"].gpus_total, now["nlp"].gpus_used, now["nlp"].capacity) == (16, 8, 8)
+    assert "node2" in (now["nlp"].reason or "")
+    assert (now["cv"].capacity, now["cv"].reason) == (12, None)
+    rep = quota_report(jobs, segments, vc_infos(config_data()), utc(0), utc(10), total_gpus=32, now=now)
+    texts = {v.name: v.now_text for v in rep.vcs}
+    assert texts == {"cv": "0/12", "nlp": "8/8 of 16", "sys": "0/3 of 4"}
