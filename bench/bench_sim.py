@@ -47,7 +47,9 @@ def main() -> None:
     t2 = time.perf_counter()
     s = summarize(run)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"cluster            {args.nodes} nodes x 8 GPUs, {args.vcs} VCs, mode {args.mode}, policy {args.policy}")
+    print(
+        f"cluster            {args.nodes} nodes x 8 GPUs, {args.vcs} VCs, mode {args.mode}, policy {args.policy}"
+    )
     print(f"jobs               {len(jobs)} (completed {s.completed}, rejected {s.rejected})")
     print(f"setup              {t1 - t0:.2f} s")
     print(f"simulation         {t2 - t1:.2f} s  (target <= 60 s)")

@@ -83,7 +83,7 @@ def schedule_round(
     Placements (and the preemptions they cause) are applied to ``alloc``; the caller requeues the
     jobs listed in ``Outcome.preempted``.
     """
-    from hivebatch.cells.types import Request
+    from hivebatch.cells import Request
 
     task_list = list(tasks)
     if not task_list:

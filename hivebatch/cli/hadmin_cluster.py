@@ -20,7 +20,7 @@ import click
 def cluster(config: str | None, no_slurm: bool, fmt: str) -> None:
     """Show every node's GPUs: which VC and job hold them, opportunistic and foreign work, bad nodes.
 
-    Gaps mark cell boundaries (│ PCIe switch, ┃ socket); the summary says where free GPUs are
+    Gaps mark cell boundaries (│ or | a PCIe switch, ┃ or || a socket); the summary says where free GPUs are
     fragmented (free GPUs on partly used nodes cannot serve whole-node jobs).
     """
     from hivebatch.reports.load import cluster_map, load_report_data

@@ -52,7 +52,14 @@ def events(
             raise HivebatchError(
                 "no hivebatch database yet: run `hivebatch db upgrade` and the controller first"
             )
-        rows = load_events(session, job=job, since=since, kinds=list(kinds) or None, limit=limit)
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from hivebatch.reports.load import db_error
+
+        try:
+            rows = load_events(session, job=job, since=since, kinds=list(kinds) or None, limit=limit)
+        except SQLAlchemyError as exc:
+            raise HivebatchError(db_error(exc)) from None
     if fmt == "json":
         click.echo(json.dumps(events_dicts(rows), indent=2))
     elif fmt == "csv":

@@ -51,26 +51,30 @@ def _no_db_note(data) -> None:  # type: ignore[no-untyped-def]
         )
 
 
-def _html(data, quota, users, vc: str | None, use_slurm: bool = True) -> str:  # type: ignore[no-untyped-def]
-    from hivebatch.reports.html import ReportInputs, render_html
+def _inputs(data, quota, users, vc: str | None, use_slurm: bool = True):  # type: ignore[no-untyped-def]
+    from hivebatch.reports.html import ReportInputs
     from hivebatch.reports.load import cluster_map
 
     cmap, source = cluster_map(data, use_slurm=use_slurm)
     jobs = [j for j in data.jobs if vc is None or j.vc == vc]
     segments = [s for s in data.segments if vc is None or s.vc == vc]
     title = "hivebatch cluster report" + (f" — VC {vc}" if vc else "")
-    return render_html(
-        ReportInputs(
-            quota=quota,
-            users=users,
-            jobs=jobs,
-            segments=segments,
-            cluster=cmap,
-            cluster_taken_at=data.slots_taken_at,
-            cluster_source=source,
-            title=title,
-        )
+    return ReportInputs(
+        quota=quota,
+        users=users,
+        jobs=jobs,
+        segments=segments,
+        cluster=cmap,
+        cluster_taken_at=data.slots_taken_at,
+        cluster_source=source,
+        title=title,
     )
+
+
+def _html(data, quota, users, vc: str | None, use_slurm: bool = True) -> str:  # type: ignore[no-untyped-def]
+    from hivebatch.reports.html import render_html
+
+    return render_html(_inputs(data, quota, users, vc, use_slurm))
 
 
 @click.group()
@@ -87,8 +91,10 @@ def quota(
 ) -> None:
     """Per VC: cells, GPUs reserved, GPU-hours used, waits, QoS rate per class, missed deadlines.
 
-    Also the cluster totals, GPU-hours lent to opportunistic work and lost to preemption, and a status
-    per VC: starved (jobs wait beyond what its own cells would give), idle, full or ok.
+    Also the cluster totals, GPU-hours lent to opportunistic work and lost to preemption, the
+    jobs waiting now and why, where the free GPUs are, and a status per VC: starved (its jobs
+    wait beyond what its own cells would give), full (over 80% of its reservation used), idle
+    (under 25% used, nothing pending) or ok.
     """
     from hivebatch.reports.render import quota_csv, quota_dict, quota_notes, quota_tables
     from hivebatch.reports.tables import print_tables
@@ -102,7 +108,13 @@ def quota(
     elif fmt == "html":
         click.echo(_html(data, rep, users, vc))
     else:
-        print_tables(quota_tables(rep), notes=quota_notes(rep))
+        from hivebatch.reports.gpumap import build_cluster_map
+
+        frag = None
+        if data.slots and vc is None:
+            # the ledger's picture only: a report must not depend on Slurm answering
+            frag = build_cluster_map(data.layouts, data.slots).fragmentation()
+        print_tables(quota_tables(rep), notes=quota_notes(rep, frag))
 
 
 @report.command()
@@ -143,6 +155,8 @@ def users(
 @_window_options
 @click.option("--vc", metavar="NAME", help="only this virtual cluster")
 @click.option("--no-slurm", is_flag=True, help="draw the GPU map from the controller's last cycle only")
+@click.option("--plots", "plots_dir", metavar="DIR", type=click.Path(file_okay=False),
+              help="also write the plots and the GPU map as PNG files into DIR (for slides and mails)")  # fmt: skip
 @click.argument("out", metavar="OUT.html", type=click.Path(dir_okay=False, allow_dash=True))
 def html(
     config: str | None,
@@ -150,12 +164,20 @@ def html(
     until_text: str | None,
     vc: str | None,
     no_slurm: bool,
+    plots_dir: str | None,
     out: str,
 ) -> None:
     """Write one self-contained HTML page: tables, plots and the node × GPU map (`-` = stdout)."""
+    from hivebatch.reports.html import render_html, write_plots
+
     data, rep, user_rows = _compute(config, since_text, until_text, vc)
     _no_db_note(data)
-    page = _html(data, rep, user_rows, vc, use_slurm=not no_slurm)
+    inputs = _inputs(data, rep, user_rows, vc, use_slurm=not no_slurm)
+    page = render_html(inputs)
+    if plots_dir is not None:
+        written = write_plots(inputs, Path(plots_dir))
+        names = ", ".join(p.name for p in written)
+        click.echo(f"wrote {len(written)} plots into {plots_dir}: {names}", err=out == "-")
     if out == "-":
         click.echo(page)
         return

@@ -32,6 +32,7 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
     from hivebatch.config import load_config
     from hivebatch.errors import HivebatchError
     from hivebatch.reports.drift import ERROR, config_findings, drift_findings, qos_classes
+    from hivebatch.reports.load import short_error
     from hivebatch.reports.topology import node_layouts, vc_infos
 
     path, data = load_config(config)
@@ -52,7 +53,7 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
                 try:
                     nodes = list(backend.list_nodes())
                 except HivebatchError as exc:
-                    why_nodes = str(exc)
+                    why_nodes = short_error(exc)
                 list_accounts = getattr(backend, "list_accounts", None)
                 list_qos = getattr(backend, "list_qos", None)
                 if list_accounts is None or list_qos is None:
@@ -61,7 +62,7 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
                     try:
                         accounts, qos = list(list_accounts()), list(list_qos())
                     except HivebatchError as exc:
-                        why_acct = str(exc)
+                        why_acct = short_error(exc)
             except (ImportError, HivebatchError) as exc:
                 why_nodes = why_acct = f"no Slurm backend ({exc})"
             findings += drift_findings(

@@ -77,7 +77,7 @@ PREDICTION_TOLERANCE_S = 300.0
 def _set_moved(job: Any, attr: str, value: Any) -> None:
     old = getattr(job, attr)
     if old is None or value is None:
-        if old is not value:
+        if (old is None) != (value is None):
             setattr(job, attr, value)
         return
     delta = (value - old).total_seconds() if isinstance(value, dt.datetime) else float(value - old)
@@ -91,9 +91,11 @@ def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> None:
         job = w.job
         new_state = "rejected" if w.rejected else ("preempted" if job.state == "preempted" else "queued")
         changed = job.reason != w.reason or job.state != new_state
-        job.state = new_state
-        job.reason = w.reason
-        if w.shape is not None:
+        # assign only what differs: an assignment alone makes the row dirty and costs a flush check
+        if changed:
+            job.state = new_state
+            job.reason = w.reason
+        if w.shape is not None and (job.shape_nodes, job.shape_gpn) != w.shape:
             job.shape_nodes, job.shape_gpn = w.shape
         # predictions are rewritten only when they move noticeably: 10,000 waiting jobs need not be
         # rewritten every minute just because time passed

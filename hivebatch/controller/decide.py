@@ -7,7 +7,7 @@ a reason instead of waiting silently; the rest become QoS tasks and go through
 the same function the simulator uses.
 
 Requeued jobs already carry a typed GPU gres (``gpu:g3:1,…``) and Slurm cannot re-type it safely,
-so they are never given other GPU indices: after the round they resume on any node(s) where the
+so they are never given other GPU indices: before the round they resume on any node(s) where the
 same indices are free (first the nodes they ran on), or keep waiting with that reason.
 """
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hivebatch.controller.reconcile import Ledger
-from hivebatch.qos import Shape, task_ect, task_latency
 from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
+from hivebatch.qos import Shape, task_ect, task_latency
 from hivebatch.request import JobRequest
 
 
@@ -92,8 +92,8 @@ def _finite(x: float | None) -> float | None:
 def check_request(job: Job, sj: Any, spec: Any) -> tuple[JobRequest | None, str | None]:
     """The job's request, or the plain-words reason it cannot be scheduled as it stands."""
     try:
+        # validated when it was read from the Slurm comment (JobRequest.from_comment); not again each cycle
         req = JobRequest(**(job.request or {}))
-        req.validate()
     except (TypeError, HivebatchError) as exc:
         return None, f"its hivebatch request is unreadable ({exc}); resubmit it with hsub"
     if req.vc not in spec.vcs:
@@ -251,8 +251,20 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
         tasks.append(task)
         reqs[task.job_id] = (job, req)
 
+    # Requeued jobs resume first (they ran before; newer work must not starve them), each only on its
+    # old GPU indices. A guaranteed job of the round may still preempt them before they start.
+    placed_now: dict[int, Place] = {}
     gmap = alloc.gpu_map()
-    room = Room(alloc, spec, gmap)
+    typed.sort(key=lambda jr: (-jr[1].priority, jr[0].submit_time or now, jr[0].slurm_job_id))
+    for job, req in typed:
+        out_place = _resume_typed(alloc, spec, job, req, ledger.bad_nodes, gmap)
+        if isinstance(out_place, Place):
+            out.places.append(out_place)
+            placed_now[job.slurm_job_id] = out_place
+        else:
+            out.waits.append(Wait(job, out_place))
+
+    room = Room(alloc, spec, alloc.gpu_map() if typed else gmap)
     hopeless = [t for t in tasks if not room.may_fit(reqs[t.job_id][1])]
     if hopeless:
         skip = {t.job_id for t in hopeless}
@@ -271,7 +283,6 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
         {t.job_id for t in tasks if reqs[t.job_id][1].priority < 0},
         priority_of=lambda t: reqs[str(t.job_id)][1].priority,
     )
-    placed_now: dict[int, Place] = {}
     latencies: dict[int, float | None] = {}
     for o in outcomes:
         job, req = reqs[str(o.task.job_id)]
@@ -312,15 +323,6 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
                     latency_s=lat,
                 )
             )
-
-    if typed:
-        gmap = alloc.gpu_map()  # after the round: what it placed is taken
-    for job, req in typed:
-        out_place = _resume_typed(alloc, spec, job, req, ledger.bad_nodes, gmap)
-        if isinstance(out_place, Place):
-            out.places.append(out_place)
-        else:
-            out.waits.append(Wait(job, out_place))
 
     for place in out.places:
         if place.placement and place.gres is None:
@@ -419,11 +421,11 @@ class Room:
 
     def reason(self, req: JobRequest) -> str:
         if req.priority < 0:
-            return f"waiting for idle GPUs: {self.unbound} free outside the VCs' cells, the job needs {req.gpus}"
+            return (
+                f"waiting for idle GPUs: {self.unbound} free outside the VCs' cells, the job needs {req.gpus}"
+            )
         free = self.free.get(req.vc, 0)
-        return (
-            f"waiting for VC {req.vc}'s GPUs: {free} of {self.total.get(req.vc, 0)} free, the job needs {req.gpus}"
-        )
+        return f"waiting for VC {req.vc}'s GPUs: {free} of {self.total.get(req.vc, 0)} free, the job needs {req.gpus}"
 
 
 def _hopeless_wait(job: Job, req: JobRequest, task: Any, room: Room, ctx: Any, now: dt.datetime) -> Wait:

@@ -27,6 +27,7 @@ class GpuSlot:
     user: str | None = None
     bad: bool = False
     shared: int = 0  # jobs sharing this GPU beyond the first (fractional GPUs)
+    stale: bool = False  # the ledger's last cycle showed a job here, but Slurm shows the GPU idle now
 
     @property
     def free(self) -> bool:
@@ -129,6 +130,10 @@ class ClusterMap:
                     seen.append(s.vc)
         return sorted(seen)
 
+    @property
+    def stale_gpus(self) -> int:
+        return sum(1 for n in self.nodes for s in n.slots if s.stale)
+
     def counts(self) -> dict[str, int]:
         out = {FREE: 0, GUARANTEED: 0, OPPORTUNISTIC: 0, FOREIGN: 0, "shared": 0, "bad": 0}
         for node in self.nodes:
@@ -204,6 +209,9 @@ def build_cluster_map(
                 slot = replace(slot, bad=node_bad)
                 if index in used_live and slot.kind == FREE and slot.job is None:
                     slot = replace(slot, kind=FOREIGN)
+                elif slot.job and index not in used_live and index not in shared_live:
+                    # The job ended since the controller's last cycle: Slurm is the fresher witness.
+                    slot = replace(slot, kind=FREE, job=None, user=None, vc=None, stale=True)
                 if index in shared_live:
                     slot = replace(slot, shared=max(slot.shared, 1))
             if slot.job and not slot.user:

@@ -14,6 +14,7 @@ from hivebatch import __version__
 from hivebatch.reports.gpumap import ClusterMap, Fragmentation
 from hivebatch.reports.plots import (
     OPPORTUNISTIC_COLOR,
+    plot_gpu_map,
     plot_qos_rates,
     plot_queue_cdf,
     plot_utilization,
@@ -195,23 +196,59 @@ def _headline(quota: QuotaReport, frag: Fragmentation | None) -> list[dict[str, 
     return cards
 
 
-def render_html(inputs: ReportInputs) -> str:
-    quota = inputs.quota
-    vcs = [v.name for v in quota.vcs]
+def report_colors(inputs: ReportInputs) -> dict[str, str]:
+    vcs = [v.name for v in inputs.quota.vcs]
     if inputs.cluster is not None:
         vcs = sorted(set(vcs) | set(inputs.cluster.vcs))
-    colors = vc_colors(vcs)
+    return vc_colors(vcs)
+
+
+def make_plots(inputs: ReportInputs, with_map: bool = False) -> dict[str, bytes]:
+    """The report's plots as PNG bytes, keyed by file stem."""
+    quota = inputs.quota
+    colors = report_colors(inputs)
     reserved = {v.name: v.gpus_reserved for v in quota.vcs}
     series = usage_series(inputs.segments, quota.since, quota.until)
-    delays: dict[str, list[float]] = {v: [] for v in [v.name for v in quota.vcs]}
+    delays: dict[str, list[float]] = {v.name: [] for v in quota.vcs}
     for job in inputs.jobs:
         d = queue_delay_s(job)
         if d is not None and job.start_time is not None and quota.since <= job.start_time < quota.until:
             delays.setdefault(job.vc, []).append(d)
     plots = {
-        "utilization": _b64(plot_utilization(series, quota.totals.gpus, colors, reserved)),
-        "queue": _b64(plot_queue_cdf(delays, colors)),
-        "qos": _b64(plot_qos_rates(quota, colors)),
+        "gpus-in-use": plot_utilization(series, quota.totals.gpus, colors, reserved),
+        "queuing-delay": plot_queue_cdf(delays, colors),
+        "qos-rate": plot_qos_rates(quota, colors),
+    }
+    if with_map and inputs.cluster is not None:
+        plots["gpu-map"] = plot_gpu_map(inputs.cluster, colors)
+    return plots
+
+
+def write_plots(inputs: ReportInputs, directory: Path) -> list[Path]:
+    """Write every plot (and the GPU map) as PNG files into ``directory``, created when missing."""
+    from hivebatch.errors import HivebatchError
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, png in make_plots(inputs, with_map=True).items():
+            path = directory / f"{name}.png"
+            path.write_bytes(png)
+            written.append(path)
+    except OSError as exc:
+        raise HivebatchError(f"cannot write plots into {directory}: {exc.strerror or exc}") from None
+    return written
+
+
+def render_html(inputs: ReportInputs) -> str:
+    quota = inputs.quota
+    colors = report_colors(inputs)
+    vcs = list(colors)
+    pngs = make_plots(inputs)
+    plots = {
+        "utilization": _b64(pngs["gpus-in-use"]),
+        "queue": _b64(pngs["queuing-delay"]),
+        "qos": _b64(pngs["qos-rate"]),
     }
     frag = inputs.cluster.fragmentation() if inputs.cluster is not None else None
     usage_t, wait_t = quota_tables(quota)
@@ -280,6 +317,7 @@ def render_html(inputs: ReportInputs) -> str:
         cluster=_map_ctx(inputs.cluster, colors) if inputs.cluster is not None else None,
         cluster_taken_at=fmt_time(inputs.cluster_taken_at) if inputs.cluster_taken_at else None,
         cluster_source=inputs.cluster_source,
+        stale_gpus=inputs.cluster.stale_gpus if inputs.cluster is not None else 0,
         frag=frag,
         verdict_styles=VERDICT_STYLE,
         notes=inputs.notes,

@@ -45,6 +45,8 @@ class ReportData:
 
 
 def load_report_data(config: str | None, since: datetime | None = None, with_jobs: bool = True) -> ReportData:
+    from sqlalchemy.exc import SQLAlchemyError
+
     from hivebatch.db.session import read_only_session
     from hivebatch.reports.source import load_jobs, load_slots
 
@@ -54,11 +56,19 @@ def load_report_data(config: str | None, since: datetime | None = None, with_job
         if session is None:
             return out
         out.has_db = True
-        if with_jobs:
-            out.jobs, out.segments = load_jobs(session, since)
-        out.slots, out.slots_taken_at = load_slots(session)
-        out.vc_now = load_vc_now(session, data)
+        try:
+            if with_jobs:
+                out.jobs, out.segments = load_jobs(session, since)
+            out.slots, out.slots_taken_at = load_slots(session)
+            out.vc_now = load_vc_now(session, data)
+        except SQLAlchemyError as exc:
+            raise HivebatchError(db_error(exc)) from None
     return out
+
+
+def db_error(exc: Exception) -> str:
+    first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    return f"cannot read the hivebatch database: {first} (is it migrated? run `hivebatch db upgrade`)"
 
 
 def load_vc_now(session: Any, data: dict[str, Any]) -> dict[str, VCNow]:
@@ -99,6 +109,12 @@ def default_since(jobs: list[JobRow], until: datetime) -> datetime:
     return since
 
 
+def short_error(exc: Exception, limit: int = 120) -> str:
+    """Slurm errors repeat every stderr line; the last one says what went wrong."""
+    text = str(exc).split("; ")[-1].strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def live_nodes() -> tuple[list[Any] | None, str | None]:
     """Slurm's nodes now, or (None, why not) when Slurm cannot be asked."""
     try:
@@ -106,7 +122,7 @@ def live_nodes() -> tuple[list[Any] | None, str | None]:
 
         return list(get_backend().list_nodes()), None
     except HivebatchError as exc:
-        return None, f"Slurm not reachable: {exc}"
+        return None, f"Slurm not reachable: {short_error(exc)}"
     except (ImportError, AttributeError):
         return None, "no Slurm backend installed"
 

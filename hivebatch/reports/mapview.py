@@ -66,13 +66,23 @@ def map_dict(cmap: ClusterMap) -> dict[str, Any]:
                 "bad": n.bad,
                 "free": n.free_gpus,
                 "gpus": [
-                    {"index": s.index, "kind": s.kind, "vc": s.vc, "job": s.job, "user": s.user, "bad": s.bad}
+                    {
+                        "index": s.index,
+                        "kind": s.kind,
+                        "vc": s.vc,
+                        "job": s.job,
+                        "user": s.user,
+                        "bad": s.bad,
+                        "shared": s.shared,
+                        "stale": s.stale,
+                    }
                     for s in n.slots
                 ],
             }
             for n in cmap.nodes
         ],
         "counts": cmap.counts(),
+        "stale_gpus": cmap.stale_gpus,
         "fragmentation": {
             "free_gpus": frag.free_gpus,
             "free_nodes": frag.free_nodes,
@@ -102,18 +112,28 @@ def summary_lines(cmap: ClusterMap) -> list[str]:
         )
     if frag.bad_nodes:
         lines.append("Bad nodes (no new work): " + ", ".join(frag.bad_nodes) + ".")
+    if cmap.stale_gpus:
+        lines.append(
+            f"Stale: {cmap.stale_gpus} GPUs the controller's last cycle shows busy are idle in Slurm now "
+            "(shown free; the next cycle will record it)."
+        )
     return lines
 
 
 def print_map(
-    cmap: ClusterMap, header: str, vc_names: list[str] | None = None, out: IO[str] | None = None
+    cmap: ClusterMap,
+    header: str,
+    vc_names: list[str] | None = None,
+    out: IO[str] | None = None,
+    terminal: bool | None = None,
 ) -> None:
+    """Coloured cells on a terminal, padded plain labels when piped (``terminal`` forces one)."""
     from rich.console import Console
     from rich.text import Text
 
-    console = Console(file=out, highlight=False)
+    console = Console(file=out, highlight=False, force_terminal=terminal, width=200 if terminal else None)
     width = max((len(n.name) for n in cmap.nodes), default=4)
-    if not console.is_terminal:
+    if not (console.is_terminal if terminal is None else terminal):
         lines = [header]
         cell = max((len(plain_slot(s)) for n in cmap.nodes for s in n.slots), default=1)
         for node in cmap.nodes:

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
+from hivebatch.reports.gpumap import ClusterMap  # noqa: E402
 from hivebatch.reports.rows import GUARANTEED_CLASSES  # noqa: E402
 from hivebatch.reports.series import OPPORTUNISTIC_SERIES, UsageSeries  # noqa: E402
 from hivebatch.reports.usage import ClassRate, QuotaReport  # noqa: E402
@@ -147,4 +148,60 @@ def plot_qos_rates(rep: QuotaReport, colors: dict[str, str]) -> bytes:
     ax.legend(
         fontsize=8, frameon=False, ncol=min(4, len(groups)), loc="upper center", bbox_to_anchor=(0.5, -0.1)
     )
+    return _png(fig)
+
+
+def plot_gpu_map(cmap: ClusterMap, colors: dict[str, str]) -> bytes:
+    """The node × GPU map as a picture (for slides and mails; the HTML page has it as a table)."""
+    from matplotlib.patches import Patch, Rectangle
+
+    nodes = cmap.nodes
+    width = max((len(n.slots) for n in nodes), default=1)
+    labels = len(nodes) <= 32
+    fig_h = max(1.6, 0.32 * len(nodes) + 1.0) if labels else max(1.6, 0.12 * len(nodes) + 1.0)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.75 * width + 2.0), fig_h))
+    for row, node in enumerate(nodes):
+        y = len(nodes) - 1 - row
+        gap = 0.0
+        for pos, s in enumerate(node.slots):
+            x = pos + gap
+            hatch = None
+            if s.bad:
+                face, edge, text = "#f3c1c4", "#cf222e", "bad"
+                hatch = "xx"
+            elif s.kind == "foreign":
+                face, edge, text = "#555555", "#333333", "frgn"
+            elif s.kind == "opportunistic":
+                face, edge, text = colors.get(s.vc or "", OPPORTUNISTIC_COLOR), "#666666", s.job or ""
+                hatch = "///"
+            elif s.job:
+                face, edge, text = colors.get(s.vc or "", "#888888"), "#444444", s.job
+            elif s.shared:
+                face, edge, text = "#d9d9d9", "#999999", "shrd"
+            else:
+                face, edge, text = "#ffffff", "#bbbbbb", ""
+            ax.add_patch(
+                Rectangle(
+                    (x, y + 0.08), 0.92, 0.84, facecolor=face, edgecolor=edge, hatch=hatch, linewidth=0.8
+                )
+            )
+            if labels and text:
+                ax.text(x + 0.46, y + 0.5, text[-5:], ha="center", va="center", fontsize=6.5,
+                        color="white" if s.job and not s.bad and s.kind != "opportunistic" else "#222222")  # fmt: skip
+            gap += 0.12 * node.boundary_level(pos) if pos < len(node.slots) - 1 else 0.0
+    ax.set_xlim(-0.1, width + 0.12 * width / 2 + 0.2)
+    ax.set_ylim(0, len(nodes))
+    ax.set_yticks([len(nodes) - 1 - i + 0.5 for i in range(len(nodes))], [n.name for n in nodes],
+                  fontsize=8 if labels else 5)  # fmt: skip
+    ax.set_xticks([])
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+    ax.tick_params(left=False)
+    ax.set_title("GPUs now (VC colour; hatched = opportunistic)", loc="left", fontsize=10)
+    handles = [Patch(facecolor=c, label=vc) for vc, c in colors.items()]
+    handles += [
+        Patch(facecolor="#555555", label="foreign"),
+        Patch(facecolor="#f3c1c4", hatch="xx", label="bad"),
+    ]
+    ax.legend(handles=handles, fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _png(fig)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hivebatch.reports.gpumap import Fragmentation
 from hivebatch.reports.rows import GUARANTEED_CLASSES, EventRow
 from hivebatch.reports.tables import TextTable, to_csv
 from hivebatch.reports.timeutil import fmt_duration, fmt_time
@@ -134,7 +135,8 @@ def quota_tables(rep: QuotaReport) -> list[TextTable]:
     return [usage, wait]
 
 
-def quota_notes(rep: QuotaReport) -> list[str]:
+def quota_notes(rep: QuotaReport, frag: Fragmentation | None = None) -> list[str]:
+    """The lines under the quota tables; ``frag`` adds where the free GPUs are (controller's last cycle)."""
     t = rep.totals
     overall = t.qos_overall
     notes = [window_line(rep)]
@@ -164,6 +166,13 @@ def quota_notes(rep: QuotaReport) -> list[str]:
             )
         more = f" … and {len(rep.waiting_jobs) - 10} more" if len(rep.waiting_jobs) > 10 else ""
         notes.append("Waiting now: " + "; ".join(shown) + more)
+    if frag is not None:
+        where = f"Free GPUs now: {frag.summary()}"
+        if frag.partly_used_nodes:
+            where += "; fragmented on " + ", ".join(f"{n} ({k} free)" for n, k in frag.partly_used_nodes[:8])
+        if frag.bad_nodes:
+            where += "; bad nodes: " + ", ".join(frag.bad_nodes)
+        notes.append(where + ".")
     return notes
 
 

@@ -34,6 +34,7 @@ class JobRow:
     start_time: datetime | None = None  # first start
     end_time: datetime | None = None
     nodes: int = 1
+    requested_nodes: int | None = None  # what the user asked for (-N); None when hivebatch chose the shape
     time_limit_s: float | None = None
     ect: datetime | None = None  # expected completion time: the QoS deadline
     gpu_type: str | None = None

@@ -59,6 +59,7 @@ def _job_row(job: Any) -> JobRow:
         start_time=as_utc(job.start_time),
         end_time=as_utc(job.end_time),
         nodes=int(nodes),
+        requested_nodes=int(request["nodes"]) if request.get("nodes") else None,
         time_limit_s=float(limit) if limit else None,
         ect=as_utc(job.expected_completion),
         gpu_type=job.gpu_type,

@@ -49,12 +49,17 @@ class TextTable:
         return table
 
 
-def print_tables(tables: list[TextTable], out: IO[str] | None = None, notes: list[str] | None = None) -> None:
-    """Rich on a terminal, plain aligned columns when piped or redirected."""
+def print_tables(
+    tables: list[TextTable],
+    out: IO[str] | None = None,
+    notes: list[str] | None = None,
+    terminal: bool | None = None,
+) -> None:
+    """Rich on a terminal, plain aligned columns when piped or redirected (``terminal`` forces one)."""
     from rich.console import Console
 
-    console = Console(file=out, highlight=False)
-    if console.is_terminal:
+    console = Console(file=out, highlight=False, force_terminal=terminal, width=200 if terminal else None)
+    if console.is_terminal if terminal is None else terminal:
         for table in tables:
             console.print(table.rich())
         for note in notes or []:

@@ -7,9 +7,10 @@ Waste flags (each with the advice that fixes it):
   predicted start of everybody behind them pessimistic and keep backfill from using the gap.
 - *often preempted*: ``MANY_PREEMPTIONS`` or more preemptions in the window; the GPU-hours of the
   runs that were cut short are lost unless the job checkpoints.
-- *multi-node jobs that fit one node*: jobs spread over more than one node while their GPU count
-  fits on one node of their GPU type; they pay cross-node communication for nothing and fragment
-  the cluster.
+- *multi-node jobs that fit one node*: jobs whose user asked for more than one node (-N) while their
+  GPU count fits on one node of their GPU type; they pay cross-node communication for nothing and
+  fragment the cluster. A multi-node shape hivebatch's placement model chose is not the user's doing
+  and is not flagged.
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def users_report(
                 run_seconds(job.job_id, segs_by_job[job.job_id], until) / job.time_limit_s
             )
         per_node = gpus_per_node.get(job.gpu_type or "", largest_node)
-        if job.start_time is not None and _nodes_used(job) > 1 and 0 < job.gpus <= per_node:
+        asked = job.requested_nodes or 0
+        if job.start_time is not None and asked > 1 and _nodes_used(job) > 1 and 0 < job.gpus <= per_node:
             rep.multinode_fit_one += 1
 
     for user, rep in users.items():

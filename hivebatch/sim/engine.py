@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hivebatch.cells import CellAllocator
 from hivebatch.errors import HivebatchError
 from hivebatch.qos import Shape, Task, get_policy, task_ect
 from hivebatch.scheduler import Outcome, schedule_round
@@ -109,8 +110,6 @@ class Simulation:
         self.after_round = after_round
         self.vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
         if mode == "cells":
-            from hivebatch.cells.allocator import CellAllocator
-
             self.alloc: Any = CellAllocator(spec)
         else:
             self.alloc = QuotaPool(spec.nodes, self.vc_gpus)

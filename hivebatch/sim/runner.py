@@ -1,7 +1,7 @@
 """Running a workload under several policies and sharing modes, with the private-cluster baseline.
 
-The private baseline of a VC is its jobs alone on exactly its own cells (cells mode, no other VC,
-no opportunistic jobs). It is computed once per policy and compared with both shared modes:
+The private baseline of a VC is its guaranteed jobs alone on exactly its own cells (cells mode, no
+other VC, no opportunistic jobs). It is computed once per policy and compared with both shared modes:
 excess queuing delay = shared mean queue − private mean queue (positive = worse than private).
 """
 
@@ -31,10 +31,11 @@ class Experiment:
 
 
 def private_queues(exp: Experiment, policy: str, progress: ProgressFactory | None = None) -> dict[str, float]:
-    """VC -> mean queuing delay of its jobs alone on its own cells."""
+    """VC -> mean queuing delay of its guaranteed jobs alone on its own cells."""
     by_vc: dict[str, list[SimJob]] = {}
     for j in exp.jobs:
-        by_vc.setdefault(j.vc, []).append(j)
+        if not j.opportunistic:
+            by_vc.setdefault(j.vc, []).append(j)
     out: dict[str, float] = {}
     for vc, jobs in sorted(by_vc.items()):
         cb = progress(f"{policy} private {vc}", len(jobs)) if progress else None

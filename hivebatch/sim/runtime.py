@@ -135,15 +135,27 @@ class RuntimeModel:
         return max(t, best)
 
     def best_run_time(self, job: SimJob, gpus: int | None = None) -> float:
-        """The fastest any symmetric placement of ``gpus`` (default: the job's own count) allows."""
+        """The fastest any symmetric placement allows: of ``gpus`` GPUs if given; else of the job's own
+        count for trace jobs and of any count for model jobs."""
         n = gpus or job.gpus
         if job.is_trace_job:
             assert job.duration_s is not None
             tight = tightest_shape(n, self.gpus_per_node, self.max_nodes)
             shapes = symmetric_shapes(n, self.gpus_per_node, self.max_nodes) or [tight]
             return job.duration_s * min(self.trace_slowdown(job, s) for s in shapes)
+        # A model job's GPU count is the policy's choice, so its best is over every shape (a local
+        # batch of at least one sample bounds the GPU count), or over shapes of ``gpus`` if given.
+        if gpus is not None:
+            shapes = symmetric_shapes(n, self.gpus_per_node, self.max_nodes)
+        else:
+            limit = job.batch or 1
+            shapes = [
+                Shape(d, g)
+                for g in range(1, self.gpus_per_node + 1)
+                for d in range(1, min(self.max_nodes, limit // g) + 1)
+            ]
         best = float("inf")
-        for s in symmetric_shapes(n, self.gpus_per_node, self.max_nodes):
+        for s in shapes:
             try:
                 best = min(best, self.model_latency(job, s))
             except ModelRangeError:

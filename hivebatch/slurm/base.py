@@ -50,3 +50,11 @@ class SlurmBackend(ABC):
     @abstractmethod
     def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
         """Accounting records (sacct) of jobs, finished or not."""
+
+    @abstractmethod
+    def list_accounts(self) -> list[str]:
+        """Slurm accounts known to accounting (each VC needs one)."""
+
+    @abstractmethod
+    def list_qos(self) -> list[str]:
+        """QOS names known to accounting (each job class needs one)."""

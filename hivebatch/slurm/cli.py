@@ -153,3 +153,19 @@ class CliBackend(SlurmBackend):
         elif job_ids is None:
             args += ["-S", "1970-01-01T00:00:00"]
         return parse_sacct(self._run(args))
+
+    def list_accounts(self) -> list[str]:
+        return _names(self._run(["sacctmgr", "--noheader", "--parsable2", "show", "account", "format=Account"]))
+
+    def list_qos(self) -> list[str]:
+        return _names(self._run(["sacctmgr", "--noheader", "--parsable2", "show", "qos", "format=Name"]))
+
+
+def _names(out: str) -> list[str]:
+    """One name per line of ``sacctmgr --parsable2`` output, in order, without repeats."""
+    seen: dict[str, None] = {}
+    for line in out.splitlines():
+        name = line.strip().rstrip("|")
+        if name:
+            seen.setdefault(name, None)
+    return list(seen)

@@ -424,6 +424,14 @@ class FakeSlurm(SlurmBackend):
             )
         return out
 
+    def list_accounts(self) -> list[str]:
+        if self.accounts is None:
+            return ["root"]
+        return sorted({a for accts in self.accounts.values() for a in accts} | {"root"})
+
+    def list_qos(self) -> list[str]:
+        return sorted(QOS_NAMES)
+
     def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
         out = []
         for j in self._s.jobs.values():

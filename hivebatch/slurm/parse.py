@@ -12,8 +12,6 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError
-
 from hivebatch.errors import HivebatchError
 from hivebatch.slurm.types import (
     BAD_NODE_WORDS,
@@ -52,6 +50,11 @@ def expand_hostlist(text: str | None) -> list[str]:
     """'node[1-3],node7' → ['node1', 'node2', 'node3', 'node7']; '', '(null)', 'None assigned' → []."""
     if not text or text in ("(null)", "None assigned", "N/A"):
         return []
+    if "[" not in text:
+        # plain comma lists are the common case; ClusterShell costs ~20 ms of every CLI start
+        return [name for name in text.split(",") if name]
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
     try:
         return list(NodeSet(text))
     except NodeSetParseError as exc:

@@ -68,8 +68,22 @@ class Ctl:
         req = JobRequest(vc=vc, qos=qos, gpus=gpus, time_limit_s=600)
         name = f"{self.tag}-{user}"
         args = [
-            "--hold", "-A", vc, "-q", qos, "-J", name, "-t", "10", "--chdir", str(self.jobs_dir),
-            "-o", str(self.jobs_dir / f"{name}-%j.out"), "--open-mode=append", "--comment", req.to_comment(),
+            "--hold",
+            "-A",
+            vc,
+            "-q",
+            qos,
+            "-J",
+            name,
+            "-t",
+            "10",
+            "--chdir",
+            str(self.jobs_dir),
+            "-o",
+            str(self.jobs_dir / f"{name}-%j.out"),
+            "--open-mode=append",
+            "--comment",
+            req.to_comment(),
         ]
         jid = self.lab.backend(user).submit(PROBE.format(sleep=sleep), args)
         self.mine.add(jid)
@@ -100,7 +114,9 @@ class Ctl:
 def _pg_database() -> Iterator[str]:
     base = make_url(os.environ["HIVEBATCH_TEST_PG_URL"]).set(drivername="postgresql+psycopg")
     name = f"hbctl_{uuid.uuid4().hex[:10]}"
-    admin = make_engine(base.render_as_string(hide_password=False)).execution_options(isolation_level="AUTOCOMMIT")
+    admin = make_engine(base.render_as_string(hide_password=False)).execution_options(
+        isolation_level="AUTOCOMMIT"
+    )
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:
@@ -112,7 +128,9 @@ def _pg_database() -> Iterator[str]:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def ctl(request: pytest.FixtureRequest, slurm_lab: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ctl]:
+def ctl(
+    request: pytest.FixtureRequest, slurm_lab: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Ctl]:
     monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
     data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
     data["controller"] = {"lock_file": "ctl.lock", "interval_s": 1}
@@ -153,7 +171,9 @@ def _wait_gone(backend: Any, ids: set[int], timeout_s: float = 60.0) -> None:
     """Cancelled jobs hold their GPUs until Slurm has cleaned up: the next test must not see them."""
     deadline = time.monotonic() + timeout_s
     while ids and time.monotonic() < deadline:
-        busy = [j for j in backend.list_jobs(sorted(ids)) if j.state in ("RUNNING", "COMPLETING", "CONFIGURING")]
+        busy = [
+            j for j in backend.list_jobs(sorted(ids)) if j.state in ("RUNNING", "COMPLETING", "CONFIGURING")
+        ]
         nodes_busy = any(n.gpus_used for n in backend.list_nodes())
         if not busy and not nodes_busy:
             return
@@ -170,7 +190,7 @@ def test_alice_job_runs_on_exactly_the_gpus_the_cells_chose(ctl: Ctl) -> None:
     report = ctl.cycle()
     assert report.placed == 1
     job = ctl.job(jid)
-    (node, idx), = job.placement.items()
+    ((node, idx),) = job.placement.items()
     assert len(idx) == 2 and job.gres == ",".join(f"gpu:g{i}:1" for i in idx)
     ctl.lab.wait_for(jid, {"RUNNING"})
     out = ctl.lab.wait_for_file(ctl.output(jid, "alice"), "cvd=")
@@ -180,7 +200,9 @@ def test_alice_job_runs_on_exactly_the_gpus_the_cells_chose(ctl: Ctl) -> None:
 
 
 def test_node_cell_job_runs_while_another_vc_fragments_the_cluster(ctl: Ctl) -> None:
-    small = [ctl.submit("carol", "sys", 1) for _ in range(3)] + [ctl.submit("alice", "cv", 1) for _ in range(3)]
+    small = [ctl.submit("carol", "sys", 1) for _ in range(3)] + [
+        ctl.submit("alice", "cv", 1) for _ in range(3)
+    ]
     ctl.cycle()
     for jid in small:
         assert ctl.job(jid).state in ("placed", "running"), ctl.job(jid).reason
@@ -188,7 +210,7 @@ def test_node_cell_job_runs_while_another_vc_fragments_the_cluster(ctl: Ctl) -> 
     ctl.cycle()
     assert ctl.job(big).state in ("placed", "running"), ctl.job(big).reason
     ctl.lab.wait_for(big, {"RUNNING"})
-    (node, idx), = _running_on(ctl, big).items()
+    ((node, idx),) = _running_on(ctl, big).items()
     assert idx == list(range(8))
     small_nodes = {n for jid in small for n in ctl.job(jid).placement}
     assert node not in small_nodes  # the small jobs were packed away from the node nlp's cell needed
@@ -211,14 +233,16 @@ def test_opportunistic_job_is_preempted_for_the_owner_and_resumes(ctl: Ctl) -> N
     owner_job = ctl.job(owner)
     ctl.lab.wait_for(owner, {"RUNNING", "COMPLETED"}, timeout_s=60)
     out = ctl.lab.wait_for_file(ctl.output(owner, "alice"), "cvd=")
-    (node, idx), = owner_job.placement.items()
+    ((node, idx),) = owner_job.placement.items()
     assert f"run host={node} cvd={','.join(map(str, idx))}" in out
     # the owner's short job ends; the victim resumes on the same GPU indices and runs a second time
     ctl.until(
         lambda: ctl.job(victim).state == "running",
         timeout_s=90,
-        what=lambda: f"the preempted job resumes: {ctl.job(victim).state} {ctl.job(victim).reason} "
-        f"{ctl.backend.inner.list_jobs([victim])}",
+        what=lambda: (
+            f"the preempted job resumes: {ctl.job(victim).state} {ctl.job(victim).reason} "
+            f"{ctl.backend.inner.list_jobs([victim])}"
+        ),
     )
     runs = ctl.lab.wait_for_file(ctl.output(victim, "carol"), "run host", timeout_s=30)
     deadline = time.monotonic() + 30
@@ -227,7 +251,9 @@ def test_opportunistic_job_is_preempted_for_the_owner_and_resumes(ctl: Ctl) -> N
         runs = ctl.output(victim, "carol").read_text()
     assert runs.count("run host") == 2
     with ctl.factory() as s:
-        kinds = [e.kind for e in s.scalars(select(Event).where(Event.slurm_job_id == victim).order_by(Event.id))]
+        kinds = [
+            e.kind for e in s.scalars(select(Event).where(Event.slurm_job_id == victim).order_by(Event.id))
+        ]
     assert kinds.count("preempted") == 1 and kinds.count("placed") == 2
 
 
@@ -236,7 +262,9 @@ def test_down_node_is_avoided(ctl: Ctl) -> None:
     idle = [n for n in sorted(nodes) if not nodes[n].gpus_used and not nodes[n].bad]
     assert idle, "no idle node in the lab to take down"
     victim_node = idle[0]
-    subprocess.run(["scontrol", "update", f"nodename={victim_node}", "state=down", "reason=hivebatch-test"], check=True)
+    subprocess.run(
+        ["scontrol", "update", f"nodename={victim_node}", "state=down", "reason=hivebatch-test"], check=True
+    )
     try:
         ctl.cycle()
         ids = [ctl.submit("bob", "nlp", 4) for _ in range(2)] + [ctl.submit("alice", "cv", 4)]
@@ -248,7 +276,9 @@ def test_down_node_is_avoided(ctl: Ctl) -> None:
         assert victim_node in {e.data["node"] for e in bad}
     finally:
         subprocess.run(["scontrol", "update", f"nodename={victim_node}", "state=resume"], check=False)
-    ctl.until(lambda: victim_node not in {n.name for n in ctl.backend.list_nodes() if n.bad}, what="node resumed")
+    ctl.until(
+        lambda: victim_node not in {n.name for n in ctl.backend.list_nodes() if n.bad}, what="node resumed"
+    )
 
 
 RUNNER = textwrap.dedent(
@@ -284,7 +314,10 @@ def test_killing_the_controller_mid_cycle_loses_nothing(ctl: Ctl) -> None:
     jid = ctl.submit("bob", "nlp", 2)
     proc = subprocess.Popen(
         [sys.executable, "-c", RUNNER, str(ctl.config), str(jid)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "HIVEBATCH_DATABASE_URL": ""},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HIVEBATCH_DATABASE_URL": ""},
     )
     try:
         assert proc.stdout is not None

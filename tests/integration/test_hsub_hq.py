@@ -231,3 +231,47 @@ def test_full_path_alices_two_gpu_job_runs_on_the_chosen_gpus(site: Site, slurm_
     assert plain.stdout.splitlines()[1].split() == [str(job_id), "alice", "cv", placed]
     vc = site.as_user("alice", "hq", "vc", "cv", "--json")
     assert vc.returncode == 0 and json.loads(vc.stdout)["gpus_total"] == 12
+
+
+def test_hq_reads_a_postgresql_ledger(site: Site, slurm_lab, lab_jobs) -> None:  # type: ignore[no-untyped-def]
+    """The ledger on PostgreSQL (read through SQLAlchemy, read-only) shows the same as on SQLite."""
+    import datetime as dt
+
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.orm import Session
+
+    from hivebatch.db import make_engine, migrate
+    from hivebatch.db.models import Job
+
+    base_url = os.environ.get("HIVEBATCH_TEST_PG_URL")
+    if not base_url:
+        pytest.fail("HIVEBATCH_TEST_PG_URL is not set: run the integration tests through scripts/test")
+    base = make_url(base_url).set(drivername="postgresql+psycopg")
+    name = f"hbhq_{uuid.uuid4().hex[:10]}"
+    admin = make_engine(base.render_as_string(hide_password=False)).execution_options(
+        isolation_level="AUTOCOMMIT"
+    )
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = base.set(database=name).render_as_string(hide_password=False)
+    try:
+        engine = make_engine(url)
+        migrate.upgrade(engine)
+        job_id = submit(site, "bob", lab_jobs, "-A", "nlp", "--gpus", "2", "--wrap", "true")
+        t = dt.datetime(2026, 1, 1, 12, 0)
+        with Session(engine) as s:
+            s.add(Job(slurm_job_id=job_id, name="wrap", user="bob", account="nlp", vc_name="nlp", qos="normal",
+                      gpus=2, state="queued", reason="VC nlp is busy: 16 of 16 GPUs in use",
+                      predicted_start=t, submit_time=t))  # fmt: skip
+            s.commit()
+        engine.dispose()
+        proc = site.as_user("bob", "hq", "--me", "--json", extra_env={"HIVEBATCH_DATABASE_URL": url})
+        assert proc.returncode == 0, proc.stderr
+        row = next(r for r in json.loads(proc.stdout) if r["job_id"] == job_id)
+        assert row["hivebatch_state"] == "queued" and row["reason"] == "VC nlp is busy: 16 of 16 GPUs in use"
+        assert row["predicted_start"] == "2026-01-01T12:00:00Z" and row["vc"] == "nlp"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -225,3 +225,9 @@ def test_opportunistic_job_is_requeued_by_an_urgent_one(slurm_lab, lab_jobs):
     assert slurm_lab.wait_for(urgent, {"RUNNING"}).gpus == {"node4": [2]}
     j = slurm_lab.wait_for(opp, {"PENDING"})
     assert j.reason == "BeginTime" and not j.held and j.gpus == {}
+
+
+def test_accounts_and_qos_of_the_lab_match_the_config(slurm_lab):
+    be = slurm_lab.backend()
+    assert {"cv", "nlp", "sys"} <= set(be.list_accounts())
+    assert {"urgent", "prior", "normal", "opportunistic"} <= set(be.list_qos())

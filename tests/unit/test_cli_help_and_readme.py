@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import io
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -18,13 +19,18 @@ import click
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# the user-facing commands (other console scripts, like the sbatch drop-in, speak for the tools they wrap)
+COMMAND_SCRIPTS = ("hivebatch", "hsub", "hq", "hadmin")
 # argparse scripts with subcommands of their own (click groups are discovered by walking them)
 ARGPARSE_SUBCOMMANDS: dict[str, list[str]] = {"hq": ["vc"]}
 
 
 def _scripts() -> dict[str, str]:
     data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    return dict(data["project"]["scripts"])
+    scripts = dict(data["project"]["scripts"])
+    missing = [name for name in COMMAND_SCRIPTS if name not in scripts]
+    assert not missing, f"pyproject.toml lost the console scripts {missing}"
+    return {name: scripts[name] for name in COMMAND_SCRIPTS}
 
 
 def _click_root(target: str) -> click.Command | None:
@@ -67,8 +73,17 @@ def _argparse_help(target: str, args: list[str]) -> str:
     module_name, attr = target.split(":")
     main = getattr(importlib.import_module(module_name), attr)
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
-        main([*args, "--help"])
+    stdin = sys.stdin
+    sys.stdin = io.StringIO("")  # a command that reads a script from stdin must not wait for one
+    try:
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            contextlib.suppress(SystemExit),
+        ):
+            main([*args, "--help"])
+    finally:
+        sys.stdin = stdin
     return out.getvalue() + err.getvalue()
 
 

@@ -45,6 +45,8 @@ def test_owner_preempts_opportunistic_work_which_resumes_later_on_the_same_gpus(
     env.cycle()
     resumed = env.job(victim.slurm_job_id)
     assert resumed.state in ("placed", "running")
+    env.slurm.advance(15)  # a requeued job may start again only after Slurm's credential expiry
+    env.slurm.schedule()
     assert env.slurm.job(resumed.slurm_job_id).state == "RUNNING"
     assert resumed.gres == victim.gres
     updates = [c for c in env.slurm.calls if c[1] == "update_pending" and c[2][0] == victim.slurm_job_id]

@@ -50,6 +50,10 @@ def test_quota_table_piped_is_plain_columns(config: Path) -> None:
     assert "Deadlines: 4 of 6 jobs met their ECT (67%)." in out
     assert "Missed their ECT: 102 (alice/cv/prior), 105 (bob/nlp/normal)" in out
     assert "Waiting now: 105 (bob/nlp/normal, 8 GPUs, 8.0h: VC nlp has 8 healthy GPUs" in out
+    assert out.rstrip().endswith(
+        "Free GPUs now: 13 GPUs free, 13 scattered over 2 partly used nodes; largest free block 7 GPUs on one node;"
+        " fragmented on node4 (7 free), node1 (6 free); bad nodes: node2."
+    )
 
 
 def test_quota_json_and_csv(config: Path) -> None:
@@ -91,6 +95,16 @@ def test_html_report_file(config: Path, tmp_path: Path) -> None:
     assert 'id="usage"' in page and 'id="wait"' in page and 'id="users"' in page and 'id="gpumap"' in page
     assert "full: 88% of its reservation used" in page
     assert not list(target.parent.glob(".report.html.*"))  # no temporary file left behind
+
+
+def test_html_report_with_png_plots(config: Path, tmp_path: Path) -> None:
+    plots = tmp_path / "plots"
+    out = run("report", "html", *WINDOW, "--no-slurm", "--plots", str(plots), str(tmp_path / "r.html"))
+    names = ["gpus-in-use.png", "queuing-delay.png", "qos-rate.png", "gpu-map.png"]
+    assert f"wrote 4 plots into {plots}: {', '.join(names)}" in out
+    for name in names:
+        data = (plots / name).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 5000
 
 
 def test_quota_as_html_on_stdout(config: Path) -> None:
@@ -151,3 +165,68 @@ def test_bad_input_is_one_line_and_exit_1(config: Path, args: list[str], message
     assert result.stderr.startswith(message), result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_rich_tables_on_a_terminal() -> None:
+    from hivebatch.reports.tables import TextTable, print_tables
+
+    table = TextTable(
+        "GPU usage per VC", ["VC", "GPU-h"], [["cv", "42.0"]], right={1}, footer=["total", "42.0"]
+    )
+    table.styles[(0, 0)] = "bold red"
+    out = io.StringIO()
+    print_tables([table], out=out, notes=["a [note] kept literally"], terminal=True)
+    text = out.getvalue()
+    assert "┏━━━━━━━┳━━━━━━━┓" in text and "\x1b[" in text and "a [note] kept literally" in text
+    plain = io.StringIO()
+    print_tables([table], out=plain, terminal=False)
+    assert plain.getvalue().splitlines() == ["GPU usage per VC", "VC     GPU-h", "-----  -----", "cv      42.0",
+                                             "-----  -----", "total   42.0"]  # fmt: skip
+
+
+def test_unmigrated_ledger_is_one_line(config: Path, tmp_path: Path) -> None:
+    import os
+    import sqlite3
+
+    db = tmp_path / "hivebatch.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("ALTER TABLE jobs DROP COLUMN gpu_hours_lost")  # a ledger from an older schema
+    result = _hadmin("report", "quota", env={**os.environ})
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: cannot read the hivebatch database: no such column: jobs.gpu_hours_lost "
+        "(is it migrated? run `hivebatch db upgrade`)"
+    )
+
+
+class _Backend:
+    """A backend that can list accounts and QOS (the CLI backend does it with sacctmgr)."""
+
+    def list_nodes(self) -> list[object]:
+        from hivebatch.slurm import SlurmNode
+
+        nodes = [SlurmNode(f"node{i}", "IDLE", False, list(range(8))) for i in (1, 2, 3)]
+        return [*nodes, SlurmNode("node4", "DRAIN", True, list(range(8)), reason="fan")]
+
+    def list_accounts(self) -> list[str]:
+        return ["cv", "nlp"]
+
+    def list_qos(self) -> list[str]:
+        return ["normal", "urgent", "prior", "opportunistic"]
+
+
+def test_vc_check_against_slurm_prints_fixes_and_fails(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("hivebatch.slurm.get_backend", lambda *a, **k: _Backend())
+    result = CliRunner().invoke(cli, ["vc", "check"], catch_exceptions=False)
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert (
+        "WARN   node node4 is DRAIN (fan): no new work goes there and VCs bound to it lose capacity" in lines
+    )
+    assert "       fix: once repaired: scontrol update NodeName=node4 State=RESUME" in lines
+    i = lines.index(
+        "ERROR  VC sys has no Slurm account: its users cannot submit (hsub uses the VC as the account)"
+    )
+    assert lines[i + 1] == "       fix: sacctmgr -i add account sys && sacctmgr -i add user USER account=sys"
+    assert "ok     every class is a Slurm QOS (urgent, prior, normal, opportunistic)" in lines
+    assert lines[-1].startswith("1 error(s), 1 warning(s) in ")

@@ -64,7 +64,10 @@ def test_live_slurm_marks_bad_nodes_foreign_and_shared_gpus() -> None:
         NodeLayout("n1", "V100", list(range(8)), LEVELS),
         NodeLayout("n2", "V100", list(range(8)), LEVELS),
     ]
-    slots = [GpuSlot("n1", 0, kind="guaranteed", vc="cv", job="7")]
+    slots = [
+        GpuSlot("n1", 0, kind="guaranteed", vc="cv", job="7"),
+        GpuSlot("n1", 1, kind="guaranteed", vc="cv", job="8"),
+    ]
     live = [
         LiveNode("n1", state="MIXED", gpus_used=[0, 3], gpus_shared=[5]),
         LiveNode("n2", state="DRAIN", bad=True),
@@ -73,9 +76,11 @@ def test_live_slurm_marks_bad_nodes_foreign_and_shared_gpus() -> None:
     cmap = build_cluster_map(layouts, slots, live)
     n1 = cmap.nodes[0]
     assert n1.slots[0].kind == "guaranteed"  # the ledger knows this one
+    # job 8 ended after the controller's last cycle: Slurm shows GPU 1 idle, so it is free (and stale)
+    assert n1.slots[1].free and n1.slots[1].stale and n1.slots[1].job is None and cmap.stale_gpus == 1
     assert n1.slots[3].kind == "foreign"  # Slurm runs something there hivebatch did not place
     assert n1.slots[5].shared == 1 and not n1.slots[5].free
-    assert n1.free_gpus == 5
+    assert n1.free_gpus == 5  # GPUs 1 (stale), 2, 4, 6, 7
     assert cmap.counts()["shared"] == 1 and cmap.counts()["free"] == 5 + 2
     assert cmap.nodes[1].bad and all(s.bad for s in cmap.nodes[1].slots)
     assert cmap.nodes[2].name == "n9" and "not in config" in cmap.nodes[2].state
@@ -115,3 +120,25 @@ def test_plain_map_when_piped_and_json() -> None:
     assert data["counts"]["opportunistic"] == 1
     # GPU 0 and 4 busy: switches 2–3 and 6–7 stay whole, GPUs 1 and 5 are single
     assert data["fragmentation"]["free_cells"] == {"V100-SWITCH": 2, "V100": 2}
+
+
+def test_terminal_map_has_colours_and_cell_separators() -> None:
+    layouts = [
+        NodeLayout("n1", "V100", list(range(8)), LEVELS),
+        NodeLayout("n2", "V100", list(range(8)), LEVELS),
+    ]
+    cmap = build_cluster_map(
+        layouts,
+        [
+            GpuSlot("n1", 0, kind="guaranteed", vc="cv", job="7"),
+            GpuSlot("n2", 3, kind="opportunistic", vc="sys", job="9"),
+        ],
+        [LiveNode("n1"), LiveNode("n2", state="DRAIN", bad=True, gpus_used=[3])],
+    )
+    out = io.StringIO()
+    print_map(cmap, "Cluster GPUs", ["cv", "sys"], out=out, terminal=True)
+    text = out.getvalue()
+    assert "\x1b[" in text  # ANSI colours
+    assert "│" in text and "┃" in text  # switch and socket boundaries
+    assert text.count("BAD") == 8 + 1  # n2's eight GPUs, and the legend
+    assert "Bad nodes (no new work): n2." in text

@@ -59,18 +59,23 @@ def test_waste_flags(users: dict[str, UserReport]) -> None:
 
 
 def _job(
-    job_id: str, gpus: int, nodes: dict[str, list[int]], limit_h: float, run_h: float
+    job_id: str,
+    gpus: int,
+    nodes: dict[str, list[int]],
+    limit_h: float,
+    run_h: float,
+    asked: int | None = None,
 ) -> tuple[JobRow, RunSegment]:
     t0 = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)
     end = t0 + dt.timedelta(hours=run_h)
     row = JobRow(job_id, "dave", "cv", "normal", gpus, "done", t0, t0, end, nodes=len(nodes),
-                 time_limit_s=limit_h * 3600, placement=nodes, gpu_type="V100")  # fmt: skip
+                 requested_nodes=asked, time_limit_s=limit_h * 3600, placement=nodes, gpu_type="V100")  # fmt: skip
     return row, RunSegment(job_id, "dave", "cv", gpus, t0, end)
 
 
 def test_flags_need_evidence() -> None:
     """One short job is no habit; 8 GPUs over 2 nodes of 4 is not a one-node job on a 4-GPU node type."""
-    j1, s1 = _job("1", 8, {"a": [0, 1, 2, 3], "b": [0, 1, 2, 3]}, limit_h=10, run_h=1)
+    j1, s1 = _job("1", 8, {"a": [0, 1, 2, 3], "b": [0, 1, 2, 3]}, limit_h=10, run_h=1, asked=2)
     t0 = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)
     rows = users_report([j1], [s1], t0, t0 + dt.timedelta(days=1), {"V100": 4})
     assert rows[0].flags == []
@@ -78,3 +83,13 @@ def test_flags_need_evidence() -> None:
     rows = users_report([j1, j2], [s1, s2], t0, t0 + dt.timedelta(days=1), {"V100": 4})
     assert rows[0].median_limit_use == pytest.approx(0.15)
     assert len(rows[0].flags) == 1 and "time limits too long" in rows[0].flags[0]
+
+
+def test_a_multi_node_shape_hivebatch_chose_is_not_flagged() -> None:
+    t0 = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)
+    day = t0 + dt.timedelta(days=1)
+    chosen, s1 = _job("1", 4, {"a": [0, 1], "b": [0, 1]}, limit_h=1, run_h=1)
+    assert users_report([chosen], [s1], t0, day, {"V100": 8})[0].flags == []
+    asked, s2 = _job("2", 4, {"a": [0, 1], "b": [0, 1]}, limit_h=1, run_h=1, asked=2)
+    flags = users_report([asked], [s2], t0, day, {"V100": 8})[0].flags
+    assert flags == ["1 multi-node job would fit on one node (use -N 1)"]

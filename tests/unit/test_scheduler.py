@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hivebatch.cells.types import Decision, Request
+from hivebatch.cells import Decision, Request
 from hivebatch.qos import Plan, Platform, Shape, Task
 from hivebatch.scheduler import schedule_round
 

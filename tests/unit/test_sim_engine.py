@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hivebatch.qos import QosSettings, Shape
-from hivebatch.sim.engine import BadNode, JobRecord, Simulation, SimRun
+from hivebatch.sim.engine import BadNode, JobRecord, SimRun, Simulation
 from hivebatch.sim.metrics import summarize
 from hivebatch.sim.runner import Experiment, run_all
 from hivebatch.sim.setup import build_platform, build_runtime, build_spec
@@ -181,7 +181,7 @@ def test_cells_mode_has_no_sharing_anomaly() -> None:
     jobs = []
     for i in range(40):
         vc = "ab"[i % 2]
-        jobs.append(_job(f"j{i}", vc, i * 7.0, [2, 1, 4, 2, 1][i % 5], 30 + (i * 37) % 90))
+        jobs.append(_job(f"j{i}", vc, i * 7.0, [2, 1, 4, 2, 1][i % 5], 30 + (i * 37) % 90, opp=i % 6 == 5))
     spec = build_spec(TWO_NODES)
     qos = QosSettings()
     platform = build_platform(spec, qos)
@@ -192,11 +192,12 @@ def test_cells_mode_has_no_sharing_anomaly() -> None:
             assert cells.vcs[vc]["excess_queue_s"] == 0.0
             assert cells.vcs[vc]["avg_queue_s"] == cells.vcs[vc]["private_avg_queue_s"]
         assert cells.avg_queue_s > 0  # the workload really queues
+        assert sum(e.get("opportunistic_jobs", 0) for e in cells.vcs.values()) == 6
         assert quota.jobs == 40
 
 
 def test_guaranteed_job_never_waits_while_its_own_cells_are_free() -> None:
-    from hivebatch.cells.types import Request
+    from hivebatch.cells import Request
 
     jobs = [
         _job(f"j{i}", "ab"[(i * 7) % 3 % 2], i * 3.0, [1, 2, 4, 2][i % 4], 20 + (i * 13) % 60)
@@ -216,3 +217,16 @@ def test_guaranteed_job_never_waits_while_its_own_cells_are_free() -> None:
 
     _sim(jobs, "qos", "cells", after_round=check)
     assert checked > 0  # the workload really queues
+
+
+@pytest.mark.parametrize("mode", ["cells", "quota"])
+@pytest.mark.parametrize("policy", ["qos", "fifo", "tetris-perf"])
+def test_model_jobs_never_beat_their_best_placement(mode: str, policy: str) -> None:
+    from hivebatch.sim.workload import paper_workload
+
+    jobs = paper_workload(12, 4, seed=3, vc_gpus={"a": 4, "b": 4})
+    run, _ = _sim(jobs, policy, mode)
+    assert len(run.records) > 20
+    for r in run.records:
+        assert r.end is not None
+        assert r.best_s > 0 and r.run_s >= r.best_s - 1e-9

@@ -122,3 +122,15 @@ def test_missing_command_is_a_slurm_error(monkeypatch):
     with pytest.raises(SlurmError) as err:
         CliBackend().list_nodes()
     assert err.value.returncode == 127 and "not found" in str(err.value)
+
+
+def test_accounts_and_qos_from_recorded_sacctmgr(slurm_fixture):
+    rec = Recorder(
+        Completed(0, slurm_fixture("sacctmgr_accounts.txt"), ""),
+        Completed(0, slurm_fixture("sacctmgr_qos.txt"), ""),
+    )
+    be = CliBackend(rec)
+    assert be.list_accounts() == ["cv", "hivebatch", "nlp", "root", "sys"]
+    assert be.list_qos() == ["normal", "urgent", "prior", "opportunistic"]
+    assert rec.calls[0][0][:3] == ["sacctmgr", "--noheader", "--parsable2"]
+    assert rec.calls[1][0][-2:] == ["qos", "format=Name"]

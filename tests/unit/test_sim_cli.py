@@ -1,0 +1,100 @@
+"""`hivebatch simulate` end to end (no Slurm): JSON, tables, plots, trace replay, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hivebatch.cli.main import cli
+from hivebatch.cli.common import run_cli
+
+KEYS = {"policy", "mode", "jobs", "qos_rate", "makespan_s", "avg_jct_s", "avg_queue_s", "avg_norm_latency", "utilization", "vcs"}
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = 0
+    try:
+        run_cli(cli, ["simulate", *args], prog_name="hivebatch")
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_paper_workload_json_all_policies_is_reproducible(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--workload", "paper", "--rate", "8", "--hours", "3", "--policy", "all", "--json"]
+    code, out, _ = _run([*args, "--seed", "4"], capsys)
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["policy"] for r in rows] == ["qos", "fifo", "capacity", "minmin", "wfs", "tetris-perf", "tetris-cer"]
+    for r in rows:
+        assert KEYS <= set(r) and r["mode"] == "cells" and 0 <= r["qos_rate"] <= 1
+        for e in r["vcs"].values():
+            assert {"jobs", "avg_queue_s", "private_avg_queue_s", "excess_queue_s"} <= set(e)
+            assert e["excess_queue_s"] == pytest.approx(e["avg_queue_s"] - e["private_avg_queue_s"], abs=1e-3)
+    assert _run([*args, "--seed", "4"], capsys)[1] == out
+    assert _run([*args, "--seed", "5"], capsys)[1] != out
+
+
+def test_both_modes_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plots = tmp_path / "plots"
+    code, out, err = _run(
+        ["--workload", "paper", "--rate", "6", "--hours", "2", "--policy", "fifo", "--mode", "both", "--json", "--plot", str(plots)],
+        capsys,
+    )
+    assert code == 0
+    assert [json.loads(line)["mode"] for line in out.splitlines()] == ["cells", "quota"]
+    names = sorted(p.name for p in plots.iterdir())
+    assert names == ["completions-cdf.png", "excess-queue-fifo.png", "qos-makespan.png"]
+    assert all((plots / n).read_bytes()[:4] == b"\x89PNG" for n in names)
+    assert "wrote" in err
+
+
+def test_plain_table_when_piped(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["--workload", "paper", "--rate", "5", "--hours", "2", "--single-vc"], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split("\t")[:4] == ["policy", "mode", "jobs", "QoS rate"]
+    assert lines[1].startswith("qos\tcells\t")
+    assert any(line.startswith("qos\tcells\tall\t") for line in lines)  # the single VC
+
+
+def test_philly_replay_reports_skipped_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "p.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-01 00:00:00,600,8,4800,x\n"
+        "2017-10-01 00:01:00,600,8,4800,x\n"
+        "2017-10-01 00:02:00,300,16,4800,y\n"  # y has one node: too large
+        "2017-10-01 00:03:00,300,1,300,nope\n"
+    )
+    vcs = tmp_path / "v.csv"
+    vcs.write_text("vc,nodes\nx,1\ny,1\n")
+    code, out, err = _run(["--trace", str(trace), "--trace-format", "philly", "--vcs", str(vcs), "--mode", "both", "--json"], capsys)
+    assert code == 0
+    assert "2 of 4 trace jobs used" in err and "1 skipped: larger than its VC" in err and "1 skipped: VC not in the VC list" in err
+    cells = json.loads(out.splitlines()[0])
+    assert cells["jobs"] == 2 and cells["vcs"]["x"]["avg_queue_s"] == 270.0  # second job waits 60 -> 600 s
+    assert cells["makespan_s"] == 1200.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trace", "no-such-file.csv", "--trace-format", "philly", "--vcs", "no-such-vcs.csv"], "cannot read"),
+        (["--trace", "x.csv"], "--trace-format"),
+        (["--workload", "paper", "--trace", "x.csv"], "either --workload"),
+        ([], "either --workload"),
+        (["--workload", "paper", "--rate", "0"], "--rate and --hours must be > 0"),
+        (["--workload", "paper", "--bad-node", "node1"], "NODE:START_S"),
+        (["--workload", "paper", "--bad-node", "zz:0:10"], "no node 'zz'"),
+        (["--workload", "paper", "--opportunistic", "2"], "between 0 and 1"),
+        (["--workload", "paper", "--policy", "nope"], "nope"),
+    ],
+)
+def test_bad_input_is_one_clear_line(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(args, capsys)
+    assert code != 0 and out == ""
+    assert message in err and "Traceback" not in err
