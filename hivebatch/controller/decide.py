@@ -234,6 +234,7 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
     candidates.sort(key=lambda j: (j.submit_time or now, j.slurm_job_id))
     tasks: list[Any] = []
     typed: list[tuple[Job, JobRequest]] = []
+    untyped: list[tuple[Job, JobRequest, Any]] = []
     reqs: dict[str, tuple[Job, JobRequest]] = {}
     for job in candidates:
         sj = ledger.slurm[job.slurm_job_id]
@@ -247,31 +248,43 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
         if job.gres and job.placement:
             typed.append((job, req))
             continue
-        task = builder.task(job, req, sj)
-        tasks.append(task)
-        reqs[task.job_id] = (job, req)
+        untyped.append((job, req, sj))
 
     # Requeued jobs resume first (they ran before; newer work must not starve them), each only on its
     # old GPU indices. A guaranteed job of the round may still preempt them before they start.
     placed_now: dict[int, Place] = {}
     gmap = alloc.gpu_map()
     typed.sort(key=lambda jr: (-jr[1].priority, jr[0].submit_time or now, jr[0].slurm_job_id))
+    idle = sum(1 for g in gmap.values() for u in g.values() if u.job is None and not u.bad and not u.foreign)
     for job, req in typed:
+        if req.gpus > idle:
+            idx = symmetric_indices(job.placement or {}) or []
+            n = len(job.placement or {})
+            out.waits.append(
+                Wait(
+                    job, f"requeued with GPUs {idx} per node; waits until {n} node(s) have those indices free"
+                )
+            )
+            continue
         out_place = _resume_typed(alloc, spec, job, req, ledger.bad_nodes, gmap)
         if isinstance(out_place, Place):
+            idle -= req.gpus
             out.places.append(out_place)
             placed_now[job.slurm_job_id] = out_place
         else:
             out.waits.append(Wait(job, out_place))
 
     room = Room(alloc, spec, alloc.gpu_map() if typed else gmap)
-    hopeless = [t for t in tasks if not room.may_fit(reqs[t.job_id][1])]
-    if hopeless:
-        skip = {t.job_id for t in hopeless}
-        tasks = [t for t in tasks if t.job_id not in skip]
-        for t in hopeless:
-            job, req = reqs[t.job_id]
-            out.waits.append(_hopeless_wait(job, req, t, room, ctx, now))
+    for job, req, sj in untyped:
+        if room.may_fit(req):
+            task = builder.task(job, req, sj)
+            tasks.append(task)
+            reqs[task.job_id] = (job, req)
+        else:
+            # cannot start this cycle whatever the policy says: spare the policy and the cells the work
+            out.waits.append(
+                _hopeless_wait(job, req, lambda j=job, r=req, x=sj: builder.task(j, r, x), room, ctx, now)
+            )
 
     by_sid = {str(j.slurm_job_id): j for j in ledger.jobs.values()}
     outcomes = schedule_round(
@@ -420,15 +433,17 @@ class Room:
         return req.gpus <= self.free.get(req.vc, 0) + self.preemptible(req.vc, req.priority)
 
     def reason(self, req: JobRequest) -> str:
+        # no live counts in the text: a reason that changed with every start and finish would
+        # make an event (and a log line) per waiting job per cycle
         if req.priority < 0:
-            return (
-                f"waiting for idle GPUs: {self.unbound} free outside the VCs' cells, the job needs {req.gpus}"
-            )
-        free = self.free.get(req.vc, 0)
-        return f"waiting for VC {req.vc}'s GPUs: {free} of {self.total.get(req.vc, 0)} free, the job needs {req.gpus}"
+            return f"waiting for idle GPUs: it needs {req.gpus}, fewer are free outside the VCs' cells now"
+        return (
+            f"waiting for VC {req.vc}'s GPUs: it needs {req.gpus} of the VC's {self.total.get(req.vc, 0)}, "
+            "fewer are free now"
+        )
 
 
-def _hopeless_wait(job: Job, req: JobRequest, task: Any, room: Room, ctx: Any, now: dt.datetime) -> Wait:
+def _hopeless_wait(job: Job, req: JobRequest, make_task: Any, room: Room, ctx: Any, now: dt.datetime) -> Wait:
     """A job that cannot start this cycle: its reason, and its ECT and latency (computed once, then kept)."""
     lat: float | None = None
     if job.predicted_start is not None and job.predicted_end is not None:
@@ -436,6 +451,7 @@ def _hopeless_wait(job: Job, req: JobRequest, task: Any, room: Room, ctx: Any, n
     ect = job.expected_completion
     if lat is None or ect is None:
         try:
+            task = make_task()
             shape = task.shape or Shape(*(plain_shape(req.gpus, _gpn(ctx.spec, req.gpu_type)) or (1, 1)))
             lat = float(task_latency(task, shape, ctx.platform))
             ect = _from_epoch(task_ect(task, ctx.platform))

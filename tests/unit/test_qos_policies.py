@@ -30,7 +30,16 @@ def order(
 
 
 def test_policy_names() -> None:
-    assert POLICY_NAMES == ("qos", "fifo", "capacity", "minmin", "wfs", "tetris-perf", "tetris-cer")
+    assert POLICY_NAMES == (
+        "qos",
+        "fifo",
+        "capacity",
+        "minmin",
+        "wfs",
+        "tetris-perf",
+        "tetris-cer",
+        "qos-paper",
+    )
     for n in POLICY_NAMES:
         assert get_policy(n).name == n
     with pytest.raises(HivebatchError, match="unknown policy"):
@@ -70,9 +79,16 @@ def test_capacity_puts_tasks_over_their_vc_limit_last() -> None:
     assert plans[-1].shapes == [] and "VC cv limit 1 GPUs" in (plans[-1].reason or "")
 
 
-def test_qos_orders_plain_jobs_by_least_slack() -> None:
-    # now 20: slack = e − (20 + limit): A 80, B −10, C −1000, D 35
+def test_qos_orders_tasks_that_can_meet_their_ect_first_then_the_rest_by_arrival() -> None:
+    # now 20: slack = e − (20 + limit): A 80, B −10, C −1000, D 35; B and C can no longer meet their ECT
     plans = get_policy("qos").plan(QUEUE, 20, P24, None)
+    assert [p.task.job_id for p in plans] == ["D", "A", "B", "C"]
+    assert [p.slack for p in plans] == [35, 80, -10, -1000]
+
+
+def test_qos_paper_orders_plain_jobs_by_least_slack() -> None:
+    # now 20: slack = e − (20 + limit): A 80, B −10, C −1000, D 35
+    plans = get_policy("qos-paper").plan(QUEUE, 20, P24, None)
     assert [p.task.job_id for p in plans] == ["C", "B", "D", "A"]
     assert [p.slack for p in plans] == [-1000, -10, 35, 80]
     assert [p.meets_qos for p in plans] == [False, False, True, True]
@@ -106,12 +122,16 @@ def test_tetris_cer_takes_highest_cer_shape_ignoring_qos() -> None:
 
 def test_qos_policy_on_model_tasks() -> None:
     # now 10: N e=80 → 1x1 (CER max, 50 ≤ 80) slack 30; P e=40 → only 1x2 meets (10+30) slack 0;
-    # U e=5 → none meets → CER max 1x1, slack 5 − 50 = −45. Least slack first: U, P, N.
+    # U e=5 → none meets → CER max 1x1, slack 5 − 50 = −45. Paper order (least slack first): U, P, N;
+    # hivebatch's qos serves the tasks that can still make it first: P, N, then U.
+    paper = get_policy("qos-paper").plan(MODEL_QUEUE, 10, P22, None)
+    assert [p.task.job_id for p in paper] == ["U", "P", "N"]
+    assert [p.shapes[0] for p in paper] == [Shape(1, 1), Shape(1, 2), Shape(1, 1)]
+    assert [p.slack for p in paper] == pytest.approx([-45, 0, 30])
+    assert [p.meets_qos for p in paper] == [False, True, True]
     plans = get_policy("qos").plan(MODEL_QUEUE, 10, P22, None)
-    assert [p.task.job_id for p in plans] == ["U", "P", "N"]
-    assert [p.shapes[0] for p in plans] == [Shape(1, 1), Shape(1, 2), Shape(1, 1)]
-    assert [p.slack for p in plans] == pytest.approx([-45, 0, 30])
-    assert [p.meets_qos for p in plans] == [False, True, True]
+    assert [p.task.job_id for p in plans] == ["P", "N", "U"]
+    assert [p.shapes[0] for p in plans] == [Shape(1, 2), Shape(1, 1), Shape(1, 1)]
 
 
 def test_vc_limit_restricts_model_shapes() -> None:

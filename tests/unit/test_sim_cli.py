@@ -7,10 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from hivebatch.cli.main import cli
 from hivebatch.cli.common import run_cli
+from hivebatch.cli.main import cli
 
-KEYS = {"policy", "mode", "jobs", "qos_rate", "makespan_s", "avg_jct_s", "avg_queue_s", "avg_norm_latency", "utilization", "vcs"}
+KEYS = {
+    "policy",
+    "mode",
+    "jobs",
+    "qos_rate",
+    "makespan_s",
+    "avg_jct_s",
+    "avg_queue_s",
+    "avg_norm_latency",
+    "utilization",
+    "vcs",
+}
 
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -28,9 +39,18 @@ def test_paper_workload_json_all_policies_is_reproducible(capsys: pytest.Capture
     code, out, _ = _run([*args, "--seed", "4"], capsys)
     assert code == 0
     rows = [json.loads(line) for line in out.splitlines()]
-    assert [r["policy"] for r in rows] == ["qos", "fifo", "capacity", "minmin", "wfs", "tetris-perf", "tetris-cer"]
+    assert [r["policy"] for r in rows] == [
+        "qos",
+        "fifo",
+        "capacity",
+        "minmin",
+        "wfs",
+        "tetris-perf",
+        "tetris-cer",
+        "qos-paper",
+    ]
     for r in rows:
-        assert KEYS <= set(r) and r["mode"] == "cells" and 0 <= r["qos_rate"] <= 1
+        assert set(r) >= KEYS and r["mode"] == "cells" and 0 <= r["qos_rate"] <= 1
         for e in r["vcs"].values():
             assert {"jobs", "avg_queue_s", "private_avg_queue_s", "excess_queue_s"} <= set(e)
             assert e["excess_queue_s"] == pytest.approx(e["avg_queue_s"] - e["private_avg_queue_s"], abs=1e-3)
@@ -41,7 +61,21 @@ def test_paper_workload_json_all_policies_is_reproducible(capsys: pytest.Capture
 def test_both_modes_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plots = tmp_path / "plots"
     code, out, err = _run(
-        ["--workload", "paper", "--rate", "6", "--hours", "2", "--policy", "fifo", "--mode", "both", "--json", "--plot", str(plots)],
+        [
+            "--workload",
+            "paper",
+            "--rate",
+            "6",
+            "--hours",
+            "2",
+            "--policy",
+            "fifo",
+            "--mode",
+            "both",
+            "--json",
+            "--plot",
+            str(plots),
+        ],
         capsys,
     )
     assert code == 0
@@ -72,9 +106,16 @@ def test_philly_replay_reports_skipped_jobs(tmp_path: Path, capsys: pytest.Captu
     )
     vcs = tmp_path / "v.csv"
     vcs.write_text("vc,nodes\nx,1\ny,1\n")
-    code, out, err = _run(["--trace", str(trace), "--trace-format", "philly", "--vcs", str(vcs), "--mode", "both", "--json"], capsys)
+    code, out, err = _run(
+        ["--trace", str(trace), "--trace-format", "philly", "--vcs", str(vcs), "--mode", "both", "--json"],
+        capsys,
+    )
     assert code == 0
-    assert "2 of 4 trace jobs used" in err and "1 skipped: larger than its VC" in err and "1 skipped: VC not in the VC list" in err
+    assert (
+        "2 of 4 trace jobs used" in err
+        and "1 skipped: larger than its VC" in err
+        and "1 skipped: VC not in the VC list" in err
+    )
     cells = json.loads(out.splitlines()[0])
     assert cells["jobs"] == 2 and cells["vcs"]["x"]["avg_queue_s"] == 270.0  # second job waits 60 -> 600 s
     assert cells["makespan_s"] == 1200.0
@@ -83,7 +124,10 @@ def test_philly_replay_reports_skipped_jobs(tmp_path: Path, capsys: pytest.Captu
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--trace", "no-such-file.csv", "--trace-format", "philly", "--vcs", "no-such-vcs.csv"], "cannot read"),
+        (
+            ["--trace", "no-such-file.csv", "--trace-format", "philly", "--vcs", "no-such-vcs.csv"],
+            "cannot read",
+        ),
         (["--trace", "x.csv"], "--trace-format"),
         (["--workload", "paper", "--trace", "x.csv"], "either --workload"),
         ([], "either --workload"),
@@ -94,7 +138,16 @@ def test_philly_replay_reports_skipped_jobs(tmp_path: Path, capsys: pytest.Captu
         (["--workload", "paper", "--policy", "nope"], "nope"),
     ],
 )
-def test_bad_input_is_one_clear_line(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_is_one_clear_line(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = _run(args, capsys)
     assert code != 0 and out == ""
     assert message in err and "Traceback" not in err
+
+
+def test_policy_choices_match_the_policies_the_qos_core_offers() -> None:
+    from hivebatch.cli.simulate_cmd import POLICY_CHOICES
+    from hivebatch.qos import POLICY_NAMES
+
+    assert set(POLICY_CHOICES) == {*POLICY_NAMES, "all"}

@@ -59,7 +59,8 @@ def test_one_vc_queue_by_hand() -> None:
 # After j1 ends at 100, X (arrived 10, normal, 100 s) and Y (arrived 20, urgent, 10 s) both want
 # a's whole node. e_X = 10 + 2*100 = 210, e_Y = 20 + 0*10 = 20.
 #  fifo, capacity, tetris-*: arrival order  -> X first
-#  minmin (earliest ECT), wfs (a + (e-a)/2), qos (least slack: Y -90 < X 10) -> Y first
+#  minmin (earliest ECT), wfs (a + (e-a)/2), qos-paper (least slack: Y -90 < X 10) -> Y first
+#  qos: X can still meet its ECT (slack 10), Y cannot (-90) -> X first
 @pytest.mark.parametrize(
     ("policy", "first"),
     [
@@ -69,7 +70,8 @@ def test_one_vc_queue_by_hand() -> None:
         ("tetris-cer", "X"),
         ("minmin", "Y"),
         ("wfs", "Y"),
-        ("qos", "Y"),
+        ("qos", "X"),
+        ("qos-paper", "Y"),
     ],
 )
 @pytest.mark.parametrize("mode", ["cells", "quota"])
