@@ -42,6 +42,8 @@ def write_intents(session: Session, decisions: Decisions, jobs: dict[int, Job], 
         job.placed_at = now
         job.predicted_start = now
         job.predicted_end = place.predicted_end
+        if place.predicted_end is not None:
+            job.latency_s = (place.predicted_end - now).total_seconds()
         job.slack_s = place.slack_s
         if place.ect is not None:
             job.expected_completion = place.ect

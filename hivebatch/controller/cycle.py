@@ -102,6 +102,8 @@ def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> None:
         _set_moved(job, "predicted_start", w.predicted_start)
         _set_moved(job, "predicted_end", w.predicted_end)
         _set_moved(job, "slack_s", w.slack_s)
+        if w.latency_s is not None and job.latency_s != w.latency_s:
+            job.latency_s = w.latency_s
         if w.ect is not None:
             _set_moved(job, "expected_completion", w.ect)
         if changed:

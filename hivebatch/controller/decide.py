@@ -445,9 +445,7 @@ class Room:
 
 def _hopeless_wait(job: Job, req: JobRequest, make_task: Any, room: Room, ctx: Any, now: dt.datetime) -> Wait:
     """A job that cannot start this cycle: its reason, and its ECT and latency (computed once, then kept)."""
-    lat: float | None = None
-    if job.predicted_start is not None and job.predicted_end is not None:
-        lat = (job.predicted_end - job.predicted_start).total_seconds()
+    lat: float | None = job.latency_s
     ect = job.expected_completion
     if lat is None or ect is None:
         try:

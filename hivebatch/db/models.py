@@ -158,6 +158,7 @@ class Job(Base):
     predicted_end: Mapped[dt.datetime | None] = mapped_column(DateTime)
     expected_completion: Mapped[dt.datetime | None] = mapped_column(DateTime)  # the class's ECT
     slack_s: Mapped[float | None] = mapped_column(Float)
+    latency_s: Mapped[float | None] = mapped_column(Float)  # predicted run time on its (chosen) shape
     meets_qos: Mapped[bool | None] = mapped_column(Boolean)
 
     submit_time: Mapped[dt.datetime | None] = mapped_column(DateTime)

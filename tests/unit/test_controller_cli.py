@@ -90,3 +90,22 @@ def test_unmigrated_database_is_one_clear_error(config: Path) -> None:
 def test_interval_needs_loop(config: Path) -> None:
     res = CliRunner().invoke(controller, ["run", "--once", "--interval", "5", "--config", str(config)])
     assert res.exit_code != 0 and "--interval only makes sense with --loop" in res.output
+
+
+def test_unreachable_slurm_is_exit_1_with_one_line(
+    config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hivebatch.cli.common import run_cli
+    from hivebatch.slurm import SlurmError
+
+    class Down:
+        def list_jobs(self, job_ids=None):  # noqa: ANN001, ANN202
+            raise SlurmError(["squeue"], 1, "slurm_load_jobs error: Unable to contact slurm controller")
+
+    _migrate(config)
+    monkeypatch.setattr("hivebatch.slurm.get_backend", lambda name=None: Down())
+    with pytest.raises(SystemExit) as exc:
+        run_cli(controller, ["run", "--once", "--config", str(config)])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: squeue failed (exit 1): slurm_load_jobs error: Unable to contact slurm controller"]

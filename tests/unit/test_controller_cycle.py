@@ -200,3 +200,27 @@ def test_lost_ledger_adopts_running_hivebatch_jobs(env: Env, tmp_path: Path) -> 
     assert not (
         set(env.job(other).placement.get(next(iter(placement)), [])) & set(next(iter(placement.values())))
     )
+
+
+def test_gpus_busy_without_a_visible_job_are_occupied(env: Env) -> None:
+    # a shard job on GPU 2 of node3 (not through hsub): Slurm keeps whole-GPU use of that GPU apart
+    sid = env.slurm.as_user("bob").submit(SCRIPT_FOREIGN, ["-A", "nlp", "-w", "node3", "--gres=shard:g2:4"])
+    assert env.slurm.job(sid).state == "RUNNING"
+    ids = [env.submit("bob", "nlp", 8), env.submit("alice", "cv", 8)]
+    env.cycle()
+    with env.factory() as s:
+        assert s.get(GpuBinding, ("node3", 2)).kind == "foreign"
+    for jid in ids:
+        assert 2 not in (env.job(jid).placement or {}).get("node3", [])
+
+
+def test_foreign_work_is_booked_as_foreign_gpu_time(env: Env) -> None:
+    fid = env.slurm.as_user("carol").submit(SCRIPT_FOREIGN, ["-A", "sys", "-w", "node4", "--gres=gpu:g7:1"])
+    env.cycle()
+    env.slurm.advance(1800)
+    env.slurm.finish(fid)
+    env.cycle()
+    with env.factory() as s:
+        rows = s.scalars(select(GpuUsage)).all()
+    assert [(r.node, r.gpu_index, r.vc_name) for r in rows] == [("node4", 7, "")]
+    assert rows[0].foreign_s == pytest.approx(1800, abs=5) and rows[0].guaranteed_s == 0
