@@ -79,11 +79,22 @@ def test_capacity_puts_tasks_over_their_vc_limit_last() -> None:
     assert plans[-1].shapes == [] and "VC cv limit 1 GPUs" in (plans[-1].reason or "")
 
 
-def test_qos_orders_tasks_that_can_meet_their_ect_first_then_the_rest_by_arrival() -> None:
-    # now 20: slack = e − (20 + limit): A 80, B −10, C −1000, D 35; B and C can no longer meet their ECT
+def test_qos_orders_urgent_then_savable_by_slack_then_the_rest_by_arrival() -> None:
+    # now 20: slack = e − (20 + limit): A 80, B −10, C −1000, D 35. C is urgent (ECT = arrival): first.
+    # D and A can still meet their ECT (least slack first); B cannot and comes last.
     plans = get_policy("qos").plan(QUEUE, 20, P24, None)
-    assert [p.task.job_id for p in plans] == ["D", "A", "B", "C"]
-    assert [p.slack for p in plans] == [35, 80, -10, -1000]
+    assert [p.task.job_id for p in plans] == ["C", "D", "A", "B"]
+    assert [p.slack for p in plans] == [-1000, 35, 80, -10]
+
+
+def test_qos_puts_hopeless_tasks_behind_savable_ones_but_keeps_their_arrival_order() -> None:
+    late = [
+        Task("late1", "cv", "normal", 0, gpus=1, time_limit_s=100),  # e = 200, slack at 500: -400
+        Task("late2", "cv", "prior", 50, gpus=1, time_limit_s=100),  # e = 150, slack -450
+        Task("fine", "cv", "normal", 400, gpus=1, time_limit_s=100),  # e = 600, slack 0
+    ]
+    assert order("qos", now=500, tasks=late) == ["fine", "late1", "late2"]
+    assert order("qos-paper", now=500, tasks=late) == ["late2", "late1", "fine"]
 
 
 def test_qos_paper_orders_plain_jobs_by_least_slack() -> None:
@@ -123,15 +134,15 @@ def test_tetris_cer_takes_highest_cer_shape_ignoring_qos() -> None:
 def test_qos_policy_on_model_tasks() -> None:
     # now 10: N e=80 → 1x1 (CER max, 50 ≤ 80) slack 30; P e=40 → only 1x2 meets (10+30) slack 0;
     # U e=5 → none meets → CER max 1x1, slack 5 − 50 = −45. Paper order (least slack first): U, P, N;
-    # hivebatch's qos serves the tasks that can still make it first: P, N, then U.
+    # hivebatch's qos agrees here: U is urgent (ECT = arrival) and goes first, then P and N by slack.
     paper = get_policy("qos-paper").plan(MODEL_QUEUE, 10, P22, None)
     assert [p.task.job_id for p in paper] == ["U", "P", "N"]
     assert [p.shapes[0] for p in paper] == [Shape(1, 1), Shape(1, 2), Shape(1, 1)]
     assert [p.slack for p in paper] == pytest.approx([-45, 0, 30])
     assert [p.meets_qos for p in paper] == [False, True, True]
     plans = get_policy("qos").plan(MODEL_QUEUE, 10, P22, None)
-    assert [p.task.job_id for p in plans] == ["P", "N", "U"]
-    assert [p.shapes[0] for p in plans] == [Shape(1, 2), Shape(1, 1), Shape(1, 1)]
+    assert [p.task.job_id for p in plans] == ["U", "P", "N"]
+    assert [p.shapes[0] for p in plans] == [Shape(1, 1), Shape(1, 2), Shape(1, 1)]
 
 
 def test_vc_limit_restricts_model_shapes() -> None:

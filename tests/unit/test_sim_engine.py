@@ -60,7 +60,7 @@ def test_one_vc_queue_by_hand() -> None:
 # a's whole node. e_X = 10 + 2*100 = 210, e_Y = 20 + 0*10 = 20.
 #  fifo, capacity, tetris-*: arrival order  -> X first
 #  minmin (earliest ECT), wfs (a + (e-a)/2), qos-paper (least slack: Y -90 < X 10) -> Y first
-#  qos: X can still meet its ECT (slack 10), Y cannot (-90) -> X first
+#  qos: Y is urgent (ECT = arrival), and urgent tasks go first -> Y first
 @pytest.mark.parametrize(
     ("policy", "first"),
     [
@@ -70,7 +70,7 @@ def test_one_vc_queue_by_hand() -> None:
         ("tetris-cer", "X"),
         ("minmin", "Y"),
         ("wfs", "Y"),
-        ("qos", "X"),
+        ("qos", "Y"),
         ("qos-paper", "Y"),
     ],
 )
