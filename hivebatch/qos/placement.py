@@ -239,6 +239,12 @@ def candidate_shapes(task: Task, platform: Platform, limit: int | None = None) -
     """
     if _free_choice(task, platform):
         return sorted(shape_table(task, platform, limit).shapes)
+    return user_shapes(task, platform, limit)
+
+
+def user_shapes(task: Task, platform: Platform, limit: int | None = None) -> list[Shape]:
+    """The arrangements of the user's own request (pinned shape, or GPU count packed tightest first)
+    that fit the cluster and the VC limit and that the model can answer for."""
     shapes = [task.shape] if task.shape is not None else shapes_for_gpus(task.gpus or 1, platform)
     out = []
     for s in shapes:

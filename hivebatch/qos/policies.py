@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hivebatch.errors import HivebatchError
-from hivebatch.qos.perfmodel import ModelRangeError, Shape
+from hivebatch.qos.perfmodel import Shape
 from hivebatch.qos.placement import (
     Platform,
     Task,
@@ -37,10 +37,10 @@ from hivebatch.qos.placement import (
     choose_qos,
     no_shape_reason,
     shape_table,
-    shapes_for_gpus,
     task_ect,
     task_latency,
     task_throughput,
+    user_shapes,
 )
 
 
@@ -70,23 +70,6 @@ def _plan_from(task: Task, shapes: list[Shape], now: float, platform: Platform, 
     lat = task_latency(task, shapes[0], platform)
     end = now + lat
     return Plan(task, shapes, lat, ect, ect - end, end <= ect)
-
-
-def _user_shapes(task: Task, platform: Platform, limit: int | None) -> list[Shape]:
-    """The arrangements of the user's own request (pinned shape, or GPU count packed tightest first)."""
-    options = [task.shape] if task.shape is not None else shapes_for_gpus(task.gpus or 1, platform)
-    out = []
-    for s in options:
-        if s.d_node > platform.max_nodes or s.d_gpn > platform.gpus_per_node:
-            continue
-        if limit is not None and s.gpus > limit:
-            continue
-        try:
-            task_latency(task, s, platform)
-        except ModelRangeError:
-            continue
-        out.append(s)
-    return out
 
 
 class Policy:
@@ -146,9 +129,7 @@ class _UserShapePolicy(Policy):
         self, tasks: Sequence[Task], now: float, platform: Platform, limits: dict[str, int] | None = None
     ) -> list[Plan]:
         plans = [
-            _plan_from(
-                t, _user_shapes(t, platform, _limit(limits, t.vc)), now, platform, _limit(limits, t.vc)
-            )
+            _plan_from(t, user_shapes(t, platform, _limit(limits, t.vc)), now, platform, _limit(limits, t.vc))
             for t in tasks
         ]
         plans.sort(key=lambda p: (not p.shapes, *self.order_key(p.task, p), p.task.arrival, p.task.job_id))
@@ -190,7 +171,7 @@ class CapacityPolicy(Policy):
         stuck: list[Plan] = []
         for t in sorted(tasks, key=_arrival_key):
             lim = _limit(limits, t.vc)
-            p = _plan_from(t, _user_shapes(t, platform, lim), now, platform, lim)
+            p = _plan_from(t, user_shapes(t, platform, lim), now, platform, lim)
             (queues.setdefault(t.vc, []) if p.shapes else stuck).append(p)
         total = platform.max_nodes * platform.gpus_per_node
         used = {vc: 0 for vc in queues}
