@@ -135,6 +135,10 @@ def run_jobs(argv: list[str]) -> int:
         _warn(f"Slurm did not answer ({str(exc).splitlines()[0]}); showing the controller's ledger only")
         slurm_jobs = []
     rows = collect_rows(slurm_jobs, ledger.jobs if ledger else [], filters)
+    if config and any(r.gpu_mem_mib for r in rows):
+        from hivebatch.sharing.integration import add_gpu_capacity
+
+        add_gpu_capacity(rows, config)  # GPU memory from the config, to show slices as 8G/32G
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
     if ns.json:

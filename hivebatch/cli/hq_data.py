@@ -111,6 +111,17 @@ class JobRow:
     time_limit_s: int | None = None
     reason: str | None = None
     hivebatch: bool = True  # submitted through hsub
+    gpu_mem_mib: int | None = None  # --gpu-mem: a slice of one GPU (or the memory used per whole GPU)
+    gpu_total_mib: int | None = None  # memory of one such GPU, from the config (for ``8G/32G``)
+
+    @property
+    def is_slice(self) -> bool:
+        return bool(
+            self.gpu_mem_mib
+            and self.gpus == 1
+            and self.gpu_total_mib
+            and self.gpu_mem_mib < self.gpu_total_mib
+        )
 
     @property
     def state_code(self) -> str:
@@ -144,6 +155,8 @@ class JobRow:
             "slack_s": None if self.slack_s is None else round(self.slack_s, 1),
             "time_limit_s": self.time_limit_s,
             "reason": self.reason,
+            "gpu_mem_mib": self.gpu_mem_mib,
+            "gpu_total_mib": self.gpu_total_mib,
         }
 
 
@@ -176,6 +189,7 @@ def row_from_slurm(job: Any) -> JobRow:
         end_time=_naive_utc(job.end_time) if str(job.state).upper() not in ("PENDING", "RUNNING") else None,
         time_limit_s=job.time_limit_s,
         hivebatch=req is not None,
+        gpu_mem_mib=req.gpu_mem_mib if req else None,
     )
     if row.pending:
         row.placement = {}
@@ -208,6 +222,8 @@ def merge_ledger(row: JobRow | None, db_job: Any) -> JobRow:
             hivebatch=not db_job.foreign,
         )
     row.hivebatch_state = db_job.state
+    if row.gpu_mem_mib is None and isinstance(db_job.request, dict) and db_job.request.get("gpu_mem_mib"):
+        row.gpu_mem_mib = int(db_job.request["gpu_mem_mib"])
     row.vc = row.vc or db_job.vc_name
     row.qos = row.qos or db_job.qos
     row.gpu_type = row.gpu_type or db_job.gpu_type

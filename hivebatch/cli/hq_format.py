@@ -50,6 +50,15 @@ def _gpus(row: JobRow) -> str:
     return f"{row.gpu_type}:{row.gpus}" if row.gpu_type else str(row.gpus)
 
 
+def _placement(row: JobRow) -> str:
+    """``node1:[0,1]``; a slice of one GPU as ``node2:[3] 8G/32G``."""
+    if row.is_slice and row.placement:
+        from hivebatch.sharing.integration import slice_text
+
+        return slice_text(row.placement, int(row.gpu_mem_mib or 0), int(row.gpu_total_mib or 0))
+    return format_placement(row.placement)
+
+
 def _start(row: JobRow, now: dt.datetime) -> str:
     if row.state == "RUNNING" and row.start_time:
         return format_time(row.start_time, now)
@@ -94,7 +103,7 @@ FIELDS: dict[str, Field] = {
     "st": Field("ST", lambda r, n: r.state_code, "t"),
     "state": Field("STATE", lambda r, n: r.state, "T"),
     "gpus": Field("GPUS", lambda r, n: _gpus(r), "b", "right"),
-    "placement": Field("PLACEMENT", lambda r, n: format_placement(r.placement), "N"),
+    "placement": Field("PLACEMENT", lambda r, n: _placement(r), "N"),
     "nodes": Field("NODES", lambda r, n: str(len(r.placement)) if r.placement else "-", "D", "right"),
     "start": Field("START", _start, "S"),
     "end": Field("END", _end, "e"),

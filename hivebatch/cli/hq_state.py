@@ -48,9 +48,12 @@ def rebuild_from_slurm(spec: Any, jobs: list[Any], nodes: list[Any]) -> Any:
 
 def prune_finished(alloc: Any, slurm_jobs: list[Any]) -> None:
     """Release snapshot jobs that Slurm no longer runs or holds placed (they ended after the snapshot)."""
+    from hivebatch.sharing import is_synthetic
+
     alive = {str(j.job_id) for j in slurm_jobs if str(j.state).upper() in _ALIVE}
     for job_id in list(alloc.jobs()):
-        if job_id not in alive:
+        # a GPU shared by slices is held by a synthetic cell ("share:node2:3"), not by a Slurm job
+        if job_id not in alive and not is_synthetic(job_id):
             with contextlib.suppress(Exception):
                 alloc.release(job_id)
 

@@ -74,6 +74,9 @@ def load_context(config: str | os.PathLike[str] | None = None) -> ControllerCont
 
     path, data = load_config(config)
     spec = parse_cluster_config(data)
+    from hivebatch.sharing.integration import load_sharing
+
+    load_sharing(data, spec)  # a bad sharing: section stops the controller at start, in one line
     qos_settings = qos.parse_qos_config(data, path.resolve().parent)
     settings = parse_settings(path, data)
     if settings.policy not in qos.POLICY_NAMES:

@@ -15,7 +15,7 @@ from hivebatch.controller.act import act, write_intents
 from hivebatch.controller.decide import Decisions, Wait, decide
 from hivebatch.controller.observe import observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
-from hivebatch.controller.record import Recorder, set_state, write_gpu_map
+from hivebatch.controller.record import Recorder, gpu_capacity_by_node, set_state, write_gpu_map
 from hivebatch.db.models import VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
 
@@ -125,10 +125,12 @@ def run_cycle(ctx: Any, session_factory: sessionmaker[Session], backend: Any) ->
 
     t = time.perf_counter()
     with session_factory() as session:
+        # GPU-hours of a slice are its share of the GPU's memory (record.account_run reads this)
+        session.info["gpu_capacity_mib"] = gpu_capacity_by_node(ctx.spec)
         # reconcile (one transaction)
         sync_vcs(session, ctx.spec, obs.now)
         ledger = sync_jobs(session, obs, rec, backend)
-        alloc = rebuild_allocator(session, rec, ledger, obs, ctx.spec)
+        alloc = rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
         session.commit()
         t = mark("reconcile", t)
 
@@ -155,6 +157,9 @@ def run_cycle(ctx: Any, session_factory: sessionmaker[Session], backend: Any) ->
 
         # record: the GPU map for readers, the cycle's facts
         write_gpu_map(session, alloc, ctx.spec, obs.now)
+        if ledger.sharing is not None:
+            # shared GPUs and their slices, for hadmin cluster (rebuilt from the jobs each cycle)
+            set_state(session, "sharing", ledger.sharing.snapshot(), obs.now)
         report.seconds = time.perf_counter() - t0
         set_state(
             session,

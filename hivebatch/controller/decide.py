@@ -24,6 +24,7 @@ from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
 from hivebatch.qos import Shape, task_ect, task_latency
 from hivebatch.request import JobRequest
+from hivebatch.sharing.integration import is_slice
 
 
 @dataclass
@@ -233,6 +234,7 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
     ]
     candidates.sort(key=lambda j: (j.submit_time or now, j.slurm_job_id))
     tasks: list[Any] = []
+    slices: list[tuple[Job, JobRequest, Any]] = []
     typed: list[tuple[Job, JobRequest]] = []
     untyped: list[tuple[Job, JobRequest, Any]] = []
     reqs: dict[str, tuple[Job, JobRequest]] = {}
@@ -244,6 +246,9 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
             continue
         if req.gpus == 0:
             out.places.append(Place(job, {}, None, None, predicted_end=None))
+            continue
+        if ledger.sharing is not None and is_slice(spec, req.gpus, req.gpu_mem_mib, req.gpu_type):
+            slices.append((job, req, sj))
             continue
         if job.gres and job.placement:
             typed.append((job, req))
@@ -274,7 +279,12 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
         else:
             out.waits.append(Wait(job, out_place))
 
-    room = Room(alloc, spec, alloc.gpu_map() if typed else gmap)
+    by_sid = {str(j.slurm_job_id): j for j in ledger.jobs.values()}
+    if slices:
+        default_limit = getattr(ctx.platform, "default_time_limit_s", None)
+        _decide_slices(out, ledger.sharing, slices, by_sid, placed_now, now, default_limit)
+
+    room = Room(alloc, spec, alloc.gpu_map() if typed or slices else gmap)
     for job, req, sj in untyped:
         if room.may_fit(req):
             task = builder.task(job, req, sj)
@@ -286,7 +296,6 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
                 _hopeless_wait(job, req, lambda j=job, r=req, x=sj: builder.task(j, r, x), room, ctx, now)
             )
 
-    by_sid = {str(j.slurm_job_id): j for j in ledger.jobs.values()}
     outcomes = schedule_round(
         tasks,
         now_s,
@@ -305,7 +314,11 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
             end = _from_epoch(o.predicted_end)
             ect = end + dt.timedelta(seconds=slack) if end is not None and slack is not None else None
             p = Place(job, o.placement, None, shape, predicted_end=end, slack_s=slack, ect=ect)
-            for victim in o.preempted:
+            victims = [str(v) for v in o.preempted]
+            if ledger.sharing is not None:
+                # a share cell of the cell core stands for the slices on its GPU
+                victims = ledger.sharing.translate_preempted(victims)
+            for victim in victims:
                 v = by_sid.get(str(victim))
                 if v is None:
                     continue
@@ -353,6 +366,65 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
     out.places = [p for p in out.places if p.gres != "-"]
     _estimate_starts(out, ledger, alloc, spec, now)
     return out
+
+
+def _decide_slices(
+    out: Decisions,
+    led: Any,
+    slices: list[tuple[Job, JobRequest, Any]],
+    by_sid: dict[str, Job],
+    placed_now: dict[int, Place],
+    now: dt.datetime,
+    default_limit_s: float | None = None,
+) -> None:
+    """GPU slices go through the sharing ledger: binpacked inside the VC's cells, opportunistic ones
+    also co-located where the config allows. Requeued slices keep their GPU index (Slurm keeps the
+    typed ``shard:gN:k``), guaranteed work goes first, then arrival order."""
+    from hivebatch.sharing.gres import parse_shard_gres
+
+    slices.sort(
+        key=lambda x: (
+            not (x[0].gres and x[0].placement),
+            -x[1].priority,
+            x[0].submit_time or now,
+            x[0].slurm_job_id,
+        )
+    )
+    for job, req, _sj in slices:
+        sid = str(job.slurm_job_id)
+        mem = int(req.gpu_mem_mib or 0)
+        old = parse_shard_gres(job.gres or "") if job.placement else {}
+        if len(old) == 1:
+            ((gpu_index, _count),) = old.items()
+            d = led.resume(sid, req.vc, mem, req.priority, gpu_index, nodes_first=sorted(job.placement or {}))
+        else:
+            d = led.place(sid, req.vc, mem, req.priority, req.gpu_type)
+        if d.result != "placed":
+            out.waits.append(
+                Wait(
+                    job,
+                    d.error or d.reason or "no GPU has room for the slice",
+                    rejected=d.result == "rejected",
+                )
+            )
+            continue
+        # like a plain job's prediction: its own time limit, else the platform's default
+        limit = req.time_limit_s or default_limit_s
+        end = now + dt.timedelta(seconds=float(limit)) if limit else None
+        p = Place(job, d.placement, d.gres, (1, 1), predicted_end=end, resumed=bool(old))
+        for victim in d.preempted:
+            v = by_sid.get(str(victim))
+            if v is None:
+                continue
+            if v.slurm_job_id in placed_now:
+                dropped = placed_now.pop(v.slurm_job_id)
+                out.places.remove(dropped)
+                out.waits.append(Wait(v, f"its GPU went to job {job.slurm_job_id} before it started"))
+                continue
+            out.victims[v.slurm_job_id] = job.slurm_job_id
+            p.preempts.append(v.slurm_job_id)
+        out.places.append(p)
+        placed_now[job.slurm_job_id] = p
 
 
 def _resume_typed(

@@ -34,6 +34,21 @@ class Ledger:
     redo_place: list[Job] = field(default_factory=list)  # intent "place", Slurm job still held: act again
     redo_preempt: list[Job] = field(default_factory=list)  # intent "preempt", Slurm job still running
     bad_nodes: set[str] = field(default_factory=set)
+    sharing: Any = None  # hivebatch.sharing.SharingLedger: GPU slices booked on top of ``alloc``
+
+
+def is_slice_job(job: Job) -> bool:
+    """A job granted a slice of one GPU (``shard:gN:k``): the sharing ledger books it, not the cells."""
+    return not job.foreign and str(job.gres or "").startswith("shard:")
+
+
+def _shard_placement(sj: Any) -> tuple[dict[str, list[int]] | None, str | None]:
+    """Where a running shard job is, from Slurm alone: ({node: [gpu]}, "shard:gN:k") for a one-GPU slice."""
+    held = [(n, g, c) for n, per in (getattr(sj, "shards", None) or {}).items() for g, c in per.items() if c]
+    if len(held) != 1:
+        return None, None
+    node, gpu, count = held[0]
+    return {node: [int(gpu)]}, f"shard:g{int(gpu)}:{int(count)}"
 
 
 def _gpus(sj: Any) -> dict[str, list[int]]:
@@ -179,6 +194,8 @@ def sync_jobs(session: Session, obs: Observation, rec: Recorder, backend: Any) -
                 f"{sj.user} asked for {job.gpus} GPU(s) in VC {job.vc_name} ({job.qos})",
             )
             job.placement = _gpus(sj) or None
+            if not job.placement:
+                job.placement, job.gres = _shard_placement(sj)
             _start(session, rec, job, sj)
         else:
             rec.event(
@@ -347,13 +364,22 @@ def _resolve_missing(session: Session, rec: Recorder, missing: list[Job], backen
             _finish(session, rec, job, "failed", None, "no longer known to Slurm and not in its accounting")
 
 
-def rebuild_allocator(session: Session, rec: Recorder, ledger: Ledger, obs: Observation, spec: Any) -> Any:
-    """A fresh CellAllocator holding exactly the GPUs granted, running, foreign or bad right now."""
+def rebuild_allocator(
+    session: Session,
+    rec: Recorder,
+    ledger: Ledger,
+    obs: Observation,
+    spec: Any,
+    data: dict[str, Any] | None = None,
+) -> Any:
+    """A fresh CellAllocator holding exactly the GPUs granted, running, foreign or bad right now, and
+    the sharing ledger of GPU slices on top of it (``ledger.sharing``; ``data`` = the config)."""
     alloc = _start_allocator(session, spec)
     holders = [
         j
         for j in ledger.jobs.values()
         if not j.foreign
+        and not is_slice_job(j)  # slices are booked by the sharing ledger below, never as whole GPUs
         and j.placement
         and (j.intent == "place" or (j.state in ("placed", "running") and j.intent != "preempt"))
     ]
@@ -382,6 +408,7 @@ def rebuild_allocator(session: Session, rec: Recorder, ledger: Ledger, obs: Obse
             _occupy(alloc, f"slurm:{job.slurm_job_id}", placement)
         for n, v in placement.items():
             used.setdefault(n, set()).update(v)
+    _rebuild_sharing(session, rec, ledger, alloc, spec, data or {}, used)
     for job in ledger.jobs.values():
         if job.foreign and job.state == "running" and job.placement:
             _occupy(alloc, f"slurm:{job.slurm_job_id}", job.placement)
@@ -412,6 +439,33 @@ def rebuild_allocator(session: Session, rec: Recorder, ledger: Ledger, obs: Obse
     ledger.bad_nodes = bad
     ledger.alloc = alloc
     return alloc
+
+
+def _rebuild_sharing(
+    session: Session,
+    rec: Recorder,
+    ledger: Ledger,
+    alloc: Any,
+    spec: Any,
+    data: dict[str, Any],
+    used: dict[str, set[int]],
+) -> None:
+    """Book the slices the ledger's jobs hold (after the whole-GPU jobs: guaranteed work of the cells
+    comes first). A slice that cannot be booked keeps its GPU as foreign work, never handed out twice."""
+    from hivebatch.sharing.integration import controller_ledger, held_slices
+
+    rows = [j for j in ledger.jobs.values() if is_slice_job(j)]
+    led, failed = controller_ledger(alloc, spec, data, rows)
+    by_id = {str(j.slurm_job_id): j for j in rows}
+    for h in held_slices(rows):
+        used.setdefault(h.node, set()).add(h.gpu)
+    for h, why in failed:
+        job = by_id.get(h.job_id)
+        msg = f"its GPU slice cannot be booked ({why}); the GPU is held as foreign"
+        if job is not None and job.reason != msg:
+            job.reason = msg
+            rec.event(session, job, "adopt_failed", msg, {"placement": job.placement, "gres": job.gres})
+    ledger.sharing = led
 
 
 def _start_allocator(session: Session, spec: Any) -> Any:

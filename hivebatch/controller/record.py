@@ -65,6 +65,34 @@ def _day_slices(start: dt.datetime, end: dt.datetime) -> list[tuple[dt.date, flo
     return out
 
 
+def gpu_capacity_by_node(spec: Any) -> dict[str, int]:
+    """Usable memory (MiB) of one GPU of each node whose GPU type has ``memory:`` configured."""
+    from hivebatch.sharing.integration import gpu_capacity_mib
+
+    out: dict[str, int] = {}
+    for n in spec.nodes:
+        cap = gpu_capacity_mib(spec, n.gpu_type)
+        if cap:
+            out[n.name] = int(cap)
+    return out
+
+
+def gpu_share(session: Session, job: Job) -> float:
+    """The part of each of its GPUs a job counts for: 1 for whole GPUs, the memory share for a slice
+    (``shard:gN:k`` of a GPU with C MiB: k GiB / C), from the capacities the cycle put in session.info."""
+    gres = str(job.gres or "")
+    if job.foreign or not gres.startswith("shard:") or not job.placement:
+        return 1.0
+    from hivebatch.sharing.gres import parse_shard_gres
+    from hivebatch.sharing.integration import slice_share
+    from hivebatch.sharing.memory import SHARD_MIB
+
+    caps = session.info.get("gpu_capacity_mib") or {}
+    cap = caps.get(next(iter(job.placement)))
+    shards = sum(parse_shard_gres(gres).values())
+    return slice_share(shards * SHARD_MIB, int(cap)) if cap and shards else 1.0
+
+
 def account_run(session: Session, job: Job, end: dt.datetime | None, preempted: bool = False) -> float:
     """Book the run that just ended (segment_start → end) as GPU-hours on the job and GPU-seconds per GPU.
 
@@ -75,7 +103,8 @@ def account_run(session: Session, job: Job, end: dt.datetime | None, preempted: 
         job.segment_start = None
         return 0.0
     seconds = (end - start).total_seconds()
-    ngpus = sum(len(v) for v in job.placement.values())
+    share = gpu_share(session, job)
+    ngpus = sum(len(v) for v in job.placement.values()) * share
     hours = seconds * ngpus / 3600.0
     if job.foreign:
         column = "foreign_s"
@@ -110,7 +139,7 @@ def account_run(session: Session, job: Job, end: dt.datetime | None, preempted: 
                         foreign_s=0.0,
                     )
                     session.add(row)
-                setattr(row, column, (getattr(row, column) or 0.0) + secs)
+                setattr(row, column, (getattr(row, column) or 0.0) + secs * share)
     job.segment_start = None
     return hours
 

@@ -28,6 +28,7 @@ class GpuSlot:
     bad: bool = False
     shared: int = 0  # jobs sharing this GPU beyond the first (fractional GPUs)
     stale: bool = False  # the ledger's last cycle showed a job here, but Slurm shows the GPU idle now
+    share: str | None = None  # a GPU shared by slices: "shared sys 16G/32G 2 jobs" (controller's ledger)
 
     @property
     def free(self) -> bool:
@@ -140,7 +141,7 @@ class ClusterMap:
             for s in node.slots:
                 if s.bad:
                     out["bad"] += 1
-                elif s.shared and s.kind == FREE and s.job is None:
+                elif (s.share or (s.shared and s.kind == FREE)) and s.job is None:  # slices, not one job
                     out["shared"] += 1
                 else:
                     out[s.kind if s.kind in out else FREE] += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -56,6 +57,7 @@ def load_report_data(config: str | None, since: datetime | None = None, with_job
         if session is None:
             return out
         out.has_db = True
+        _note_gpu_memory(session, data)
         try:
             if with_jobs:
                 out.jobs, out.segments = load_jobs(session, since)
@@ -64,6 +66,16 @@ def load_report_data(config: str | None, since: datetime | None = None, with_job
         except SQLAlchemyError as exc:
             raise HivebatchError(db_error(exc)) from None
     return out
+
+
+def _note_gpu_memory(session: Any, data: dict[str, Any]) -> None:
+    """GPU memory per node, so GPU slices count their share of a GPU (controller.record.gpu_share)."""
+    from hivebatch.cells import parse_cluster_config
+    from hivebatch.controller.record import gpu_capacity_by_node
+
+    # a config the cells refuse is reported by its own checks; slices then count as whole GPUs
+    with contextlib.suppress(HivebatchError):
+        session.info["gpu_capacity_mib"] = gpu_capacity_by_node(parse_cluster_config(data))
 
 
 def db_error(exc: Exception) -> str:

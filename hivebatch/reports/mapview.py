@@ -75,6 +75,7 @@ def map_dict(cmap: ClusterMap) -> dict[str, Any]:
                         "bad": s.bad,
                         "shared": s.shared,
                         "stale": s.stale,
+                        "share": s.share,
                     }
                     for s in n.slots
                 ],
@@ -110,6 +111,9 @@ def summary_lines(cmap: ClusterMap) -> list[str]:
         lines.append(
             "Fragmented: " + ", ".join(f"{node} ({free} free)" for node, free in frag.partly_used_nodes) + "."
         )
+    shares = [f"{n.name}:[{s.index}] {s.share}" for n in cmap.nodes for s in n.slots if s.share]
+    if shares:
+        lines.append("Shared GPUs: " + "; ".join(shares) + ".")
     if frag.bad_nodes:
         lines.append("Bad nodes (no new work): " + ", ".join(frag.bad_nodes) + ".")
     if cmap.stale_gpus:

@@ -149,8 +149,14 @@ def quota_notes(rep: QuotaReport, frag: Fragmentation | None = None) -> list[str
         )
     notes.append(
         f"Opportunistic: {t.gpu_hours_opportunistic:.1f} GPU-h lent to opportunistic work, "
-        f"{t.gpus_lent_now} GPUs lent now; {t.gpu_hours_guaranteed:.1f} GPU-h guaranteed work."
+        f"{t.gpus_lent_now:g} GPUs lent now; {t.gpu_hours_guaranteed:.1f} GPU-h guaranteed work."
     )
+    if t.gpu_hours_colocated > 0:
+        extra = 100 * t.gpu_hours_colocated / t.gpu_hours_guaranteed if t.gpu_hours_guaranteed else 0.0
+        notes.append(
+            f"Co-located: {t.gpu_hours_colocated:.1f} GPU-h of opportunistic GPU slices ran on the idle part "
+            f"of GPUs guaranteed work held ({extra:.1f}% on top of the guaranteed GPU-h)."
+        )
     if rep.missed_jobs:
         listed = ", ".join(f"{j.job_id} ({j.user}/{j.vc}/{j.qos})" for j in rep.missed_jobs[:10]) + (
             " …" if len(rep.missed_jobs) > 10 else ""
@@ -228,6 +234,7 @@ def quota_dict(rep: QuotaReport) -> dict[str, Any]:
             "preemptions": t.preemptions,
             "preempted_gpu_hours": round(t.preempted_gpu_hours, 3),
             "gpus_lent_now": t.gpus_lent_now,
+            "colocated_gpu_hours": round(t.gpu_hours_colocated, 3),
         },
         "waiting_jobs": [
             {

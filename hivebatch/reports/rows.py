@@ -43,6 +43,7 @@ class JobRow:
     name: str = ""
     reason: str | None = None
     slurm_job_id: int | None = None
+    gpu_share: float = 1.0  # part of each GPU the job counts for: a slice's memory share, else 1
 
     @property
     def opportunistic(self) -> bool:
@@ -65,7 +66,7 @@ class RunSegment:
     job_id: str
     user: str
     vc: str
-    gpus: int
+    gpus: float  # a GPU slice counts its share of the GPU
     start: datetime
     end: datetime | None  # None: still running
     opportunistic: bool = False

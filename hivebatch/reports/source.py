@@ -36,11 +36,11 @@ _JOB_COLUMNS = (
     "id", "slurm_job_id", "name", "user", "account", "vc_name", "qos", "priority", "request", "gpus",
     "gpu_type", "state", "reason", "placement", "shape_nodes", "expected_completion", "submit_time",
     "start_time", "segment_start", "end_time", "preemptions", "gpu_hours_guaranteed",
-    "gpu_hours_opportunistic", "gpu_hours_lost", "created_at",
+    "gpu_hours_opportunistic", "gpu_hours_lost", "created_at", "gres", "foreign",
 )  # fmt: skip
 
 
-def _job_row(job: Any) -> JobRow:
+def _job_row(job: Any, gpu_share: float = 1.0) -> JobRow:
     """A JobRow from a Job (or a row with the same attribute names)."""
     request = job.request or {}
     limit = request.get("time_limit_s")
@@ -68,6 +68,7 @@ def _job_row(job: Any) -> JobRow:
         name=job.name or "",
         reason=job.reason,
         slurm_job_id=job.slurm_job_id,
+        gpu_share=gpu_share,
     )
 
 
@@ -98,8 +99,11 @@ def load_jobs(session: Session, since: datetime | None = None) -> tuple[list[Job
                 events[job_id].append((stamp, kind))
     rows_out: list[JobRow] = []
     segments: list[RunSegment] = []
+    from hivebatch.controller.record import gpu_share
+
     for job in jobs:
-        row = _job_row(job)
+        # a GPU slice's share comes from its shards and the GPU memory load_report_data put in session.info
+        row = _job_row(job, gpu_share(session, job))
         rows_out.append(row)
         booked = (job.gpu_hours_guaranteed or 0.0) + (job.gpu_hours_opportunistic or 0.0)
         segments.extend(
@@ -124,7 +128,8 @@ def job_segments(
     """
 
     def seg(start: datetime, end: datetime | None, preempted: bool = False) -> RunSegment:
-        return RunSegment(row.job_id, row.user, row.vc, row.gpus, start, end, row.opportunistic, preempted)
+        gpus = row.gpus * row.gpu_share
+        return RunSegment(row.job_id, row.user, row.vc, gpus, start, end, row.opportunistic, preempted)
 
     out: list[RunSegment] = []
     open_at: datetime | None = None
@@ -234,4 +239,34 @@ def load_slots(session: Session) -> tuple[list[GpuSlot], datetime | None]:
         stamp = as_utc(b.updated_at)
         if stamp is not None and (newest is None or stamp > newest):
             newest = stamp
-    return slots, newest
+    return _with_shares(session, slots), newest
+
+
+def _with_shares(session: Session, slots: list[GpuSlot]) -> list[GpuSlot]:
+    """Mark GPUs shared by slices, from the sharing ledger the controller stores each cycle."""
+    from dataclasses import replace
+
+    from hivebatch.controller.record import get_state
+    from hivebatch.sharing import GpuShare, Slice
+    from hivebatch.sharing.integration import describe_gpu
+
+    snap = get_state(session, "sharing") or {}
+    shares: dict[tuple[str, int], GpuShare] = {}
+    for raw in snap.get("gpus", []):
+        try:
+            g = GpuShare(**{k: v for k, v in raw.items() if k != "slices"})
+            g.slices = {x["job_id"]: Slice(**x) for x in raw.get("slices", [])}
+        except (TypeError, KeyError):  # written by another version: show the GPUs without their slices
+            continue
+        shares[(g.node, g.gpu)] = g
+    if not shares:
+        return slots
+    out = []
+    for slot in slots:
+        g = shares.get((slot.node, slot.index))
+        if g is not None and g.slices:
+            slot = replace(
+                slot, shared=max(slot.shared, len(g.slices)), share=describe_gpu(g), vc=slot.vc or g.vc
+            )
+        out.append(slot)
+    return out

@@ -102,7 +102,10 @@ class ClusterTotals:
     missed_ect: int
     preempted_gpu_hours: float
     preemptions: int
-    gpus_lent_now: int  # GPUs running opportunistic work right now
+    gpus_lent_now: float  # GPUs running opportunistic work right now (a slice counts its share)
+    # opportunistic GPU slices on the idle part of GPUs guaranteed work held at the same time: capacity
+    # co-location added on top of what the guarantees delivered
+    gpu_hours_colocated: float = 0.0
 
     @property
     def qos_overall(self) -> ClassRate:
@@ -299,6 +302,10 @@ def quota_report(
         # One VC's totals are measured against its own reservation, not the whole cluster.
         gpus = sum(r.gpus_reserved for r in ordered)
     totals = _totals(ordered, gpus, window_h, segments, until)
+    names = {r.name for r in ordered}
+    totals.gpu_hours_colocated = colocated_gpu_hours(
+        [j for j in jobs if j.vc in names], segments, since, until
+    )
     if only_vc is not None:
         missed = [j for j in missed if j.vc == only_vc]
     missed.sort(key=lambda j: (j.ect or j.submit_time, j.job_id))
@@ -309,6 +316,46 @@ def quota_report(
     return QuotaReport(
         since=since, until=until, vcs=ordered, totals=totals, missed_jobs=missed, waiting_jobs=waiting
     )
+
+
+def colocated_gpu_hours(
+    jobs: list[JobRow], segments: list[RunSegment], since: datetime, until: datetime
+) -> float:
+    """GPU-hours opportunistic slices ran on a GPU that guaranteed work held at the same time (their
+    share of the GPU × the overlap), inside the window. A job's GPUs are its last placement."""
+    rows = {j.job_id: j for j in jobs}
+    held: dict[tuple[str, int], list[tuple[datetime, datetime]]] = {}
+    guests: list[tuple[RunSegment, tuple[str, int]]] = []
+    for seg in segments:
+        row = rows.get(seg.job_id)
+        if row is None or not row.placement:
+            continue
+        start, end = max(seg.start, since), min(seg.end or until, until)
+        if end <= start:
+            continue
+        gpus = [(n, i) for n, idx in row.placement.items() for i in idx]
+        if not seg.opportunistic:
+            for key in gpus:
+                held.setdefault(key, []).append((start, end))
+        elif row.gpu_share < 1.0 and len(gpus) == 1:
+            guests.append((seg, gpus[0]))
+    total = 0.0
+    for seg, key in guests:
+        start, end = max(seg.start, since), min(seg.end or until, until)
+        covered = _union_overlap(held.get(key, []), start, end)
+        total += seg.gpus * covered / 3600.0
+    return total
+
+
+def _union_overlap(spans: list[tuple[datetime, datetime]], start: datetime, end: datetime) -> float:
+    """Seconds of [start, end) covered by the union of ``spans``."""
+    covered, cursor = 0.0, start
+    for lo, hi in sorted(spans):
+        lo, hi = max(lo, cursor), min(hi, end)
+        if hi > lo:
+            covered += (hi - lo).total_seconds()
+            cursor = hi
+    return covered
 
 
 def _private_estimate(

@@ -40,6 +40,7 @@ class Submission:
     config_path: Path | None = None
     config: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    job_env: dict[str, str] = field(default_factory=dict)  # e.g. a GPU slice's limit (HIVEBATCH_GPU_MEM_*)
     _job_script: str | None = None
 
     def job_script(self) -> str:
@@ -52,6 +53,7 @@ class Submission:
                 self.request.vc,
                 self.request.qos,
                 self.request.gpu_mem_mib,
+                self.job_env,
             )
         return self._job_script
 
@@ -289,7 +291,7 @@ def prepare(
 
         explicit = values.get("config")
         sub.config_path, sub.config = load_config(str(explicit) if explicit else None)
-        sub.request, sub.notes = check_request(req, sub.config, sub.config_path)
+        sub.request, sub.notes, sub.job_env = check_request(req, sub.config, sub.config_path)
     sub.sbatch_args = sbatch_arguments(sub.request, values, merged.passthrough, name)
     return sub
 

@@ -26,8 +26,9 @@ def _match_gpu_type(wanted: str, known: list[str]) -> str:
 
 def check_request(
     req: JobRequest, config: dict[str, Any], config_path: Path | None
-) -> tuple[JobRequest, list[str]]:
-    """The request with names normalised to the config's spelling, and notes for the user."""
+) -> tuple[JobRequest, list[str], dict[str, str]]:
+    """The request with names normalised to the config's spelling, notes for the user, and the
+    environment the job gets on top of the user's (a GPU slice's memory limit)."""
     from hivebatch.cells import CellAllocator, Request, parse_cluster_config
 
     notes: list[str] = []
@@ -67,9 +68,15 @@ def check_request(
     if decision.result == "rejected":
         raise HivebatchError(f"this job can never run in virtual cluster {req.vc}: {decision.error}")
 
+    job_env: dict[str, str] = {}
+    if req.gpu_mem_mib is not None:
+        from hivebatch.sharing.integration import check_submission
+
+        job_env, mem_notes = check_submission(config, spec, req.gpus, req.gpu_mem_mib, gpu_type)
+        notes.extend(mem_notes)
     if req.model:
         notes.extend(check_model(req, config, config_path, gpu_type or spec.gpu_types[0]))
-    return req, notes
+    return req, notes, job_env
 
 
 def check_model(

@@ -37,7 +37,14 @@ def heredoc_delimiter(script: str) -> str:
     return candidate
 
 
-def render_job_script(script: str, args: list[str], vc: str, qos: str, gpu_mem_mib: int | None = None) -> str:
+def render_job_script(
+    script: str,
+    args: list[str],
+    vc: str,
+    qos: str,
+    gpu_mem_mib: int | None = None,
+    job_env: dict[str, str] | None = None,
+) -> str:
     import jinja2  # only when a script is really generated
 
     directory = template_dir()
@@ -59,4 +66,5 @@ def render_job_script(script: str, args: list[str], vc: str, qos: str, gpu_mem_m
         vc=vc,
         qos=qos,
         gpu_mem_mib=gpu_mem_mib,
+        job_env=dict(sorted((job_env or {}).items())),
     )

@@ -7,6 +7,7 @@ jobs already waiting, so the answer is the one the controller would give — not
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -30,6 +31,7 @@ class Prediction:
     reason: str | None = None
     source: str = ""
     ahead: int = 0  # waiting jobs the policy starts before this one
+    label: str | None = None  # a GPU slice's placement: "node2:[3] 8G/32G"
 
 
 def _epoch(t: dt.datetime) -> float:
@@ -87,6 +89,12 @@ def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
     ledger = read_ledger(sub.config_path, sub.config, want_cells=True)
     alloc, source = reader_allocator(ctx.spec, ledger.snapshot, ledger.snapshot_time)
 
+    from hivebatch.sharing.integration import is_slice
+
+    req = sub.request
+    if is_slice(ctx.spec, req.gpus, req.gpu_mem_mib, req.gpu_type):
+        return predict_slice(ctx, req, alloc, source, now)
+
     builder = TaskBuilder(ctx)
     builder.ctx_now = now
     requests: dict[str, JobRequest] = {}
@@ -136,6 +144,41 @@ def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
     return Prediction(result="waiting", reason="the policy chose not to start it now", source=source)
 
 
+def predict_slice(ctx: Any, req: JobRequest, alloc: Any, source: str, now: dt.datetime) -> Prediction:
+    """A GPU slice: the controller's binpack over the slices Slurm runs now (queued slices ignored)."""
+    from hivebatch.sharing import SHARD_MIB
+    from hivebatch.sharing.integration import HeldSlice, rebuild_ledger
+    from hivebatch.slurm import get_backend
+
+    held: list[HeldSlice] = []
+    for j in get_backend().list_jobs():
+        other = JobRequest.from_comment(j.comment)
+        if other is None or str(j.state).upper() not in ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING"):
+            continue
+        shards = [(n, g, c) for n, per in (j.shards or {}).items() for g, c in per.items() if c]
+        if len(shards) == 1:
+            node, gpu, count = shards[0]
+            held.append(HeldSlice(str(j.job_id), other.vc, other.priority, node, int(gpu), count * SHARD_MIB))
+    led, failed = rebuild_ledger(alloc, ctx.spec, ctx.data, held)
+    for h, _why in failed:  # a GPU whose slices cannot be booked stays busy, as in the controller
+        with contextlib.suppress(Exception):
+            alloc.occupy_foreign(f"slice:{h.job_id}@{h.node}", h.node, [h.gpu])
+    d = led.place(TEST_ID, req.vc, int(req.gpu_mem_mib or 0), req.priority, req.gpu_type)
+    if d.result != "placed":
+        return Prediction(result=d.result, reason=d.reason or d.error, source=source)
+    limit = req.time_limit_s or getattr(ctx.platform, "default_time_limit_s", None)
+    return Prediction(
+        result="placed",
+        placement=d.placement,
+        shape=(1, 1),
+        preempted=list(d.preempted),
+        predicted_start=now,
+        predicted_end=now + dt.timedelta(seconds=float(limit)) if limit else None,
+        source=source,
+        label=d.describe(),
+    )
+
+
 def _when(t: dt.datetime | None, now: dt.datetime) -> str:
     if t is None:
         return "unknown"
@@ -153,6 +196,7 @@ def _when(t: dt.datetime | None, now: dt.datetime) -> str:
 def render_prediction(sub: Submission, pred: Prediction, now: dt.datetime | None = None) -> str:
     from hivebatch.cli.hq_data import format_placement
     from hivebatch.cli.hq_format import format_slack
+    from hivebatch.sharing import format_mib
 
     now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
     req = sub.request
@@ -160,7 +204,13 @@ def render_prediction(sub: Submission, pred: Prediction, now: dt.datetime | None
     lines = []
     if pred.result == "placed":
         shape = f" as {pred.shape[0]} node × {pred.shape[1]} GPUs" if pred.shape else ""
-        lines.append(f"hsub: test only: {what} would start now on {format_placement(pred.placement)}{shape}")
+        if pred.label:
+            what, shape = (
+                f"a GPU slice of {format_mib(req.gpu_mem_mib or 0)} in VC {req.vc}, class {req.qos}",
+                "",
+            )
+        where = pred.label or format_placement(pred.placement)
+        lines.append(f"hsub: test only: {what} would start now on {where}{shape}")
         if pred.preempted:
             lines.append(f"  it would preempt (requeue) job(s) {', '.join(pred.preempted)}")
     elif pred.result == "waiting":

@@ -3,11 +3,20 @@ their limit; a co-located opportunistic slice is requeued when a guaranteed slic
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
+import subprocess
 import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hivebatch.cells import CellAllocator, parse_cluster_config
 from hivebatch.config import read_yaml
@@ -139,3 +148,130 @@ def test_colocated_opportunistic_slice_is_requeued_for_a_guaranteed_slice(
     assert slurm_lab.backend().list_jobs([jopp])[0].state == "PENDING"
     assert led.slice_of("coOpp") is None
     led.check_invariants()
+
+
+# --- end to end: a student's hsub --gpu-mem job, placed by `hivebatch controller run --once` -------------
+
+E2E_SCRIPT = """#!/bin/bash
+echo "slice host=$(hostname) cvd=${CUDA_VISIBLE_DEVICES:-none} mem=${HIVEBATCH_GPU_MEM_MIB:-} frac=${HIVEBATCH_GPU_MEM_FRACTION:-}"
+sleep 240
+"""
+
+
+@dataclass
+class Site:
+    """A private hivebatch config (own SQLite ledger, co-location on for sys) the lab users can read."""
+
+    dir: Path
+    config: Path
+    user_bin: Path
+
+    def run(self, user: str | None, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+        exe = str((self.user_bin if user else PROJECT / ".venv" / "bin") / tool)
+        argv = ["runuser", "-u", user, "--", exe, *args] if user else [exe, *args]
+        env = {**os.environ, "HIVEBATCH_CONFIG": str(self.config)}
+        return subprocess.run(
+            argv, capture_output=True, text=True, env=env, cwd=self.dir, timeout=120, check=False
+        )
+
+    mine: set[int] = field(default_factory=set)
+
+    def controller_once(self) -> None:
+        proc = self.run(None, "hivebatch", "controller", "run", "--once", "-q", "--config", str(self.config))
+        if proc.returncode != 0:
+            # the controller sees the whole lab: a held hsub job of a test running at the same time may
+            # end while this controller acts on it. Only failures about this test's own jobs count.
+            failed = {int(x) for x in re.findall(r"(?:placement|requeue) of job (\d+)", proc.stderr)}
+            assert failed and not failed & self.mine, proc.stderr
+
+    def hsub(self, user: str, lab_jobs: list[int], *args: str) -> int:
+        script = self.dir / "slice.sh"
+        if not script.exists():
+            script.write_text(E2E_SCRIPT)
+            script.chmod(0o755)
+        proc = self.run(user, "hsub", "--parsable", "-o", str(self.dir / "slice-%j.out"), *args, str(script))
+        assert proc.returncode == 0, proc.stderr
+        jid = int(proc.stdout.strip())
+        lab_jobs.append(jid)
+        self.mine.add(jid)
+        return jid
+
+    def hq_row(self, user: str, jid: int) -> dict[str, Any]:
+        proc = self.run(user, "hq", "--json", "-t", "all", "-j", str(jid))
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)[0]
+
+    def until_running(self, slurm_lab: Any, ids: list[int], timeout_s: float = 90) -> dict[int, Any]:
+        deadline = time.monotonic() + timeout_s
+        jobs: dict[int, Any] = {}
+        while time.monotonic() < deadline:
+            self.controller_once()
+            jobs = {j.job_id: j for j in slurm_lab.backend().list_jobs(ids)}
+            if all(jobs.get(i) is not None and jobs[i].state == "RUNNING" for i in ids):
+                return jobs
+            time.sleep(1)
+        raise AssertionError(f"not all running: {[(i, getattr(jobs.get(i), 'state', None)) for i in ids]}")
+
+
+@pytest.fixture(scope="module")
+def site(slurm_lab: Any) -> Iterator[Site]:
+    base = slurm_lab.jobs_dir / f"sharing-it-{uuid.uuid4().hex[:8]}"
+    base.mkdir(parents=True)
+    base.chmod(0o1777)
+    (base / "db").mkdir(mode=0o755)
+    data = read_yaml(PROJECT / "etc" / "hivebatch.example.yaml")
+    data["database"] = {"url": f"sqlite:///{base / 'db' / 'hivebatch.db'}"}
+    data["controller"] = {"lock_file": str(base / "controller.lock"), "interval_s": 1}
+    data["sharing"] = {"enabled": True, "colocate": {"vcs": ["sys"], "headroom_mib": "2G"}}
+    config = base / "hivebatch.yaml"
+    config.write_text(yaml.safe_dump(data))
+    config.chmod(0o644)
+    proc = subprocess.run([str(PROJECT / "scripts" / "quickstart"), "--setup"], capture_output=True, text=True,
+                          env={**os.environ, "HIVEBATCH_CONFIG": str(config)}, timeout=900, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    yield Site(base, config, Path(proc.stdout.strip().splitlines()[-1]))
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _slice_of(job: Any) -> tuple[str, int, int]:
+    ((node, per_gpu),) = job.shards.items()
+    ((gpu, shards),) = per_gpu.items()
+    return node, gpu, shards
+
+
+def test_students_gpu_mem_jobs_binpack_onto_one_gpu_and_see_their_limit(
+    site: Site, slurm_lab: Any, lab_jobs: list[int]
+) -> None:
+    first = site.hsub("carol", lab_jobs, "-A", "sys", "--gpu-mem", "8G")
+    second = site.hsub("carol", lab_jobs, "-A", "sys", "--gpu-mem", "8G")
+    jobs = site.until_running(slurm_lab, [first, second])
+    node, gpu, shards = _slice_of(jobs[first])
+    assert shards == 8 and _slice_of(jobs[second]) == (node, gpu, 8)  # binpacked onto the same GPU
+    assert jobs[first].gpus == {} and f"shard:g{gpu}:8" in str(jobs[first].tres_per_node)
+    for jid in (first, second):
+        out = slurm_lab.wait_for_file(site.dir / f"slice-{jid}.out", "slice host=")
+        assert f"slice host={node} cvd={gpu} mem=8192 frac=0.250" in out
+        row = site.hq_row("carol", jid)
+        assert row["gpu_mem_mib"] == 8192 and row["placement"] == {node: [gpu]}
+    plain = site.run("carol", "hq", "-j", str(first), "-o", "%i %N")
+    assert plain.stdout.splitlines()[1].split(maxsplit=1) == [str(first), f"{node}:[{gpu}] 8G/32G"]
+    cluster = site.run(None, "hadmin", "cluster", "--format", "json")
+    assert cluster.returncode == 0, cluster.stderr
+    slots = {(n["name"], g["index"]): g for n in json.loads(cluster.stdout)["nodes"] for g in n["gpus"]}
+    assert slots[(node, gpu)]["share"] == "shared sys 16G/32G 2 jobs"
+
+
+def test_guaranteed_slice_preempts_a_colocated_opportunistic_slice(
+    site: Site, slurm_lab: Any, lab_jobs: list[int]
+) -> None:
+    owner = site.hsub("carol", lab_jobs, "-A", "sys", "--gpu-mem", "8G")
+    node, gpu, _ = _slice_of(site.until_running(slurm_lab, [owner])[owner])
+    guest = site.hsub("alice", lab_jobs, "-A", "cv", "-q", "opportunistic", "--gpu-mem", "16G")
+    assert _slice_of(site.until_running(slurm_lab, [guest])[guest]) == (node, gpu, 16)  # co-located
+    more = site.hsub("carol", lab_jobs, "-A", "sys", "--gpu-mem", "16G")  # 8 + 16 + 16 > 32
+    jobs = site.until_running(slurm_lab, [owner, more])
+    assert _slice_of(jobs[more]) == (node, gpu, 16)
+    requeued = slurm_lab.backend().list_jobs([guest])[0]
+    assert requeued.state == "PENDING" and requeued.held
+    row = site.hq_row("alice", guest)
+    assert row["hivebatch_state"] == "preempted" and "preempted by job" in (row["reason"] or "")

@@ -24,7 +24,8 @@ def config() -> tuple[Path, dict]:
 
 def check(config: tuple[Path, dict], **fields: object) -> tuple[JobRequest, list[str]]:
     path, data = config
-    return check_request(JobRequest(**{"vc": "cv", **fields}), data, path)  # type: ignore[arg-type]
+    req, notes, _env = check_request(JobRequest(**{"vc": "cv", **fields}), data, path)  # type: ignore[arg-type]
+    return req, notes
 
 
 def test_a_fitting_request_passes_and_names_are_normalised(config) -> None:  # type: ignore[no-untyped-def]
@@ -118,3 +119,24 @@ def test_help_lists_the_options() -> None:
         "--wrap",
     ):
         assert opt in proc.stdout
+
+
+def test_a_gpu_slice_gets_its_limit_in_the_job_environment(config) -> None:  # type: ignore[no-untyped-def]
+    path, data = config
+    _req, notes, env = check_request(JobRequest(vc="cv", gpus=1, gpu_mem_mib=8000), data, path)
+    assert env["HIVEBATCH_GPU_MEM_MIB"] == "8192"  # rounded up to whole 1 GiB shards
+    assert env["HIVEBATCH_GPU_MEM_FRACTION"] == "0.250"
+    assert notes and "shares one V100 GPU" in notes[0]
+
+
+def test_a_slice_bigger_than_a_gpu_is_refused_in_one_line(config) -> None:  # type: ignore[no-untyped-def]
+    path, data = config
+    with pytest.raises(HivebatchError, match="more than one V100 GPU has") as info:
+        check_request(JobRequest(vc="cv", gpus=1, gpu_mem_mib=40 * 1024), data, path)
+    assert "\n" not in str(info.value)
+
+
+def test_gpu_mem_with_several_gpus_means_whole_gpus(config) -> None:  # type: ignore[no-untyped-def]
+    path, data = config
+    _req, notes, env = check_request(JobRequest(vc="cv", gpus=2, gpu_mem_mib=20 * 1024), data, path)
+    assert env == {} and "whole GPU" in notes[0]

@@ -73,3 +73,23 @@ def test_a_full_vc_makes_the_job_wait_with_a_reason(site) -> None:  # type: igno
     placed = predict(other)
     assert placed.result == "placed"
     assert all(not (n == "node1" and set(g) & {0, 1, 2, 3}) for n, g in placed.placement.items())
+
+
+def test_a_gpu_slice_is_binpacked_onto_the_gpu_a_running_slice_uses(site) -> None:  # type: ignore[no-untyped-def]
+    tmp, fake = site
+    req = JobRequest(vc="sys", gpus=1, gpu_mem_mib=20 * 1024)
+    jid = fake.as_user("carol").submit(
+        "#!/bin/sh\n", ["--hold", "-A", "sys", "-q", "normal", f"--comment={req.to_comment()}"]
+    )
+    fake.as_user("hbctl").update_pending(jid, ["node3"], 1, "shard:g5:20")
+    fake.as_user("hbctl").release(jid)
+    assert fake.job(jid).state == "RUNNING"
+    now = dt.datetime(2026, 1, 1, 12, 0)
+    fits = prepare(["--config", str(tmp / "hivebatch.yaml"), "-A", "sys", "--gpu-mem", "12G", str(tmp / "job.sh")],
+                   environ={}, stdin_read=None)  # fmt: skip
+    pred = predict(fits, now)
+    assert (pred.result, pred.placement) == ("placed", {"node3": [5]})
+    assert "would start now on node3:[5] 12G/32G" in render_prediction(fits, pred, now)
+    too_big = prepare(["--config", str(tmp / "hivebatch.yaml"), "-A", "sys", "--gpu-mem", "13G", str(tmp / "job.sh")],
+                      environ={}, stdin_read=None)  # fmt: skip
+    assert predict(too_big, now).placement != {"node3": [5]}  # 20 + 13 > 32: another GPU

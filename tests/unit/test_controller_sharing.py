@@ -1,0 +1,211 @@
+"""GPU slices through the controller against the fake Slurm: binpacked placement with typed shards,
+co-location and preemption of opportunistic slices, the ledger rebuilt each cycle, slice GPU-hours."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from controller_support import CONFIG, Env, make_env
+from sqlalchemy import select
+
+from hivebatch.controller.record import get_state
+from hivebatch.db import GpuBinding, GpuUsage
+
+GiB = 1024
+SHARING = """
+sharing:
+  enabled: true
+  colocate: {vcs: [sys], headroom_mib: 2G, max_jobs_per_gpu: 4}
+"""
+
+
+@pytest.fixture()
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    return make_env(tmp_path, CONFIG + SHARING)
+
+
+def _slice(env: Env, user: str, vc: str, gib: float, qos: str = "normal") -> int:
+    jid = env.submit(user, vc, 1, qos=qos, gpu_mem_mib=int(gib * GiB))
+    env.cycle()
+    return jid
+
+
+def _where(env: Env, jid: int) -> tuple[str, int, int]:
+    """(node, GPU index, shards) Slurm really runs the job with."""
+    sj = env.slurm.job(jid)
+    assert sj.state == "RUNNING" and not sj.gpus, f"job {jid} is {sj.state} with whole GPUs {sj.gpus}"
+    ((node, per_gpu),) = sj.shards.items()
+    ((gpu, shards),) = per_gpu.items()
+    return node, gpu, shards
+
+
+def test_a_slice_is_pinned_with_a_typed_shard_gres_on_one_gpu(env: Env) -> None:
+    jid = _slice(env, "alice", "cv", 8)
+    job = env.job(jid)
+    node, gpu, shards = _where(env, jid)
+    assert (job.gres, job.placement, shards) == (f"shard:g{gpu}:8", {node: [gpu]}, 8)
+    updates = [c for c in env.slurm.calls if c[1] == "update_pending"]
+    assert updates == [("hbctl", "update_pending", (jid, [node], 1, f"shard:g{gpu}:8"))]
+    assert job.gpus == 1 and job.state == "placed"
+
+
+def test_binpack_takes_the_gpu_with_least_memory_left_that_fits(env: Env) -> None:
+    # four shared GPUs of VC cv with 12G, 8G, 4G and 16G free (the seed's 12207/8138/4069/16276 MiB)
+    a = _slice(env, "alice", "cv", 20)
+    b = _slice(env, "alice", "cv", 24)
+    c = _slice(env, "alice", "cv", 28)
+    d = _slice(env, "alice", "cv", 16)
+    gpus = [_where(env, j)[:2] for j in (a, b, c, d)]
+    assert len(set(gpus)) == 4  # none fitted on an earlier GPU: each bound a fresh one
+    new = _slice(env, "alice", "cv", 8138 / GiB)  # 8138 MiB: 8 shards
+    assert _where(env, new) == (*gpus[1], 8)  # the GPU with 8G left, not 12G or 16G
+    state = get_state_now(env)
+    used = {(g["node"], g["gpu"]): sum(s["mem_mib"] for s in g["slices"]) for g in state["gpus"]}
+    assert used[gpus[1]] == 32 * GiB
+
+
+def get_state_now(env: Env) -> dict:
+    with env.factory() as s:
+        return get_state(s, "sharing")
+
+
+def test_two_slices_binpack_onto_one_gpu_and_later_cycles_change_nothing(env: Env) -> None:
+    first = _slice(env, "carol", "sys", 8)
+    second = _slice(env, "carol", "sys", 8)
+    assert _where(env, first)[:2] == _where(env, second)[:2]
+    env.cycle()  # running now; the ledger is rebuilt from the jobs and agrees with Slurm
+    calls, events = len(env.slurm.calls), len(env.events())
+    env.cycle()
+    assert len(env.slurm.calls) == calls and len(env.events()) == events
+    node, gpu, _ = _where(env, first)
+    with env.factory() as s:
+        row = s.scalars(select(GpuBinding).where(GpuBinding.node == node, GpuBinding.gpu_index == gpu)).one()
+        assert (row.kind, row.vc_name) == ("guaranteed", "sys")  # shared GPU of sys, not foreign
+    assert not env.events(kind="foreign") and not env.events(kind="adopt_failed")
+    assert env.job(first).state == env.job(second).state == "running"
+
+
+def test_whole_gpu_jobs_never_get_a_gpu_a_slice_uses(env: Env) -> None:
+    part = _slice(env, "carol", "sys", 4)
+    node, gpu, _ = _where(env, part)
+    wholes = [env.submit("carol", "sys", 1) for _ in range(4)]
+    env.cycle()
+    placed = [env.job(j).placement for j in wholes]
+    assert sum(1 for p in placed if p) == 3  # sys holds 4 GPUs; the slice's GPU is one of them
+    assert all(gpu not in p.get(node, []) for p in placed if p)
+
+
+def test_guaranteed_slice_preempts_a_colocated_opportunistic_slice_first(env: Env) -> None:
+    owner = _slice(env, "carol", "sys", 8)
+    node, gpu, _ = _where(env, owner)
+    guest = _slice(env, "alice", "cv", 16, qos="opportunistic")
+    assert _where(env, guest)[:2] == (node, gpu)  # co-located on the idle part of sys's GPU
+    env.cycle()
+    mark = len(env.slurm.calls)
+    more = _slice(env, "carol", "sys", 16)  # 8G free: the guest must go
+    assert _where(env, more)[:2] == (node, gpu)
+    calls = [(c[1], c[2][0]) for c in env.slurm.calls[mark:]]
+    assert calls.index(("requeue_hold", guest)) < calls.index(("release", more))
+    job = env.job(guest)
+    assert job.state == "preempted" and job.preemptions == 1
+    assert env.slurm.job(guest).held and env.slurm.job(guest).state == "PENDING"
+
+
+def test_slice_gpu_hours_are_its_share_of_the_gpu(env: Env) -> None:
+    jid = _slice(env, "carol", "sys", 8)
+    env.cycle()
+    env.slurm.advance(3600)
+    env.slurm.finish(jid)
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "done" and job.gpu_hours_guaranteed == pytest.approx(0.25, rel=0.02)
+    with env.factory() as s:
+        usage = s.scalars(select(GpuUsage)).all()
+        assert sum(u.guaranteed_s for u in usage) == pytest.approx(0.25 * 3600, rel=0.02)
+
+
+def test_the_shared_gpu_is_given_back_when_its_last_slice_ends(env: Env) -> None:
+    jid = _slice(env, "carol", "sys", 8)
+    env.cycle()
+    env.slurm.finish(jid)
+    env.cycle()
+    assert get_state_now(env)["gpus"] == []
+    wholes = [env.submit("carol", "sys", 1) for _ in range(4)]
+    env.cycle()
+    assert [env.job(j).state for j in wholes] == ["placed"] * 4  # all 4 of sys's GPUs are free again
+
+
+def test_quota_report_counts_slices_by_share_and_shows_colocated_gpu_hours(env: Env) -> None:
+    from hivebatch.cli.hadmin_report import _compute
+    from hivebatch.reports.render import quota_notes
+
+    owner = _slice(env, "carol", "sys", 8)
+    guest = _slice(env, "alice", "cv", 16, qos="opportunistic")
+    assert _where(env, guest)[:2] == _where(env, owner)[:2]
+    env.cycle()
+    env.slurm.advance(3600)
+    env.slurm.finish(guest)
+    env.slurm.finish(owner)
+    env.cycle()
+    assert env.job(guest).gpu_hours_opportunistic == pytest.approx(0.5, rel=0.02)
+    start = env.job(owner).start_time
+    assert start is not None
+    since = (start - dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M")
+    until = (start + dt.timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")
+    _data, quota, _users = _compute(str(env.ctx.config_path), since, until, None)
+    sys_vc = next(v for v in quota.vcs if v.name == "sys")
+    assert sys_vc.gpu_hours_guaranteed == pytest.approx(0.25, rel=0.05)  # 8G of 32G for an hour
+    assert quota.totals.gpu_hours_opportunistic == pytest.approx(0.5, rel=0.05)
+    assert quota.totals.gpu_hours_colocated == pytest.approx(0.5, rel=0.05)
+    assert any(n.startswith("Co-located: 0.5 GPU-h") for n in quota_notes(quota))
+
+
+def test_a_whole_gpu_job_of_the_vc_preempts_an_opportunistic_slice_on_its_cells(env: Env) -> None:
+    guest = _slice(env, "alice", "cv", 4, qos="opportunistic")
+    node, gpu, _ = _where(env, guest)
+    # every VC asks for all of its GPUs: the one whose cells hold the slice's GPU needs it back
+    wholes = [
+        env.submit(user, vc, n)
+        for user, vc, n in [("alice", "cv", 8), ("alice", "cv", 4), ("bob", "nlp", 8), ("bob", "nlp", 8)]
+    ] + [env.submit("carol", "sys", n) for n in (2, 1, 1)]
+    env.cycle()
+    assert all(env.job(j).state == "placed" for j in wholes), [(j, env.job(j).reason) for j in wholes]
+    taker = next(j for j in wholes if gpu in (env.job(j).placement or {}).get(node, []))
+    victim = env.job(guest)
+    assert victim.state == "preempted" and f"preempted by job {taker}" in (victim.reason or "")
+    assert env.slurm.job(guest).held
+    assert get_state_now(env)["gpus"] == []
+
+
+def test_running_slices_are_adopted_as_slices_when_the_ledger_is_lost(env: Env, tmp_path: Path) -> None:
+    a = _slice(env, "carol", "sys", 8)
+    b = _slice(env, "carol", "sys", 8)
+    env.cycle()
+    node, gpu, _ = _where(env, a)
+    (tmp_path / "fresh").mkdir()
+    fresh = make_env(tmp_path / "fresh", CONFIG + SHARING)  # a new, empty ledger over the same Slurm
+    fresh.slurm = env.slurm
+    fresh.cycle()
+    for jid in (a, b):
+        job = fresh.job(jid)
+        assert (job.state, job.placement, job.gres) == ("running", {node: [gpu]}, f"shard:g{gpu}:8")
+    assert not fresh.events(kind="foreign") and not fresh.events(kind="adopt_failed")
+    slices = {s["job_id"] for g in get_state_now(fresh)["gpus"] for s in g["slices"]}
+    assert slices == {str(a), str(b)}
+    # the GPU still has 16G for sys: a third slice binpacks there rather than opening another GPU
+    c = _slice(fresh, "carol", "sys", 16)
+    assert _where(fresh, c)[:2] == (node, gpu)
+
+
+def test_a_bad_sharing_section_stops_the_controller_in_one_line(tmp_path: Path) -> None:
+    from hivebatch.controller.context import load_context
+    from hivebatch.errors import ConfigError
+
+    cfg = tmp_path / "hivebatch.yaml"
+    cfg.write_text(CONFIG + "sharing:\n  colocate: {vcs: [vision]}\n")
+    with pytest.raises(ConfigError, match="vision") as info:
+        load_context(cfg)
+    assert "\n" not in str(info.value)

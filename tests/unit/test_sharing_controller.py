@@ -1,0 +1,88 @@
+"""GPU slices through the controller cycle on the fake Slurm: binpacked onto one GPU with typed shards,
+the GPU given back with the last slice, co-located opportunistic slices requeued for guaranteed ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from controller_support import CONFIG, Env, make_env
+
+GiB = 1024
+
+
+@pytest.fixture()
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    return make_env(tmp_path, CONFIG + "sharing:\n  colocate: {vcs: [sys], headroom_mib: 2G}\n")
+
+
+def _slice(env: Env, jid: int) -> tuple[str, int, int]:
+    job = env.job(jid)
+    ((node, gpus),) = job.placement.items()
+    kind, gpu, shards = job.gres.split(":")
+    assert kind == "shard" and gpus == [int(gpu[1:])]
+    return node, int(gpu[1:]), int(shards)
+
+
+def test_slices_binpack_onto_one_gpu_and_slurm_runs_them_there(env: Env) -> None:
+    a = env.submit("alice", "cv", 1, gpu_mem_mib=8 * GiB)
+    b = env.submit("alice", "cv", 1, gpu_mem_mib=12 * GiB)
+    c = env.submit("alice", "cv", 1, gpu_mem_mib=16 * GiB)
+    report = env.cycle()
+    assert report.ok and report.placed == 3
+    sa, sb, sc = _slice(env, a), _slice(env, b), _slice(env, c)
+    assert sa[:2] == sb[:2] and sa[2] == 8 and sb[2] == 12  # 8 + 12 on one GPU
+    assert sc[:2] != sa[:2]  # 8 + 12 + 16 > 32: the third opens another GPU
+    for jid, (node, gpu, shards) in ((a, sa), (b, sb), (c, sc)):
+        sj = env.slurm.job(jid)
+        assert sj.state == "RUNNING" and sj.shards == {node: {gpu: shards}}
+    env.cycle()
+    assert env.job(a).state == env.job(b).state == "running"
+    # the next small slice fills the tightest GPU: 32 - 20 = 12 free beats 32 - 16 = 16
+    d = env.submit("alice", "cv", 1, gpu_mem_mib=12 * GiB)
+    env.cycle()
+    assert _slice(env, d)[:2] == sa[:2]
+
+
+def test_the_gpu_goes_back_to_the_vc_with_its_last_slice(env: Env) -> None:
+    a = env.submit("bob", "nlp", 1, gpu_mem_mib=8 * GiB)
+    env.cycle()
+    env.cycle()
+    env.slurm.finish(a)
+    env.cycle()
+    assert env.job(a).state == "done"
+    # nlp's two whole nodes are whole again: a 16-GPU job of nlp is placed at once
+    big = env.submit("bob", "nlp", 16)
+    assert env.cycle().placed == 1
+    assert env.job(big).state == "placed"
+
+
+def test_colocated_opportunistic_slice_is_requeued_for_a_guaranteed_slice(env: Env) -> None:
+    g1 = env.submit("carol", "sys", 1, gpu_mem_mib=8 * GiB)
+    env.cycle()
+    opp = env.submit("bob", "nlp", 1, qos="opportunistic", gpu_mem_mib=20 * GiB)
+    env.cycle()
+    assert _slice(env, opp)[:2] == _slice(env, g1)[:2]  # on the idle part of sys's GPU
+    env.cycle()
+    assert env.job(opp).state == "running"
+    g2 = env.submit("carol", "sys", 1, gpu_mem_mib=12 * GiB)
+    report = env.cycle()
+    assert report.ok and report.preempted == 1
+    assert env.job(opp).state == "preempted"
+    assert _slice(env, g2)[:2] == _slice(env, g1)[:2]
+    assert env.slurm.job(g2).state == "RUNNING"
+    assert env.slurm.job(opp).state == "PENDING" and env.slurm.job(opp).held
+
+
+def test_whole_gpu_jobs_never_land_on_a_shared_gpu(env: Env) -> None:
+    a = env.submit("alice", "cv", 1, gpu_mem_mib=4 * GiB)
+    env.cycle()
+    node, gpu, _ = _slice(env, a)
+    # cv holds one node cell and one socket cell: the slice took a GPU of the socket, the node stays whole
+    whole = env.submit("alice", "cv", 8)
+    assert env.cycle().placed == 1
+    placement = env.job(whole).placement
+    assert gpu not in placement.get(node, [])
+    assert env.slurm.job(whole).state == env.slurm.job(a).state == "RUNNING"
+    assert env.job(whole).gres.startswith("gpu:")
