@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass
 
 from hivebatch.cli.hq_data import JobRow, format_placement
@@ -27,6 +28,19 @@ def format_time(t: dt.datetime | None, now: dt.datetime) -> str:
     if lt.date() == ln.date():
         return lt.strftime("%H:%M")
     return lt.strftime("%m-%d %H:%M")
+
+
+def _slack(r: Any) -> str:
+    if r.state not in ("PENDING", "RUNNING"):
+        return "-"
+    if (
+        r.expected_completion is not None
+        and r.submit_time is not None
+        and r.expected_completion <= r.submit_time
+    ):
+        # an ECT at submission (urgent: c = 0) means "as soon as possible"; a negative slack would read as late
+        return "asap"
+    return format_slack(r.slack_s)
 
 
 def format_slack(seconds: float | None) -> str:
@@ -107,12 +121,7 @@ FIELDS: dict[str, Field] = {
     "nodes": Field("NODES", lambda r, n: str(len(r.placement)) if r.placement else "-", "D", "right"),
     "start": Field("START", _start, "S"),
     "end": Field("END", _end, "e"),
-    "slack": Field(
-        "SLACK",
-        lambda r, n: format_slack(r.slack_s) if r.state in ("PENDING", "RUNNING") else "-",
-        None,
-        "right",
-    ),
+    "slack": Field("SLACK", lambda r, n: _slack(r), None, "right"),
     "time": Field("TIME", _elapsed, "M", "right"),
     "limit": Field(
         "TIME_LIMIT", lambda r, n: format_duration(r.time_limit_s) if r.time_limit_s else "-", "l", "right"

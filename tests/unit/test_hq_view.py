@@ -178,3 +178,24 @@ def test_default_columns_plain() -> None:
     text = render_plain(rows, [Column("jobid"), Column("vc"), Column("reason")], False, True, NOW)
     assert text.splitlines()[0].split() == ["JOBID", "VC", "REASON"]
     assert text.splitlines()[1].split()[:2] == ["5", "sys"]
+
+
+def test_urgent_job_whose_ect_is_its_submission_shows_asap_not_a_negative_slack() -> None:
+    submitted = NOW - dt.timedelta(minutes=10)
+    urgent, normal = JobRequest(vc="cv", qos="urgent"), JobRequest(vc="cv")
+    rows = collect_rows(
+        [
+            sjob(1, "alice", "RUNNING", gpus={"node1": [4]}, req=urgent),
+            sjob(2, "alice", "RUNNING", gpus={"node1": [5]}, req=normal),
+        ],
+        [
+            dbjob(1, "running", qos="urgent", placement={"node1": [4]}, expected_completion=submitted,
+                  predicted_end=NOW + dt.timedelta(minutes=50)),
+            dbjob(2, "running", placement={"node1": [5]}, expected_completion=NOW + dt.timedelta(hours=2),
+                  predicted_end=NOW + dt.timedelta(minutes=50)),
+        ],
+        Filters(),
+    )  # fmt: skip
+    pieces, literal = parse_format("jobid,slack")
+    lines = render_plain(rows, pieces, literal, False, NOW).splitlines()
+    assert [line.split()[-1] for line in lines] == ["asap", "+1h10m"]
