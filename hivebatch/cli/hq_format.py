@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from hivebatch.cli.hq_data import JobRow, format_placement
 from hivebatch.errors import HivebatchError
