@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +144,29 @@ def pg_url() -> str:
             pytrace=False,
         )
     return url
+
+
+@pytest.fixture
+def pg_database(pg_url: str) -> Iterator[str]:
+    """The URL of a brand-new empty database on the test PostgreSQL, dropped afterwards."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from hivebatch.db import make_engine
+
+    base = make_url(pg_url).set(drivername="postgresql+psycopg")
+    name = f"hbtest_{uuid.uuid4().hex[:10]}"
+    admin = make_engine(base.render_as_string(hide_password=False)).execution_options(
+        isolation_level="AUTOCOMMIT"
+    )
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 @pytest.fixture

@@ -21,8 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from sqlalchemy import select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import select
 
 from hivebatch.controller.context import load_context
 from hivebatch.controller.cycle import CycleReport, run_cycle
@@ -111,22 +110,6 @@ class Ctl:
         raise AssertionError(f"not reached within {timeout_s:.0f} s: {what() if callable(what) else what}")
 
 
-def _pg_database() -> Iterator[str]:
-    base = make_url(os.environ["HIVEBATCH_TEST_PG_URL"]).set(drivername="postgresql+psycopg")
-    name = f"hbctl_{uuid.uuid4().hex[:10]}"
-    admin = make_engine(base.render_as_string(hide_password=False)).execution_options(
-        isolation_level="AUTOCOMMIT"
-    )
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def ctl(
     request: pytest.FixtureRequest, slurm_lab: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -137,12 +120,8 @@ def ctl(
     # The example VCs hold all 32 GPUs, so any GPU another test (or a stale Slurm shard count) keeps busy
     # would cost some VC its guarantee; one node of slack keeps these tests independent of such noise.
     data["virtual_clusters"]["nlp"] = {"cells": {"V100-NODE": 1}}
-    pg: Iterator[str] | None = None
     if request.param == "postgresql":
-        if not os.environ.get("HIVEBATCH_TEST_PG_URL"):
-            pytest.fail("HIVEBATCH_TEST_PG_URL is not set: run the tests through scripts/test")
-        pg = _pg_database()
-        url = next(pg)
+        url = request.getfixturevalue("pg_database")
     else:
         url = f"sqlite:///{tmp_path / 'hb.db'}"
     data["database"] = {"url": url}
@@ -162,9 +141,6 @@ def ctl(
             subprocess.run(["scancel", str(jid)], capture_output=True, check=False, timeout=30)
         _wait_gone(backend.inner, mine)
         engine.dispose()
-        if pg is not None:
-            for _ in pg:
-                pass
 
 
 def _wait_gone(backend: Any, ids: set[int], timeout_s: float = 60.0) -> None:

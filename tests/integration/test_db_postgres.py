@@ -5,15 +5,10 @@ Uses $HIVEBATCH_TEST_PG_URL (scripts/test starts a server); each test gets its o
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
-
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import inspect, select
 from sqlalchemy.exc import InternalError, OperationalError, ProgrammingError
 
 from hivebatch.db import Base, Event, Job, make_engine, make_sessionmaker, migrate
@@ -21,33 +16,8 @@ from hivebatch.db import Base, Event, Job, make_engine, make_sessionmaker, migra
 pytestmark = pytest.mark.integration
 
 
-def _pg_url() -> str:
-    url = os.environ.get("HIVEBATCH_TEST_PG_URL")
-    if not url:
-        pytest.fail("HIVEBATCH_TEST_PG_URL is not set: run the integration tests through scripts/test")
-    return url
-
-
-@pytest.fixture()
-def pg_url() -> Iterator[str]:
-    """A brand-new empty database on the test server, dropped afterwards."""
-    base = make_url(_pg_url()).set(drivername="postgresql+psycopg")
-    name = f"hbtest_{uuid.uuid4().hex[:10]}"
-    admin = make_engine(base.render_as_string(hide_password=False)).execution_options(
-        isolation_level="AUTOCOMMIT"
-    )
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
-def test_upgrade_downgrade_on_postgres(pg_url: str) -> None:
-    engine = make_engine(pg_url)
+def test_upgrade_downgrade_on_postgres(pg_database: str) -> None:
+    engine = make_engine(pg_database)
     migrate.upgrade(engine)
     assert migrate.current_revision(engine) == migrate.head_revision()
     with engine.connect() as conn:
@@ -59,8 +29,8 @@ def test_upgrade_downgrade_on_postgres(pg_url: str) -> None:
     engine.dispose()
 
 
-def test_models_and_read_only_reader_on_postgres(pg_url: str) -> None:
-    engine = make_engine(pg_url)
+def test_models_and_read_only_reader_on_postgres(pg_database: str) -> None:
+    engine = make_engine(pg_database)
     migrate.upgrade(engine)
     factory = make_sessionmaker(engine)
     with factory() as s:
@@ -78,7 +48,7 @@ def test_models_and_read_only_reader_on_postgres(pg_url: str) -> None:
             Event(job_id=job.id, slurm_job_id=job.slurm_job_id, kind="placed", message="x", data={"a": [1]})
         )
         s.commit()
-    reader = make_engine(pg_url, read_only=True)
+    reader = make_engine(pg_database, read_only=True)
     with make_sessionmaker(reader)() as r:
         got = r.scalars(select(Job)).one()
         assert got.placement == {"node2": [3, 5]} and got.slurm_job_id == 2**40

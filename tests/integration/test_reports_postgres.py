@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
@@ -27,28 +22,6 @@ from hivebatch.reports.users import users_report  # noqa: E402
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture()
-def pg_url() -> Iterator[str]:
-    url = os.environ.get("HIVEBATCH_TEST_PG_URL")
-    if not url:
-        pytest.fail(
-            "HIVEBATCH_TEST_PG_URL is not set: start it with scripts/slurm-lab pg (scripts/test does)"
-        )
-    base = make_url(url).set(drivername="postgresql+psycopg")
-    name = f"hbreport_{uuid.uuid4().hex[:10]}"
-    admin = make_engine(base.render_as_string(hide_password=False)).execution_options(
-        isolation_level="AUTOCOMMIT"
-    )
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
 def _figures(engine: object) -> tuple[dict[str, object], list[dict[str, object]], int, int, set[str]]:
     with Session(engine) as session:  # type: ignore[call-overload]
         jobs, segments = load_jobs(session)
@@ -60,8 +33,8 @@ def _figures(engine: object) -> tuple[dict[str, object], list[dict[str, object]]
     return quota_dict(quota), users_dicts(users), len(slots), len(events), {v.vc for v in now.values()}
 
 
-def test_postgres_ledger_gives_the_sqlite_figures(pg_url: str, tmp_path: Path) -> None:
-    pg = make_engine(pg_url)
+def test_postgres_ledger_gives_the_sqlite_figures(pg_database: str, tmp_path: Path) -> None:
+    pg = make_engine(pg_database)
     Base.metadata.create_all(pg)
     with Session(pg) as session:
         fill(session)
