@@ -204,11 +204,26 @@ def _print_table(results: list[Any], as_rich: bool) -> None:
             click.echo("")
 
 
+def _simulate_sharing(config: str | None, seed: int, hours: float, as_json: bool) -> None:
+    """The GPU-sharing mix in its three modes (exclusive, binpack, colocate) on the lab cluster or --config."""
+    from hivebatch.config import read_yaml
+    from hivebatch.sim import sharing_mix
+
+    data = read_yaml(config) if config else None
+    results = sharing_mix.compare(seed, hours, data)
+    if as_json:
+        for r in results:
+            click.echo(json.dumps({**r.as_dict(), "seed": seed, "hours": hours}, sort_keys=True))
+    else:
+        click.echo(sharing_mix.format_table(results))
+
+
 @click.command("simulate")
 @click.option(
     "--workload",
-    type=click.Choice(["paper", "synthetic"]),
-    help="Generate a workload (the QoS paper's, or a large synthetic trace).",
+    type=click.Choice(["paper", "synthetic", "sharing"]),
+    help="Generate a workload: the QoS paper's, a large synthetic trace, or a mix of whole-GPU jobs and "
+    "GPU slices (--gpu-mem) replayed without sharing, with binpacked slices and with co-location.",
 )
 @click.option(
     "--rate",
@@ -301,8 +316,12 @@ def simulate(
     \b
     Examples:
       hivebatch simulate --workload paper --rate 10 --policy all
+      hivebatch simulate --workload sharing --hours 72 --seed 2
       hivebatch simulate --trace philly-sep-dec.csv --trace-format philly --vcs philly-vcs.csv --mode both
     """
+    if workload == "sharing":
+        _simulate_sharing(config, seed, hours, as_json)
+        return
     from hivebatch.qos import POLICY_NAMES
     from hivebatch.sim import setup
     from hivebatch.sim.runner import Experiment, run_all

@@ -151,3 +151,15 @@ def test_policy_choices_match_the_policies_the_qos_core_offers() -> None:
     from hivebatch.qos import POLICY_NAMES
 
     assert set(POLICY_CHOICES) == {*POLICY_NAMES, "all"}
+
+
+def test_sharing_workload_compares_exclusive_binpack_and_colocate(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["--workload", "sharing", "--hours", "6", "--seed", "1", "--json"], capsys)
+    assert code == 0
+    rows = {r["mode"]: r for r in (json.loads(line) for line in out.splitlines())}
+    assert list(rows) == ["exclusive", "binpack", "colocate"]
+    assert rows["exclusive"]["submitted"] == rows["binpack"]["submitted"] == rows["colocate"]["submitted"]
+    # slices share GPUs: the same guaranteed work holds fewer GPUs than when each slice takes a whole one
+    assert rows["binpack"]["held_pct"] < rows["exclusive"]["held_pct"]
+    assert rows["exclusive"]["colocated_gpu_h"] == 0 == rows["binpack"]["colocated_gpu_h"]
+    assert rows["colocate"]["colocated_gpu_h"] > 0
