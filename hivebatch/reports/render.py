@@ -145,7 +145,8 @@ def quota_notes(rep: QuotaReport, frag: Fragmentation | None = None) -> list[str
             notes.append(f"{v.name} now: {v.now.reason}.")
     if overall.total:
         notes.append(
-            f"Deadlines: {overall.met} of {overall.total} jobs met their ECT ({_pct(overall.rate)})."
+            f"Deadlines: {overall.met} of {overall.total} jobs met their ECT ({_pct(overall.rate)}); "
+            "a job whose ECT is its submission (urgent) counts when it started within 2 minutes."
         )
     notes.append(
         f"Opportunistic: {t.gpu_hours_opportunistic:.1f} GPU-h lent to opportunistic work, "

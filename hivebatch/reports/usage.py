@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from hivebatch.reports.private import PrivateJob, private_queue_delays
 from hivebatch.reports.rows import (
@@ -156,10 +156,20 @@ def in_window(job: JobRow, since: datetime, until: datetime) -> bool:
     return job.submit_time < until and (job.end_time is None or job.end_time >= since)
 
 
+#: A class whose ECT is the submission itself (urgent with the paper's c = 0) can never finish by it;
+#: such a job counts as served when it started within two controller cycles of its submission.
+ASAP_GRACE = timedelta(seconds=120)
+
+
 def qos_outcome(job: JobRow, since: datetime, until: datetime) -> bool | None:
     """True = met its ECT, False = missed it, None = does not count (yet) in this window."""
     if job.qos not in GUARANTEED_CLASSES or job.ect is None or job.state in CANCELLED_STATES:
         return None
+    if job.ect <= job.submit_time:
+        deadline = job.submit_time + ASAP_GRACE
+        if job.start_time is not None:
+            return job.start_time <= deadline if since < job.start_time <= until else None
+        return False if since <= deadline < until else None
     if job.finished and job.end_time is not None:
         if not since < job.end_time <= until:
             return None

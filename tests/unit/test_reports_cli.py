@@ -47,7 +47,7 @@ def test_quota_table_piped_is_plain_columns(config: Path) -> None:
     assert next(line for line in lines if line.startswith("total ")).split()[1:4] == ["32", "183.0", "28.0"]
     assert " 8/8 of 16 " in nlp  # used now / healthy capacity of the 16 GPUs it reserves
     assert "nlp now: capacity reduced by 8 GPUs" in out
-    assert "Deadlines: 4 of 6 jobs met their ECT (67%)." in out
+    assert "Deadlines: 4 of 6 jobs met their ECT (67%);" in out
     assert "Missed their ECT: 102 (alice/cv/prior), 105 (bob/nlp/normal)" in out
     assert "Waiting now: 105 (bob/nlp/normal, 8 GPUs, 8.0h: VC nlp has 8 healthy GPUs" in out
     assert out.rstrip().endswith(

@@ -181,3 +181,23 @@ def test_vc_now_comes_from_the_allocator_snapshot(tmp_path: Path) -> None:
     rep = quota_report(jobs, segments, vc_infos(config_data()), utc(0), utc(10), total_gpus=32, now=now)
     texts = {v.name: v.now_text for v in rep.vcs}
     assert texts == {"cv": "0/12", "nlp": "8/8 of 16", "sys": "0/3 of 4"}
+
+
+def test_a_job_whose_ect_is_its_submission_is_met_when_it_started_at_once() -> None:
+    from hivebatch.reports.usage import qos_outcome
+
+    t0, since, until = utc(1), utc(0), utc(10)
+
+    def asap(start_min: float | None, state: str = "done") -> JobRow:
+        start = None if start_min is None else utc(1 + start_min / 60)
+        return JobRow(job_id="u", user="alice", vc="cv", qos="urgent", gpus=1, state=state, submit_time=t0,
+                      start_time=start, end_time=utc(3) if state == "done" else None, ect=t0)  # fmt: skip
+
+    assert qos_outcome(asap(1), since, until) is True  # started a minute after submission
+    assert qos_outcome(asap(5), since, until) is False  # waited 5 minutes
+    assert qos_outcome(asap(None, "queued"), since, until) is False  # still waiting, long past the grace
+    assert qos_outcome(asap(None, "queued"), since, utc(1 + 1 / 60)) is None  # too early to say
+    # a class with a real deadline still counts by its end time
+    normal = JobRow(job_id="n", user="alice", vc="cv", qos="normal", gpus=1, state="done", submit_time=t0,
+                    start_time=utc(2), end_time=utc(3), ect=utc(4))  # fmt: skip
+    assert qos_outcome(normal, since, until) is True
