@@ -52,7 +52,9 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: the top level must be a mapping of sections (cluster:, virtual_clusters:, ...)")
+        raise ConfigError(
+            f"{p}: the top level must be a mapping of sections (cluster:, virtual_clusters:, ...)"
+        )
     return data
 
 

@@ -273,6 +273,10 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
             continue
         out_place = _resume_typed(alloc, spec, job, req, ledger.bad_nodes, gmap)
         if isinstance(out_place, Place):
+            if str(job.gres or "").startswith("shard:"):
+                # it held its GPU as shards before (Slurm keeps that gres): it leaves the rest again
+                out_place.gres = job.gres
+                _note_whole(ledger.sharing, job, req, out_place.placement)
             idle -= req.gpus
             out.places.append(out_place)
             placed_now[job.slurm_job_id] = out_place
@@ -281,8 +285,7 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
 
     by_sid = {str(j.slurm_job_id): j for j in ledger.jobs.values()}
     if slices:
-        default_limit = getattr(ctx.platform, "default_time_limit_s", None)
-        _decide_slices(out, ledger.sharing, slices, by_sid, placed_now, now, default_limit)
+        _decide_slices(out, ledger.sharing, slices, by_sid, placed_now, now, builder)
 
     room = Room(alloc, spec, alloc.gpu_map() if typed or slices else gmap)
     for job, req, sj in untyped:
@@ -362,7 +365,7 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
                 place.placement = {}
                 place.gres = "-"
                 continue
-            place.gres = gres_for(idx)
+            place.gres = _whole_gres(ledger.sharing, place.job, reqs, place.placement) or gres_for(idx)
     out.places = [p for p in out.places if p.gres != "-"]
     _estimate_starts(out, ledger, alloc, spec, now)
     return out
@@ -375,11 +378,12 @@ def _decide_slices(
     by_sid: dict[str, Job],
     placed_now: dict[int, Place],
     now: dt.datetime,
-    default_limit_s: float | None = None,
+    builder: TaskBuilder,
 ) -> None:
     """GPU slices go through the sharing ledger: binpacked inside the VC's cells, opportunistic ones
     also co-located where the config allows. Requeued slices keep their GPU index (Slurm keeps the
-    typed ``shard:gN:k``), guaranteed work goes first, then arrival order."""
+    typed ``shard:gN:k``), guaranteed work goes first, then arrival order. Their predictions are a
+    one-GPU job's (a plain job: its time limit)."""
     from hivebatch.sharing.gres import parse_shard_gres
 
     slices.sort(
@@ -390,8 +394,9 @@ def _decide_slices(
             x[0].slurm_job_id,
         )
     )
-    for job, req, _sj in slices:
+    for job, req, sj in slices:
         sid = str(job.slurm_job_id)
+        lat, ect, slack = _slice_prediction(builder, job, req, sj, now)
         mem = int(req.gpu_mem_mib or 0)
         old = parse_shard_gres(job.gres or "") if job.placement else {}
         if len(old) == 1:
@@ -400,18 +405,23 @@ def _decide_slices(
         else:
             d = led.place(sid, req.vc, mem, req.priority, req.gpu_type)
         if d.result != "placed":
+            rejected = d.result == "rejected"
             out.waits.append(
                 Wait(
                     job,
                     d.error or d.reason or "no GPU has room for the slice",
-                    rejected=d.result == "rejected",
+                    rejected=rejected,
+                    shape=None if rejected else (1, 1),
+                    slack_s=None if rejected else slack,
+                    ect=None if rejected else ect,
+                    latency_s=None if rejected else lat,
                 )
             )
             continue
-        # like a plain job's prediction: its own time limit, else the platform's default
-        limit = req.time_limit_s or default_limit_s
-        end = now + dt.timedelta(seconds=float(limit)) if limit else None
-        p = Place(job, d.placement, d.gres, (1, 1), predicted_end=end, resumed=bool(old))
+        end = now + dt.timedelta(seconds=lat) if lat is not None else None
+        p = Place(
+            job, d.placement, d.gres, (1, 1), predicted_end=end, slack_s=slack, ect=ect, resumed=bool(old)
+        )
         for victim in d.preempted:
             v = by_sid.get(str(victim))
             if v is None:
@@ -425,6 +435,45 @@ def _decide_slices(
             p.preempts.append(v.slurm_job_id)
         out.places.append(p)
         placed_now[job.slurm_job_id] = p
+
+
+def _whole_gres(
+    led: Any, job: Job, reqs: dict[str, tuple[Job, JobRequest]], placement: dict[str, list[int]]
+) -> str | None:
+    """Shards instead of whole GPUs for a guaranteed job that declared its memory per GPU (--gpu-mem)
+    and landed, one GPU per node, where the admin lets others use what it leaves
+    (``sharing.allow_mixed_nodes`` / ``colocate``); None: whole GPUs."""
+    pair = reqs.get(str(job.slurm_job_id))
+    if led is None or pair is None:
+        return None
+    req = pair[1]
+    if req.priority < 0 or not req.gpu_mem_mib:
+        return None  # an opportunistic job is preempted first anyway: it never hosts others' slices
+    gres = str(led.whole_job_gres(req.vc, placement, req.gpu_mem_mib))
+    if not gres.startswith("shard:"):
+        return None
+    _note_whole(led, job, req, placement)
+    return gres
+
+
+def _note_whole(led: Any, job: Job, req: JobRequest, placement: dict[str, list[int]]) -> None:
+    if led is not None and req.priority >= 0 and req.gpu_mem_mib:
+        led.note_whole_job(str(job.slurm_job_id), req.vc, req.priority, placement, req.gpu_mem_mib)
+
+
+def _slice_prediction(
+    builder: TaskBuilder, job: Job, req: JobRequest, sj: Any, now: dt.datetime
+) -> tuple[float | None, dt.datetime | None, float | None]:
+    """(latency s, ECT, slack s) of a slice started now: the same QoS figures as a one-GPU job, so a
+    plain slice's duration is its time limit (else the platform's default)."""
+    try:
+        task = builder.task(job, req, sj)
+        lat = float(task_latency(task, Shape(1, 1), builder.ctx.platform))
+        ect = _from_epoch(task_ect(task, builder.ctx.platform))
+    except Exception:  # noqa: BLE001 - no prediction possible: the slice is still placed, without figures
+        return None, None, None
+    slack = (ect - now).total_seconds() - lat if ect is not None else None
+    return lat, ect, slack
 
 
 def _resume_typed(
@@ -543,10 +592,12 @@ def _estimate_starts(out: Decisions, ledger: Ledger, alloc: Any, spec: Any, now:
     running = {
         j.slurm_job_id: j for j in ledger.jobs.values() if j.state in ("placed", "running") and not j.foreign
     }
+    placed_end = {p.job.slurm_job_id: p.predicted_end for p in out.places}
+    cell_end = _shared_gpu_ends(ledger.sharing, running, placed_end, now) if ledger.sharing else {}
     for state in alloc.jobs().values():
         job = running.get(int(state.job_id)) if str(state.job_id).isdigit() else None
         pool = "*opportunistic" if state.priority < 0 else state.vc
-        end = inf
+        end = cell_end.get(str(state.job_id), inf)
         if job is not None:
             if job.predicted_end is not None:
                 end = max(_epoch(job.predicted_end), _epoch(now))
@@ -555,7 +606,7 @@ def _estimate_starts(out: Decisions, ledger: Ledger, alloc: Any, spec: Any, now:
         release.setdefault(pool, []).append((end, int(state.gpus)))
         used[pool] = used.get(pool, 0) + int(state.gpus)
     for p in out.places:
-        if p.placement:
+        if p.placement and not (p.gres or "").startswith("shard:"):  # a slice's GPU is its shared cell's
             pool = "*opportunistic" if p.job.priority < 0 else (p.job.vc_name or "")
             end = _epoch(p.predicted_end) if p.predicted_end else inf
             release.setdefault(pool, []).append((end, sum(len(v) for v in p.placement.values())))
@@ -593,3 +644,24 @@ def _estimate_starts(out: Decisions, ledger: Ledger, alloc: Any, spec: Any, now:
         else:
             heapq.heappush(heap, (inf, need))
         free[pool] -= need
+
+
+def _shared_gpu_ends(
+    led: Any, running: dict[int, Job], placed_end: dict[int, dt.datetime | None], now: dt.datetime
+) -> dict[str, float]:
+    """When each shared GPU cell of the cell core frees up: when the last slice on it ends."""
+    out: dict[str, float] = {}
+    for g in led.gpus().values():
+        if not g.slices or not str(g.holder).startswith("share"):
+            continue
+        end = _epoch(now)
+        for sid in g.slices:
+            jid = int(sid) if sid.isdigit() else -1
+            job = running.get(jid)
+            t = placed_end.get(jid) if jid in placed_end else (job.predicted_end if job is not None else None)
+            if t is None:
+                end = math.inf
+                break
+            end = max(end, _epoch(t))
+        out[g.holder] = end
+    return out

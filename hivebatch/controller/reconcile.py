@@ -38,17 +38,23 @@ class Ledger:
 
 
 def is_slice_job(job: Job) -> bool:
-    """A job granted a slice of one GPU (``shard:gN:k``): the sharing ledger books it, not the cells."""
-    return not job.foreign and str(job.gres or "").startswith("shard:")
+    """A job granted a slice of one GPU (``shard:gN:k``, one GPU asked): the sharing ledger books it,
+    not the cells. A whole-GPU job holding its GPU on each of its nodes as shards asked for more GPUs:
+    the cells hold it like any whole-GPU job."""
+    from hivebatch.sharing.integration import is_slice_row
+
+    return is_slice_row(job)
 
 
 def _shard_placement(sj: Any) -> tuple[dict[str, list[int]] | None, str | None]:
-    """Where a running shard job is, from Slurm alone: ({node: [gpu]}, "shard:gN:k") for a one-GPU slice."""
+    """Where a running shard job is, from Slurm alone: ({node: [gpu], …}, "shard:gN:k") — one GPU per
+    node with the same index and shard count on every node (Slurm's gres is per node)."""
     held = [(n, g, c) for n, per in (getattr(sj, "shards", None) or {}).items() for g, c in per.items() if c]
-    if len(held) != 1:
+    nodes = {n for n, _g, _c in held}
+    if not held or len(nodes) != len(held) or len({(g, c) for _n, g, c in held}) != 1:
         return None, None
-    node, gpu, count = held[0]
-    return {node: [int(gpu)]}, f"shard:g{int(gpu)}:{int(count)}"
+    _node, gpu, count = held[0]
+    return {n: [int(gpu)] for n in sorted(nodes)}, f"shard:g{int(gpu)}:{int(count)}"
 
 
 def _gpus(sj: Any) -> dict[str, list[int]]:
@@ -392,9 +398,11 @@ def rebuild_allocator(
             alloc.release(jid)
     kept = set(alloc.jobs())
     used: dict[str, set[int]] = {}
+    in_cells: list[Job] = []  # whole-GPU jobs the cells hold (those holding shards may carry slices)
     for job in holders:
         placement = wanted[str(job.slurm_job_id)]
         if str(job.slurm_job_id) in kept:
+            in_cells.append(job)
             for n, v in placement.items():
                 used.setdefault(n, set()).update(v)
             continue
@@ -406,9 +414,11 @@ def rebuild_allocator(
                 job.reason = msg
                 rec.event(session, job, "adopt_failed", msg, {"placement": placement})
             _occupy(alloc, f"slurm:{job.slurm_job_id}", placement)
+        else:
+            in_cells.append(job)
         for n, v in placement.items():
             used.setdefault(n, set()).update(v)
-    _rebuild_sharing(session, rec, ledger, alloc, spec, data or {}, used)
+    _rebuild_sharing(session, rec, ledger, alloc, spec, data or {}, used, in_cells)
     for job in ledger.jobs.values():
         if job.foreign and job.state == "running" and job.placement:
             _occupy(alloc, f"slurm:{job.slurm_job_id}", job.placement)
@@ -449,13 +459,15 @@ def _rebuild_sharing(
     spec: Any,
     data: dict[str, Any],
     used: dict[str, set[int]],
+    in_cells: list[Job] | None = None,
 ) -> None:
     """Book the slices the ledger's jobs hold (after the whole-GPU jobs: guaranteed work of the cells
-    comes first). A slice that cannot be booked keeps its GPU as foreign work, never handed out twice."""
+    comes first; whole-GPU jobs in ``in_cells`` that hold shards leave the rest of their GPUs to
+    slices). A slice that cannot be booked keeps its GPU as foreign work, never handed out twice."""
     from hivebatch.sharing.integration import controller_ledger, held_slices
 
     rows = [j for j in ledger.jobs.values() if is_slice_job(j)]
-    led, failed = controller_ledger(alloc, spec, data, rows)
+    led, failed = controller_ledger(alloc, spec, data, rows, in_cells or [])
     by_id = {str(j.slurm_job_id): j for j in rows}
     for h in held_slices(rows):
         used.setdefault(h.node, set()).add(h.gpu)

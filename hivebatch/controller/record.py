@@ -79,9 +79,12 @@ def gpu_capacity_by_node(spec: Any) -> dict[str, int]:
 
 def gpu_share(session: Session, job: Job) -> float:
     """The part of each of its GPUs a job counts for: 1 for whole GPUs, the memory share for a slice
-    (``shard:gN:k`` of a GPU with C MiB: k GiB / C), from the capacities the cycle put in session.info."""
+    (``shard:gN:k`` of a GPU with C MiB: k GiB / C), from the capacities the cycle put in session.info.
+    A whole-GPU job holding its GPUs as shards (to leave the rest to slices) still counts whole GPUs."""
+    from hivebatch.sharing.integration import is_slice_row
+
     gres = str(job.gres or "")
-    if job.foreign or not gres.startswith("shard:") or not job.placement:
+    if not is_slice_row(job) or not job.placement:
         return 1.0
     from hivebatch.sharing.gres import parse_shard_gres
     from hivebatch.sharing.integration import slice_share

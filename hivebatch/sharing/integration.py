@@ -56,6 +56,11 @@ def check_submission(
         )
     if gpus != 1 or asked >= cap:
         note = f"declared {format_mib(asked)} per GPU; the job gets {gpus} whole GPU(s)"
+        if asked < cap and (cfg.allow_mixed_nodes or cfg.colocate.enabled):
+            note += (
+                f"; with one GPU per node, on nodes that allow sharing it holds {format_mib(asked)} of each"
+                " and other jobs' slices may use the rest: keep within it"
+            )
         return {}, [note]
     if not cfg.enabled:
         raise HivebatchError("GPU sharing is switched off on this cluster: drop --gpu-mem to get a whole GPU")
@@ -80,17 +85,37 @@ class HeldSlice:
     mem_mib: int
 
 
+@dataclass(frozen=True)
+class HeldWhole:
+    """A guaranteed whole-GPU job that holds its GPUs as shards (it declared its memory per GPU on
+    nodes where sharing is allowed); the cell allocator already holds its GPUs."""
+
+    job_id: str
+    vc: str
+    priority: int
+    placement: dict[str, list[int]]
+    declared_mib: int
+
+
 def rebuild_ledger(
-    alloc: Any, spec: Any, data: Mapping[str, Any], held: Iterable[HeldSlice]
+    alloc: Any,
+    spec: Any,
+    data: Mapping[str, Any],
+    held: Iterable[HeldSlice],
+    wholes: Iterable[HeldWhole] = (),
 ) -> tuple[SharingLedger, list[tuple[HeldSlice, str]]]:
-    """A ledger over ``alloc`` holding exactly ``held`` (guaranteed slices first). The allocator must not
-    hold the slices' jobs themselves, nor stale synthetic cells (they are released here). Returns the
-    ledger and the slices that could not be booked, with the reason (count their GPUs as foreign)."""
+    """A ledger over ``alloc`` holding exactly ``held`` (guaranteed slices first) on top of the whole-GPU
+    jobs in ``wholes`` (noted first: slices may sit on the part of their GPUs they leave). The allocator
+    must not hold the slices' jobs themselves, nor stale synthetic cells (they are released here).
+    Returns the ledger and the slices that could not be booked, with the reason (count their GPUs as
+    foreign)."""
     from hivebatch.sharing.ledger import is_synthetic
 
     for jid in [j for j in alloc.jobs() if is_synthetic(j)]:
         alloc.release(jid)
     led = SharingLedger(alloc, spec, load_sharing(data, spec))
+    for w in wholes:
+        led.note_whole_job(w.job_id, w.vc, w.priority, w.placement, w.declared_mib)
     failed: list[tuple[HeldSlice, str]] = []
     for h in sorted(held, key=lambda h: (h.priority < 0, h.node, h.gpu, h.job_id)):
         d = led.adopt_slice(h.job_id, h.vc, h.priority, h.node, h.gpu, h.mem_mib)
@@ -129,6 +154,33 @@ def _holds_gpus(job: Any) -> bool:
     )
 
 
+def is_slice_row(job: Any) -> bool:
+    """Whether a controller ledger row is a GPU slice, by its request: one GPU granted as shards. A
+    whole-GPU job of several nodes may hold its GPU on each node as shards too (``note_whole_job``);
+    it asked for more than one GPU."""
+    if getattr(job, "foreign", False) or not str(getattr(job, "gres", None) or "").startswith("shard:"):
+        return False
+    req = getattr(job, "request", None)
+    gpus = req.get("gpus", 1) if isinstance(req, Mapping) else getattr(job, "gpus", 1)
+    return int(gpus if gpus is not None else 1) == 1
+
+
+def held_wholes(jobs: Iterable[Any]) -> list[HeldWhole]:
+    """The guaranteed whole-GPU jobs among controller ledger rows that hold their GPUs as shards."""
+    out: list[HeldWhole] = []
+    for j in jobs:
+        gres = str(getattr(j, "gres", None) or "")
+        if getattr(j, "foreign", False) or not gres.startswith("shard:") or is_slice_row(j):
+            continue
+        req = getattr(j, "request", None) or {}
+        mem = req.get("gpu_mem_mib") if isinstance(req, Mapping) else None
+        if not mem or int(j.priority or 0) < 0 or not _holds_gpus(j):
+            continue
+        placement = {n: sorted(int(i) for i in g) for n, g in j.placement.items()}
+        out.append(HeldWhole(str(j.slurm_job_id), j.vc_name or "", int(j.priority or 0), placement, int(mem)))
+    return out
+
+
 def held_slices(jobs: Iterable[Any]) -> list[HeldSlice]:
     """The slices controller ledger rows hold: hsub jobs granted a ``shard:gN:k`` gres on one node."""
     from hivebatch.sharing.gres import parse_shard_gres
@@ -137,7 +189,7 @@ def held_slices(jobs: Iterable[Any]) -> list[HeldSlice]:
     out: list[HeldSlice] = []
     for j in jobs:
         gres = str(getattr(j, "gres", None) or "")
-        if getattr(j, "foreign", False) or not gres.startswith("shard:") or not _holds_gpus(j):
+        if not is_slice_row(j) or not _holds_gpus(j):
             continue
         shards = parse_shard_gres(gres)
         if len(j.placement) != 1 or len(shards) != 1:
@@ -153,12 +205,16 @@ def held_slices(jobs: Iterable[Any]) -> list[HeldSlice]:
 
 
 def controller_ledger(
-    alloc: Any, spec: Any, data: Mapping[str, Any], jobs: Iterable[Any]
+    alloc: Any,
+    spec: Any,
+    data: Mapping[str, Any],
+    jobs: Iterable[Any],
+    wholes: Iterable[Any] = (),
 ) -> tuple[SharingLedger, list[tuple[HeldSlice, str]]]:
     """The sharing ledger for one controller cycle, over the allocator it has just rebuilt (which holds
-    no slice jobs). Slices that cannot be booked keep their GPU as foreign work, so it is never handed
-    out twice."""
-    led, failed = rebuild_ledger(alloc, spec, data, held_slices(jobs))
+    no slice jobs; it holds the GPUs of the whole-GPU rows in ``wholes``). Slices that cannot be booked
+    keep their GPU as foreign work, so it is never handed out twice."""
+    led, failed = rebuild_ledger(alloc, spec, data, held_slices(jobs), held_wholes(wholes))
     for h, _why in failed:
         try:
             alloc.occupy_foreign(f"slice:{h.job_id}@{h.node}", h.node, [h.gpu])

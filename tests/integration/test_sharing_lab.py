@@ -222,7 +222,12 @@ def site(slurm_lab: Any) -> Iterator[Site]:
     data = read_yaml(PROJECT / "etc" / "hivebatch.example.yaml")
     data["database"] = {"url": f"sqlite:///{base / 'db' / 'hivebatch.db'}"}
     data["controller"] = {"lock_file": str(base / "controller.lock"), "interval_s": 1}
-    data["sharing"] = {"enabled": True, "colocate": {"vcs": ["sys"], "headroom_mib": "2G"}}
+    data["sharing"] = {
+        "enabled": True,
+        # whole-GPU jobs that declare --gpu-mem may leave the rest of their GPUs to their VC's slices
+        "allow_mixed_nodes": [n for cell in data["cluster"]["physical_cells"] for n in cell["nodes"]],
+        "colocate": {"vcs": ["sys"], "headroom_mib": "2G"},
+    }
     config = base / "hivebatch.yaml"
     config.write_text(yaml.safe_dump(data))
     config.chmod(0o644)
@@ -275,3 +280,46 @@ def test_guaranteed_slice_preempts_a_colocated_opportunistic_slice(
     assert requeued.state == "PENDING" and requeued.held
     row = site.hq_row("alice", guest)
     assert row["hivebatch_state"] == "preempted" and "preempted by job" in (row["reason"] or "")
+
+
+WHOLE_SCRIPT = """#!/bin/bash
+echo "whole host=$(hostname) cvd=${CUDA_VISIBLE_DEVICES:-none}"
+sleep 240
+"""
+
+
+def test_a_one_gpu_per_node_job_with_gpu_mem_holds_shards_and_a_slice_uses_the_rest(
+    site: Site, slurm_lab: Any, lab_jobs: list[int]
+) -> None:
+    script = site.dir / "whole.sh"
+    script.write_text(WHOLE_SCRIPT)
+    script.chmod(0o755)
+    proc = site.run("bob", "hsub", "--parsable", "-A", "nlp", "-N", "2", "--gpus", "2", "--gpu-mem", "8G",
+                    "-o", str(site.dir / "whole-%j.out"), str(script))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "holds 8G of each" in proc.stderr
+    whole = int(proc.stdout.strip())
+    lab_jobs.append(whole)
+    site.mine.add(whole)
+    job = site.until_running(slurm_lab, [whole])[whole]
+    assert job.gpus == {} and len(job.shards) == 2, (job.gpus, job.shards)
+    ((gpu,),) = {tuple(per) for per in job.shards.values()}
+    assert job.shards == {n: {gpu: 8} for n in job.nodes}  # 8 shards of the same GPU on each node
+    out = slurm_lab.wait_for_file(site.dir / f"whole-{whole}.out", "whole host=")
+    assert re.search(rf"whole host=({'|'.join(job.nodes)}) cvd={gpu}\b", out), out
+    row = site.hq_row("bob", whole)
+    assert row["placement"] == {n: [gpu] for n in job.nodes} and row["gpus"] == 2
+
+    # a 20G slice of nlp binpacks onto the 24G the whole job leaves on one of its GPUs
+    part = site.hsub("bob", lab_jobs, "-A", "nlp", "--gpu-mem", "20G")
+    jobs = site.until_running(slurm_lab, [whole, part])
+    node, sgpu, shards = _slice_of(jobs[part])
+    assert node in job.nodes and (sgpu, shards) == (gpu, 20)
+    cluster = site.run(None, "hadmin", "cluster", "--format", "json")
+    assert cluster.returncode == 0, cluster.stderr
+    slots = {(n["name"], g["index"]): g for n in json.loads(cluster.stdout)["nodes"] for g in n["gpus"]}
+    assert slots[(node, gpu)]["share"] == "whole+shared nlp 28G/32G 1 job"
+    # Slurm itself agrees: 8 + 20 of the GPU's 32 shards are in use, a 12G slice no longer fits there
+    more = site.hsub("bob", lab_jobs, "-A", "nlp", "--gpu-mem", "12G")
+    third = site.until_running(slurm_lab, [more])[more]
+    assert _slice_of(third)[:2] != (node, gpu)

@@ -209,3 +209,183 @@ def test_a_bad_sharing_section_stops_the_controller_in_one_line(tmp_path: Path) 
     with pytest.raises(ConfigError, match="vision") as info:
         load_context(cfg)
     assert "\n" not in str(info.value)
+
+
+def test_a_placed_slice_gets_the_predictions_of_a_one_gpu_job(env: Env) -> None:
+    part = env.submit("carol", "sys", 1, gpu_mem_mib=8 * GiB, time_limit_s=1800)
+    whole = env.submit("carol", "sys", 1, time_limit_s=1800)
+    env.cycle()
+    s, w = env.job(part), env.job(whole)
+    assert s.gres.startswith("shard:") and w.gres.startswith("gpu:")
+    assert s.latency_s == w.latency_s == 1800  # a plain job's duration is its time limit
+    assert s.predicted_start == w.predicted_start and s.predicted_start is not None
+    assert s.predicted_end == s.predicted_start + dt.timedelta(seconds=1800)
+    assert s.expected_completion is not None and s.slack_s is not None
+    assert abs((s.expected_completion - w.expected_completion).total_seconds()) < 2
+    assert s.slack_s == pytest.approx(w.slack_s, abs=2)
+    assert s.expected_completion == s.predicted_end + dt.timedelta(seconds=s.slack_s)
+
+
+def test_a_waiting_slice_gets_ect_slack_and_a_predicted_start(env: Env) -> None:
+    wholes = [env.submit("carol", "sys", 1, time_limit_s=600) for _ in range(4)]  # all of sys's GPUs
+    env.cycle()
+    ends = [env.job(j).predicted_end for j in wholes]
+    assert all(e is not None for e in ends)
+    part = env.submit("carol", "sys", 1, gpu_mem_mib=8 * GiB, time_limit_s=1200)
+    env.cycle()
+    job = env.job(part)
+    assert job.state == "queued" and job.latency_s == 1200
+    assert job.predicted_start == min(ends)  # the first of sys's GPUs to free up
+    assert job.predicted_end == job.predicted_start + dt.timedelta(seconds=1200)
+    assert job.expected_completion is not None and job.slack_s is not None
+    assert job.expected_completion == job.submit_time + dt.timedelta(seconds=2 * 1200)  # normal: c = 2
+
+
+MIXED = """
+sharing:
+  enabled: true
+  allow_mixed_nodes: [node1, node2, node3, node4]
+  colocate: {vcs: [sys], headroom_mib: 2G, max_jobs_per_gpu: 4}
+"""
+
+
+@pytest.fixture()
+def mixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    return make_env(tmp_path, CONFIG + MIXED)
+
+
+def _shard_nodes(env: Env, jid: int) -> dict[str, dict[int, int]]:
+    sj = env.slurm.job(jid)
+    assert sj.state == "RUNNING" and not sj.gpus, f"job {jid} is {sj.state} with whole GPUs {sj.gpus}"
+    return sj.shards
+
+
+def test_a_one_gpu_per_node_job_with_gpu_mem_holds_shards_and_leaves_the_rest_to_slices(mixed: Env) -> None:
+    whole = mixed.submit("bob", "nlp", 2, nodes=2, gpu_mem_mib=8 * GiB)
+    mixed.cycle()
+    job = mixed.job(whole)
+    assert job.state == "placed" and len(job.placement) == 2, job.reason
+    ((gpu,),) = {tuple(v) for v in job.placement.values()}
+    assert job.gres == f"shard:g{gpu}:8" and job.gpus == 2
+    assert _shard_nodes(mixed, whole) == {n: {gpu: 8} for n in job.placement}
+    mixed.cycle()
+    part = _slice(mixed, "bob", "nlp", 20)
+    node, sgpu, shards = _where(mixed, part)
+    assert node in job.placement and sgpu == gpu and shards == 20  # on the 24G the whole job leaves
+    mixed.cycle()
+    calls, events = len(mixed.slurm.calls), len(mixed.events())
+    mixed.cycle()  # the ledger rebuilt from the jobs agrees with Slurm: nothing to do
+    assert len(mixed.slurm.calls) == calls and len(mixed.events()) == events
+    assert not mixed.events(kind="foreign") and not mixed.events(kind="adopt_failed")
+    state = get_state_now(mixed)
+    whole_gpus = {(g["node"], g["gpu"]): g for g in state["gpus"] if g["kind"] == "whole"}
+    assert set(whole_gpus) == {(n, gpu) for n in job.placement}
+    assert whole_gpus[(node, gpu)]["reserve_mib"] == 8 * GiB
+    assert [s["job_id"] for s in whole_gpus[(node, gpu)]["slices"]] == [str(part)]
+    # a further 8G slice no longer fits that GPU (8 + 20 + 8 > 32): it goes to the other node's
+    other = _slice(mixed, "bob", "nlp", 8)
+    assert _where(mixed, other)[:2] == (next(n for n in job.placement if n != node), gpu)
+
+
+def test_a_whole_job_holding_shards_counts_whole_gpus(mixed: Env) -> None:
+    whole = mixed.submit("bob", "nlp", 2, nodes=2, gpu_mem_mib=8 * GiB)
+    mixed.cycle()
+    mixed.cycle()
+    mixed.slurm.advance(3600)
+    mixed.slurm.finish(whole)
+    mixed.cycle()
+    job = mixed.job(whole)
+    assert job.state == "done" and job.gres.startswith("shard:")
+    assert job.gpu_hours_guaranteed == pytest.approx(2.0, rel=0.02)
+
+
+def test_whole_gpus_stay_whole_where_no_sharing_rule_covers_them(env: Env) -> None:
+    plain = env.submit("bob", "nlp", 2, nodes=2, gpu_mem_mib=8 * GiB)  # no allow_mixed_nodes/colocate for nlp
+    env.cycle()
+    job = env.job(plain)
+    assert job.state == "placed" and job.gres.startswith("gpu:"), job.gres
+    assert get_state_now(env)["gpus"] == []
+
+
+def test_whole_gpus_stay_whole_with_two_gpus_per_node_or_when_opportunistic(mixed: Env) -> None:
+    wide = mixed.submit(
+        "bob", "nlp", 4, nodes=2, gpu_mem_mib=8 * GiB
+    )  # 2 GPUs per node: Slurm cannot shard it
+    opp = mixed.submit("bob", "nlp", 2, nodes=2, qos="opportunistic", gpu_mem_mib=8 * GiB)
+    mixed.cycle()
+    assert mixed.job(wide).gres.count("gpu:") == 2 and mixed.job(wide).state == "placed"
+    assert mixed.job(opp).gres is None or mixed.job(opp).gres.startswith("gpu:")
+    assert all(g["kind"] != "whole" for g in get_state_now(mixed)["gpus"])
+
+
+def test_a_lost_ledger_adopts_a_shard_holding_whole_job_as_whole_and_its_slices_on_top(
+    mixed: Env, tmp_path: Path
+) -> None:
+    whole = mixed.submit("bob", "nlp", 2, nodes=2, gpu_mem_mib=8 * GiB)
+    mixed.cycle()
+    mixed.cycle()
+    part = _slice(mixed, "bob", "nlp", 20)
+    mixed.cycle()
+    placement = mixed.job(whole).placement
+    (tmp_path / "fresh").mkdir()
+    fresh = make_env(tmp_path / "fresh", CONFIG + MIXED)
+    fresh.slurm = mixed.slurm
+    fresh.cycle()
+    w, s = fresh.job(whole), fresh.job(part)
+    assert (w.state, w.placement, w.gres) == ("running", placement, mixed.job(whole).gres)
+    assert (s.state, s.gres) == ("running", mixed.job(part).gres)
+    assert not fresh.events(kind="foreign") and not fresh.events(kind="adopt_failed")
+    kinds = {(g["node"], g["gpu"]): g["kind"] for g in get_state_now(fresh)["gpus"]}
+    assert set(kinds.values()) == {"whole"} and len(kinds) == 2
+    with fresh.factory() as sess:
+        rows = sess.scalars(select(GpuBinding).where(GpuBinding.slurm_job_id == whole)).all()
+        assert {(r.node, r.gpu_index) for r in rows} == set(kinds) and {r.kind for r in rows} == {
+            "guaranteed"
+        }
+
+
+def test_preempting_a_shard_holding_whole_job_requeues_the_slices_on_its_taken_gpu(mixed: Env) -> None:
+    whole = mixed.submit("bob", "nlp", 2, nodes=2, gpu_mem_mib=8 * GiB)
+    mixed.cycle()
+    placement = mixed.job(whole).placement
+    ((gpu,),) = {tuple(v) for v in placement.values()}
+    parts = [_slice(mixed, "bob", "nlp", 20) for _ in range(2)]  # one on each of its GPUs
+    on = {p: _where(mixed, p)[:2] for p in parts}
+    assert set(on.values()) == {(n, gpu) for n in placement}
+    fill = [mixed.submit("bob", "nlp", 7, nodes=1) for _ in range(2)]  # the rest of nlp's 16 GPUs
+    mixed.cycle()
+    assert all(mixed.job(j).state == "placed" for j in fill)
+    mixed.cycle()
+    urgent = mixed.submit("bob", "nlp", 8, nodes=1, qos="prior")
+    mixed.cycle()
+    taker = mixed.job(urgent)
+    assert taker.state == "placed", taker.reason
+    ((taken,),) = [list(taker.placement)]
+    w = mixed.job(whole)
+    assert w.state == "preempted" and f"preempted by job {urgent}" in (w.reason or "")
+    for p in parts:
+        if on[p][0] == taken:
+            assert mixed.job(p).state == "preempted" and mixed.slurm.job(p).held
+        else:  # its GPU is free again in the cells: the slice keeps it as a shared GPU of nlp
+            assert mixed.job(p).state in ("placed", "running") and _where(mixed, p)[:2] == on[p]
+    assert sum(on[p][0] == taken for p in parts) == 1
+    mixed.cycle()
+    assert mixed.slurm.job(urgent).state == "RUNNING"
+    assert not mixed.events(kind="adopt_failed") and not mixed.events(kind="foreign")
+    # once the GPUs are free again it resumes on the same index, still as shards (Slurm keeps the gres)
+    # (the surviving slice holds the other node's GPU as a shared cell until it ends)
+    gres = w.gres
+    mixed.slurm.finish(urgent)
+    for p in parts:
+        if on[p][0] != taken:
+            mixed.slurm.finish(p)
+    mixed.cycle()
+    back = mixed.job(whole)
+    assert back.state == "placed" and back.gres == gres and len(back.placement) == 2, back.reason
+    mixed.slurm.advance(30)  # a requeued job may start again after its BeginTime, as in Slurm
+    mixed.cycle()
+    assert _shard_nodes(mixed, whole) == {n: {gpu: 8} for n in back.placement}
+    assert {(g["node"], g["gpu"]) for g in get_state_now(mixed)["gpus"] if g["kind"] == "whole"} == {
+        (n, gpu) for n in back.placement
+    }
