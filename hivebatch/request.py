@@ -52,7 +52,9 @@ class JobRequest:
         for name in ("gpus", "nodes", "gpus_per_node", "batch_size", "iters", "time_limit_s", "gpu_mem_mib"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < (0 if name == "gpus" else 1)):
-                raise HivebatchError(f"{name.replace('_', '-')} must be a positive whole number, got {value!r}")
+                raise HivebatchError(
+                    f"{name.replace('_', '-')} must be a positive whole number, got {value!r}"
+                )
         if self.nodes and self.gpus_per_node and self.gpus != self.nodes * self.gpus_per_node:
             raise HivebatchError(
                 f"--gpus {self.gpus} does not equal --nodes {self.nodes} × --gpus-per-node {self.gpus_per_node}"
@@ -69,7 +71,7 @@ class JobRequest:
         if not comment or not comment.startswith(PREFIX):
             return None
         try:
-            raw: Any = json.loads(comment[len(PREFIX):])
+            raw: Any = json.loads(comment[len(PREFIX) :])
         except json.JSONDecodeError:
             return None
         if not isinstance(raw, dict):

@@ -155,7 +155,9 @@ class CliBackend(SlurmBackend):
         return parse_sacct(self._run(args))
 
     def list_accounts(self) -> list[str]:
-        return _names(self._run(["sacctmgr", "--noheader", "--parsable2", "show", "account", "format=Account"]))
+        return _names(
+            self._run(["sacctmgr", "--noheader", "--parsable2", "show", "account", "format=Account"])
+        )
 
     def list_qos(self) -> list[str]:
         return _names(self._run(["sacctmgr", "--noheader", "--parsable2", "show", "qos", "format=Name"]))
