@@ -321,18 +321,7 @@ def decide(ctx: Any, ledger: Ledger, now: dt.datetime) -> Decisions:
             if ledger.sharing is not None:
                 # a share cell of the cell core stands for the slices on its GPU
                 victims = ledger.sharing.translate_preempted(victims)
-            for victim in victims:
-                v = by_sid.get(str(victim))
-                if v is None:
-                    continue
-                if v.slurm_job_id in placed_now:
-                    # placed earlier in this very round, never started: it simply keeps waiting
-                    dropped = placed_now.pop(v.slurm_job_id)
-                    out.places.remove(dropped)
-                    out.waits.append(Wait(v, f"its GPUs went to job {job.slurm_job_id} before it started"))
-                    continue
-                out.victims[v.slurm_job_id] = job.slurm_job_id
-                p.preempts.append(v.slurm_job_id)
+            _take_victims(p, victims, by_sid, placed_now, out)
             out.places.append(p)
             placed_now[job.slurm_job_id] = p
         else:
@@ -422,19 +411,26 @@ def _decide_slices(
         p = Place(
             job, d.placement, d.gres, (1, 1), predicted_end=end, slack_s=slack, ect=ect, resumed=bool(old)
         )
-        for victim in d.preempted:
-            v = by_sid.get(str(victim))
-            if v is None:
-                continue
-            if v.slurm_job_id in placed_now:
-                dropped = placed_now.pop(v.slurm_job_id)
-                out.places.remove(dropped)
-                out.waits.append(Wait(v, f"its GPU went to job {job.slurm_job_id} before it started"))
-                continue
-            out.victims[v.slurm_job_id] = job.slurm_job_id
-            p.preempts.append(v.slurm_job_id)
+        _take_victims(p, d.preempted, by_sid, placed_now, out)
         out.places.append(p)
         placed_now[job.slurm_job_id] = p
+
+
+def _take_victims(
+    p: Place, victims: list[Any], by_sid: dict[str, Job], placed_now: dict[int, Place], out: Decisions
+) -> None:
+    """Book the jobs ``p`` preempts. A victim placed earlier in this very round never started: it is
+    taken back and simply keeps waiting instead of being requeued."""
+    for victim in victims:
+        v = by_sid.get(str(victim))
+        if v is None:
+            continue
+        if v.slurm_job_id in placed_now:
+            out.places.remove(placed_now.pop(v.slurm_job_id))
+            out.waits.append(Wait(v, f"its GPUs went to job {p.job.slurm_job_id} before it started"))
+            continue
+        out.victims[v.slurm_job_id] = p.job.slurm_job_id
+        p.preempts.append(v.slurm_job_id)
 
 
 def _whole_gres(
