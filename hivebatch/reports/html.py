@@ -27,15 +27,11 @@ from hivebatch.reports.tables import TextTable
 from hivebatch.reports.timeutil import fmt_duration, fmt_time
 from hivebatch.reports.usage import QuotaReport, queue_delay_s
 from hivebatch.reports.users import UserReport
+from hivebatch.template_files import template_dir
 
 TEMPLATE_NAME = "report.html.j2"
 LIST_LIMIT = 25  # rows shown of the missed-deadline and waiting lists; the JSON/CSV outputs have all
 USERS_LIMIT = 50  # users shown, by GPU-hours; `hadmin report users` has all
-
-
-def templates_dir() -> Path:
-    """The project's ``templates/`` directory, next to the package in a checkout or editable install."""
-    return Path(__file__).resolve().parents[2] / "templates"
 
 
 @dataclass
@@ -279,7 +275,7 @@ def render_html(inputs: ReportInputs) -> str:
         for j in quota.waiting_jobs[:LIST_LIMIT]
     ]
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        loader=jinja2.FileSystemLoader(str(template_dir())),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -291,7 +287,7 @@ def render_html(inputs: ReportInputs) -> str:
         from hivebatch.errors import HivebatchError
 
         raise HivebatchError(
-            f"the report template {TEMPLATE_NAME} is missing from {templates_dir()}: reinstall hivebatch"
+            f"the report template {TEMPLATE_NAME} is missing from {template_dir()}: reinstall hivebatch"
         ) from None
     return template.render(
         title=inputs.title,

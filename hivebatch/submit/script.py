@@ -7,23 +7,13 @@ unquoted.
 
 from __future__ import annotations
 
-import os
 import shlex
-from pathlib import Path
 
 from hivebatch import __version__
 from hivebatch.errors import HivebatchError
+from hivebatch.template_files import TEMPLATE_ENV, template_dir
 
 TEMPLATE_NAME = "job.sh.j2"
-TEMPLATE_ENV = "HIVEBATCH_TEMPLATES"
-
-
-def template_dir() -> Path:
-    """$HIVEBATCH_TEMPLATES, else the project's ``templates/`` next to the package."""
-    explicit = os.environ.get(TEMPLATE_ENV)
-    if explicit:
-        return Path(explicit)
-    return Path(__file__).resolve().parents[2] / "templates"
 
 
 def heredoc_delimiter(script: str) -> str:
