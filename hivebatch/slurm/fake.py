@@ -328,12 +328,7 @@ class FakeSlurm(SlurmBackend):
         self._log("release", (job_id,))
         cmd = ["scontrol", "release", str(job_id)]
         j = self._touchable(job_id, cmd)
-        if j.state in FINISHED_STATES:
-            raise SlurmError(
-                cmd,
-                1,
-                f"Job has already finished for job {job_id}\nslurm_suspend error: Job has already finished",
-            )
+        _refuse_finished(j, cmd)
         if j.reason == "JobHeldAdmin" and not self._is_admin():
             raise SlurmError(
                 cmd,
@@ -349,12 +344,7 @@ class FakeSlurm(SlurmBackend):
         self._log("hold", (job_id,))
         cmd = ["scontrol", "hold", str(job_id)]
         j = self._touchable(job_id, cmd)
-        if j.state in FINISHED_STATES:
-            raise SlurmError(
-                cmd,
-                1,
-                f"Job has already finished for job {job_id}\nslurm_suspend error: Job has already finished",
-            )
+        _refuse_finished(j, cmd)
         if j.state != "PENDING":
             raise SlurmError(cmd, 1, f"Job is no longer pending execution for job {job_id}")
         j.reason = "JobHeldAdmin" if self._is_admin() else "JobHeldUser"
@@ -705,3 +695,13 @@ def _time_limit(text: str | None) -> int | None:
 
 
 __all__ = ["FakeSlurm", "QOS_NAMES"]
+
+
+def _refuse_finished(j: _Job, cmd: list[str]) -> None:
+    """scontrol hold/release of a finished job, as 22.05 words it."""
+    if j.state in FINISHED_STATES:
+        raise SlurmError(
+            cmd,
+            1,
+            f"Job has already finished for job {j.job_id}\nslurm_suspend error: Job has already finished",
+        )
