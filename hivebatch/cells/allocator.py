@@ -257,6 +257,19 @@ class CellAllocator:
                 leftover *= self.spec.cell_types[ch.type_at(lv)].count
         return out
 
+    def _try_bind(
+        self, vc: str, chain: str, level: int, notes: list[str], undo: list[tuple[str, Any]]
+    ) -> Cell | None:
+        """_bind, recorded in ``undo`` so a failed placement can unbind it; None (and why, in
+        ``notes``) when no healthy physical cell can back it."""
+        try:
+            cell = self._bind(vc, chain, level)
+        except _Wait as exc:
+            notes.append(str(exc))
+            return None
+        undo.append(("bind", cell))
+        return cell
+
     def _bind(self, vc: str, chain: str, level: int) -> Cell:
         """Bind one unbound level-``level`` cell of the VC to a healthy physical cell, or raise _Wait."""
         v = self.vcs[vc]
@@ -639,12 +652,10 @@ class CellAllocator:
             if best is not None:
                 return best[1]
             if v.unbound[chain][lv] > 0:
-                try:
-                    cell = self._bind(req.vc, chain, lv)
-                except _Wait as exc:
-                    bind_notes.append(str(exc))
+                new_cell = self._try_bind(req.vc, chain, lv, bind_notes, undo)
+                if new_cell is None:
                     continue
-                undo.append(("bind", cell))
+                cell = new_cell
                 got = self._pick_in(cell, g, lmin, hi, victims)
                 if got is not None:
                     return got[1]
@@ -771,12 +782,10 @@ class CellAllocator:
                             return self._leaves_of(got[0], got[1])
             for lv in range(wl, ch.top_level + 1):
                 if v.unbound[chain][lv] > 0:
-                    try:
-                        cell = self._bind(req.vc, chain, lv)
-                    except _Wait as exc:
-                        notes.append(str(exc))
+                    new_cell = self._try_bind(req.vc, chain, lv, notes, undo)
+                    if new_cell is None:
                         continue
-                    undo.append(("bind", cell))
+                    cell = new_cell
                     w = cell.by_level[wl][0]
                     got = self._choose_symmetric(w.node_cells, n, g, lmin, 0, victims)
                     if got is not None:
@@ -791,12 +800,10 @@ class CellAllocator:
                 if got is not None:
                     return self._leaves_of(got[0], got[1])
             if v.unbound[chain][lv] > 0:
-                try:
-                    cell = self._bind(req.vc, chain, lv)
-                except _Wait as exc:
-                    notes.append(str(exc))
+                new_cell = self._try_bind(req.vc, chain, lv, notes, undo)
+                if new_cell is None:
                     continue
-                undo.append(("bind", cell))
+                cell = new_cell
                 got = self._choose_symmetric(cell.node_cells, n, g, lmin, 0, victims)
                 if got is not None:
                     return self._leaves_of(got[0], got[1])
@@ -821,13 +828,11 @@ class CellAllocator:
                 lv += 1
             if lv > ch.top_level:
                 raise _Wait(self._multi_reason(req, chain, n, g, lmin, notes))
-            try:
-                cell = self._bind(req.vc, chain, lv)
-            except _Wait as exc:
-                notes.append(str(exc))
+            new_cell = self._try_bind(req.vc, chain, lv, notes, undo)
+            if new_cell is None:
                 lv += 1
                 continue
-            undo.append(("bind", cell))
+            cell = new_cell
             for node in cell.node_cells:
                 if len(used) < n and self._mask(node, victims) & S == S:
                     used.append(node)
