@@ -25,3 +25,12 @@ def run_cli(command: click.Command, args: list[str] | None = None, prog_name: st
         sys.exit(1)
     except BrokenPipeError:
         sys.exit(0)
+
+
+#: ``--config FILE``, the same on every command that reads etc/hivebatch.yaml
+config_option = click.option(
+    "--config",
+    "config",
+    metavar="FILE",
+    help="hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)",
+)

@@ -8,6 +8,7 @@ import time
 
 import click
 
+from hivebatch.cli.common import config_option
 from hivebatch.errors import HivebatchError
 
 log = logging.getLogger("hivebatch.controller")
@@ -38,12 +39,7 @@ def controller() -> None:
     metavar="S",
     help="Seconds between cycles with --loop (default: controller.interval_s, 60).",
 )
-@click.option(
-    "--config",
-    "config",
-    metavar="FILE",
-    help="hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml).",
-)
+@config_option
 @click.option("-q", "--quiet", is_flag=True, help="Log only problems, not every decision.")
 def run(mode: str, interval: float | None, config: str | None, quiet: bool) -> None:
     """Observe Slurm, reconcile the database, place held jobs on their cells, preempt, record.

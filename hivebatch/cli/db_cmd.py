@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from hivebatch.cli.common import config_option
 from hivebatch.config import load_config
 from hivebatch.errors import HivebatchError
 
@@ -28,12 +29,7 @@ def db() -> None:
 
 
 @db.command()
-@click.option(
-    "--config",
-    "config",
-    metavar="FILE",
-    help="hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)",
-)
+@config_option
 @click.argument("revision", default="head")
 def upgrade(config: str | None, revision: str) -> None:
     """Migrate the database up to REVISION (default: the newest); creates it when missing."""
@@ -50,12 +46,7 @@ def upgrade(config: str | None, revision: str) -> None:
 
 
 @db.command()
-@click.option(
-    "--config",
-    "config",
-    metavar="FILE",
-    help="hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)",
-)
+@config_option
 @click.argument("revision")
 def downgrade(config: str | None, revision: str) -> None:
     """Migrate the database down to REVISION (`base` drops every hivebatch table)."""
@@ -74,12 +65,7 @@ def downgrade(config: str | None, revision: str) -> None:
 
 
 @db.command()
-@click.option(
-    "--config",
-    "config",
-    metavar="FILE",
-    help="hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)",
-)
+@config_option
 def current(config: str | None) -> None:
     """Print the database's revision and the newest one this hivebatch ships."""
     from hivebatch.db import migrate

@@ -6,14 +6,11 @@ import json
 
 import click
 
+from hivebatch.cli.common import config_option
+
 
 @click.command()
-@click.option(
-    "--config",
-    "config",
-    metavar="FILE",
-    help="hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)",
-)
+@config_option
 @click.option("--no-slurm", is_flag=True, help="show only the controller's last picture; do not ask Slurm")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="output format")  # fmt: skip

@@ -6,18 +6,14 @@ import json
 
 import click
 
+from hivebatch.cli.common import config_option
 from hivebatch.errors import HivebatchError
 
 DEFAULT_LIMIT = 50
 
 
 @click.command()
-@click.option(
-    "--config",
-    "config",
-    metavar="FILE",
-    help="hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)",
-)
+@config_option
 @click.option("--job", "job", metavar="ID", help="only events of this Slurm job id")
 @click.option("--since", "since_text", metavar="DATE",
               help="only events from then on: YYYY-MM-DD[THH:MM] (UTC) or a span back like 2h, 1d")  # fmt: skip

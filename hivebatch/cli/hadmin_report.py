@@ -10,10 +10,10 @@ from pathlib import Path
 
 import click
 
+from hivebatch.cli.common import config_option
 from hivebatch.errors import HivebatchError
 
 FORMATS = click.Choice(["table", "csv", "json", "html"])
-CONFIG_HELP = "hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)"
 SINCE_HELP = "start of the window: YYYY-MM-DD[THH:MM] (UTC) or a span back like 12h, 7d, 2w (default: 7d)"
 UNTIL_HELP = "end of the window (default: now); same forms as --since"
 
@@ -21,7 +21,7 @@ UNTIL_HELP = "end of the window (default: now); same forms as --since"
 def _window_options(func):  # type: ignore[no-untyped-def]
     func = click.option("--until", "until_text", metavar="DATE", help=UNTIL_HELP)(func)
     func = click.option("--since", "since_text", metavar="DATE", help=SINCE_HELP)(func)
-    func = click.option("--config", "config", metavar="FILE", help=CONFIG_HELP)(func)
+    func = config_option(func)
     return func
 
 

@@ -7,6 +7,8 @@ from dataclasses import asdict
 
 import click
 
+from hivebatch.cli.common import config_option
+
 
 @click.group()
 def vc() -> None:
@@ -14,12 +16,7 @@ def vc() -> None:
 
 
 @vc.command()
-@click.option(
-    "--config",
-    "config",
-    metavar="FILE",
-    help="hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)",
-)
+@config_option
 @click.option("--no-slurm", is_flag=True, help="check the config only; do not ask Slurm")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="output format")  # fmt: skip

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from hivebatch.cli.common import config_option
 from hivebatch.errors import ConfigError, HivebatchError
 
 PROFILES_ENV = "HIVEBATCH_PROFILES"
@@ -20,12 +21,6 @@ profiles_option = click.option(
     "profiles",
     metavar="FILE",
     help="profile store file (default: $HIVEBATCH_PROFILES, else qos.profiles of the config, else the user data dir)",
-)
-config_option = click.option(
-    "--config",
-    "config",
-    metavar="FILE",
-    help="hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)",
 )
 
 
