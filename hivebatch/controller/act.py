@@ -50,7 +50,7 @@ def write_intents(session: Session, decisions: Decisions, jobs: dict[int, Job], 
         job.slack_s = place.slack_s
         if place.ect is not None:
             job.expected_completion = place.ect
-        job.reason = None
+        job.reason = place.note  # e.g. which profile stood in for the job's model
     for victim_id in decisions.victims:
         victim = jobs.get(victim_id)
         if victim is not None:
@@ -136,8 +136,11 @@ def place(
         return
     job.intent = None
     job.state = "placed"
-    job.reason = None
+    if redo:
+        job.reason = None
     what = f"on {placement_text(placement)} (gres {job.gres})" if placement else "without GPUs"
+    if job.reason:
+        what += f"; {job.reason}"
     rec.event(
         session,
         job,

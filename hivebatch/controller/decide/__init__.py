@@ -11,7 +11,8 @@ the round's decisions:
 4. ``screen_hopeless``— jobs that cannot start whatever the policy says wait without costing it;
 5. ``run_policy_round``— the rest through ``hivebatch.scheduler.schedule_round`` (the simulator's too);
 6. ``settle_gres``    — each placement's Slurm GRES;
-7. ``estimate_starts``— predicted starts of the jobs left waiting.
+7. ``attach_notes``   — what the profile store said about a job's model reaches its owner;
+8. ``estimate_starts``— predicted starts of the jobs left waiting.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from hivebatch.controller.decide.gres import gres_for, symmetric_indices
 from hivebatch.controller.decide.policy_round import run_policy_round
 from hivebatch.controller.decide.resume import resume_requeued
 from hivebatch.controller.decide.room import Room, screen_hopeless
-from hivebatch.controller.decide.settle import settle_gres
+from hivebatch.controller.decide.settle import attach_notes, settle_gres
 from hivebatch.controller.decide.slices import place_slices
 from hivebatch.controller.decide.tasks import TaskBuilder, default_shape, plain_shape
 from hivebatch.controller.decide.types import Decisions, Place, Round, Wait
@@ -42,6 +43,7 @@ STEPS: tuple[Step, ...] = (
     screen_hopeless,
     run_policy_round,
     settle_gres,
+    attach_notes,
     estimate_starts,
 )
 
