@@ -95,15 +95,14 @@ def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
     if is_slice(ctx.spec, req.gpus, req.gpu_mem_mib, req.gpu_type):
         return predict_slice(ctx, req, alloc, source, now)
 
-    builder = TaskBuilder(ctx)
-    builder.ctx_now = now
+    builder = TaskBuilder(ctx, now)
     requests: dict[str, JobRequest] = {}
     tasks = []
     for j, req in _waiting_requests(ledger.jobs):
-        tasks.append(builder.task(j, req, SimpleNamespace(time_limit_s=None)))
+        tasks.append(builder.task(j, req, None))
         requests[str(j.slurm_job_id)] = req
     mine = SimpleNamespace(slurm_job_id=TEST_ID, submit_time=now)
-    tasks.append(builder.task(mine, sub.request, SimpleNamespace(time_limit_s=sub.request.time_limit_s)))
+    tasks.append(builder.task(mine, sub.request, sub.request.time_limit_s))
     requests[TEST_ID] = sub.request
 
     outcomes = schedule_round(
