@@ -17,8 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hivebatch.errors import HivebatchError
-
-NO_ARG, REQUIRED, OPTIONAL = 0, 1, 2
+from hivebatch.getopt import NO_ARG, OPTIONAL, REQUIRED, Found, Spec, Table, getopt
 
 # sbatch 22.05's long options (``name=`` takes a value, ``name[=]`` an optional one, ``/X`` is the
 # short letter), in slurm_opt.c's table order: glibc resolves abbreviations in this order.
@@ -185,7 +184,6 @@ BY_SHORT: dict[str, Opt] = {o.short: o for o in OPTIONS if o.short}
 _SBATCH_NAMES = tuple(
     w.partition("/")[0].removesuffix("[=]").removesuffix("=") for w in _SBATCH_TABLE.split()
 )
-_OWN_NAMES = tuple(o.name for o in OPTIONS if not o.sbatch)
 
 
 @dataclass
@@ -235,91 +233,28 @@ def _store(parsed: Parsed, opt: Opt, value: str | None) -> None:
         parsed.passthrough[opt.dest] = [token]
 
 
-def resolve_long(name: str, spelled: str = "") -> tuple[Opt | None, str | None]:
-    """The option ``--name`` means, as glibc's getopt_long resolves it: an exact name, else the one
-    option it abbreviates (aliases of one option count once); else (None, why), in glibc's words
-    about the word as typed (``spelled``)."""
-    spelled = spelled or name
-    if name in BY_LONG:
-        return BY_LONG[name], None
-    for names in (_SBATCH_NAMES, _OWN_NAMES):  # sbatch's abbreviations are never changed by hsub's names
-        hits = [n for n in names if n.startswith(name)]
-        if not hits:
-            continue
-        opts = {BY_LONG[n].name for n in hits}
-        if len(opts) == 1:
-            return BY_LONG[hits[0]], None
-        listed = " ".join(f"'--{n}'" for n in hits)
-        return None, f"option '--{spelled}' is ambiguous; possibilities: {listed}"
-    return None, f"unrecognized option '--{spelled}'"
+def _getopt_table() -> Table:
+    specs = {o.name: Spec(o.name, o.arg) for o in OPTIONS}
+    return Table(
+        longs=tuple((n, specs[ALIASES.get(n, n)]) for n in _SBATCH_NAMES),
+        shorts={o.short: specs[o.name] for o in OPTIONS if o.short},
+        own=tuple((o.name, specs[o.name]) for o in OPTIONS if not o.sbatch),
+    )
 
 
-def _long(parsed: Parsed, tok: str, tokens: list[str], i: int) -> int:
-    name, eq, inline = tok[2:].partition("=")
-    opt, why = resolve_long(name, tok[2:])
-    if opt is None:
-        parsed.problems.append(str(why))
-        return i
-    if eq and opt.arg == NO_ARG:
-        parsed.problems.append(f"option '--{opt.name}' doesn't allow an argument")
-    elif eq or opt.arg == OPTIONAL:
-        _store(parsed, opt, inline if eq else None)
-    elif opt.arg == NO_ARG:
-        _store(parsed, opt, None)
-    elif i < len(tokens):
-        _store(parsed, opt, tokens[i])
-        return i + 1
-    else:
-        parsed.problems.append(f"option '--{opt.name}' requires an argument")
-    return i
-
-
-def _short(parsed: Parsed, tok: str, tokens: list[str], i: int) -> int:
-    pos = 1
-    while pos < len(tok):
-        letter = tok[pos]
-        opt = BY_SHORT.get(letter)
-        pos += 1
-        if opt is None:
-            parsed.problems.append(f"invalid option -- '{letter}'")
-            continue
-        if opt.arg == NO_ARG:
-            _store(parsed, opt, None)
-            continue
-        rest = tok[pos:]
-        if rest or opt.arg == OPTIONAL:
-            _store(parsed, opt, rest or None)
-        elif i < len(tokens):
-            _store(parsed, opt, tokens[i])
-            i += 1
-        else:
-            parsed.problems.append(f"option requires an argument -- '{letter}'")
-        break
-    return i
+TABLE = _getopt_table()
 
 
 def parse_args(args: Iterable[str], where: str = "", stop_at_positional: bool = True) -> Parsed:
-    """getopt_long with a ``+`` options string: stops at the first word that is not an option."""
+    """sbatch's getopt_long (``+``: stops at the first word that is not an option, the script)."""
     parsed = Parsed()
-    tokens = list(args)
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        i += 1
-        if tok == "--":
-            parsed.positionals.extend(tokens[i:])
-            break
-        if tok.startswith("--"):
-            i = _long(parsed, tok, tokens, i)
-        elif tok.startswith("-") and len(tok) > 1:
-            i = _short(parsed, tok, tokens, i)
+    for item in getopt(list(args), TABLE, stop_at_positional):
+        if isinstance(item, Found):
+            _store(parsed, BY_LONG[item.spec.name], item.value)
+        elif isinstance(item, str):
+            parsed.problems.append(f"{where}: {item}" if where else item)
         else:
-            parsed.positionals.append(tok)
-            if stop_at_positional:
-                parsed.positionals.extend(tokens[i:])
-                break
-    if where:
-        parsed.problems = [f"{where}: {p}" for p in parsed.problems]
+            parsed.positionals.extend(item)
     return parsed
 
 
