@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from controller_support import CONFIG
 
-from hivebatch.cli.controller_cmd import controller
+from hivebatch.cli.hivebatch.controller import controller
 from hivebatch.controller import AlreadyRunning, ControllerLock
 from hivebatch.db import migrate, open_database
 from hivebatch.testing.fake_slurm import FakeSlurm

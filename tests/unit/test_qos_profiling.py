@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from qos_helpers import simple_profile
 
-from hivebatch.cli.hadmin import cli as hadmin
+from hivebatch.cli.hadmin.main import cli as hadmin
 from hivebatch.errors import HivebatchError
 from hivebatch.qos import Shape
 from hivebatch.qos.fitting import Sample

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from report_scenario import make_db, write_config
 
-from hivebatch.cli.hadmin import cli
+from hivebatch.cli.hadmin.main import cli
 from hivebatch.testing.fake_slurm import FakeSlurm
 
 WINDOW = ["--since", "2026-11-16", "--until", "2026-11-16T10:00"]
@@ -137,7 +137,7 @@ def test_vc_check_config_only(config: Path) -> None:
 
 def _hadmin(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from hivebatch.cli.hadmin import main; main()", *args],
+        [sys.executable, "-c", "from hivebatch.cli.hadmin.main import main; main()", *args],
         capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
 

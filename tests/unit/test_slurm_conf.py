@@ -9,7 +9,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from hivebatch.cli.hadmin import cli as hadmin
+from hivebatch.cli.hadmin.main import cli as hadmin
 from hivebatch.errors import ConfigError
 from hivebatch.slurmconf import (
     AccountingPlan,

@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
         text = super().format_help()
         if self.prog != PROG:
             return text
-        from hivebatch.cli.hq_format import FIELDS
+        from hivebatch.cli.hq.columns import FIELDS
 
         fields = ", ".join(f"{name}" + (f" (%{f.letter})" if f.letter else "") for name, f in FIELDS.items())
         return f"{text}\nfields for -o: {fields}\n"
@@ -95,8 +95,8 @@ def _warn(message: str) -> None:
 def run_jobs(argv: list[str]) -> int:
     import datetime as dt
 
-    from hivebatch.cli.hq_data import Filters, collect_rows, parse_states
-    from hivebatch.cli.hq_db import read_ledger
+    from hivebatch.cli.hq.rows import Filters, collect_rows, parse_states
+    from hivebatch.state.ledger import read_ledger
 
     ns = _job_parser().parse_args(argv)
     states, all_states = parse_states(ns.states) if ns.states else (None, False)
@@ -113,7 +113,7 @@ def run_jobs(argv: list[str]) -> int:
                       job_ids=job_ids, all_states=all_states or ns.all)  # fmt: skip
     pieces = None
     if ns.format:
-        from hivebatch.cli.hq_format import parse_format
+        from hivebatch.cli.hq.columns import parse_format
 
         pieces = parse_format(ns.format)  # bad formats fail before anything is read
 
@@ -146,10 +146,10 @@ def run_jobs(argv: list[str]) -> int:
 
         print(json.dumps([r.to_json() for r in rows], indent=2))
         return 0
-    from hivebatch.cli.hq_format import DEFAULT_FIELDS, Column, render_plain
+    from hivebatch.cli.hq.columns import DEFAULT_FIELDS, Column, render_plain
 
     if pieces is None and sys.stdout.isatty() and not ns.noheader:
-        from hivebatch.cli.hq_format import render_rich
+        from hivebatch.cli.hq.columns import render_rich
 
         render_rich(rows, list(DEFAULT_FIELDS), now)
     else:
@@ -164,7 +164,7 @@ def run_jobs(argv: list[str]) -> int:
 
 
 def run_vc(argv: list[str]) -> int:
-    from hivebatch.cli.hq_vc import show_vcs
+    from hivebatch.cli.hq.vc import show_vcs
 
     ns = _vc_parser().parse_args(argv)
     config_path, config = load_config_soft(ns.config)

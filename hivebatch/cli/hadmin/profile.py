@@ -55,7 +55,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def _collect(run_dir: Path, profiles: str | None, config: str | None, as_json: bool) -> None:
-    from hivebatch.cli.model_cmd import resolve_store_path
+    from hivebatch.cli.hivebatch.model import resolve_store_path
     from hivebatch.qos.profiling import fit_single_gpu, read_run, samples_csv
     from hivebatch.qos.store import ProfileStore, UnknownModelError
 
@@ -186,7 +186,7 @@ def run(
     as_json: bool,
 ) -> None:
     """Submit a job that runs SCRIPT at each batch size on one GPU, then fit and store the profile."""
-    from hivebatch.cli.model_cmd import resolve_store_path
+    from hivebatch.cli.hivebatch.model import resolve_store_path
     from hivebatch.qos.profiling import check_model_name, job_script, parse_batch_sizes
     from hivebatch.slurm import get_backend
 

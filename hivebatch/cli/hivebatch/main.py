@@ -12,11 +12,11 @@ from hivebatch.cli.common import run_cli
 
 # name -> "module:attribute" of a click command or group
 SUBCOMMANDS: dict[str, str] = {
-    "cells": "hivebatch.cli.cells_cmd:cells",
-    "model": "hivebatch.cli.model_cmd:model",
-    "controller": "hivebatch.cli.controller_cmd:controller",
-    "simulate": "hivebatch.cli.simulate_cmd:simulate",
-    "db": "hivebatch.cli.db_cmd:db",
+    "cells": "hivebatch.cli.hivebatch.cells:cells",
+    "model": "hivebatch.cli.hivebatch.model:model",
+    "controller": "hivebatch.cli.hivebatch.controller:controller",
+    "simulate": "hivebatch.cli.hivebatch.simulate:simulate",
+    "db": "hivebatch.cli.hivebatch.db:db",
 }
 
 

@@ -1,4 +1,4 @@
-"""Read-only access to the controller's ledger for ``hq``.
+"""Read-only access to the controller's ledger for ``hq``, ``hq vc`` and ``hsub --test-only``.
 
 A SQLite ledger (the default) is read with the standard library's sqlite3, read-only, so ``hq``
 starts about as fast as ``squeue`` (SQLAlchemy alone takes longer to import than squeue takes to
@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from hivebatch.errors import HivebatchError
+from hivebatch.state.jobstates import FINAL_STATES
 
 URL_ENV = "HIVEBATCH_DATABASE_URL"
 DEFAULT_URL = "sqlite:///var/hivebatch.db"
@@ -34,7 +35,6 @@ TIME_COLUMNS = (
     "start_time",
     "end_time",
 )
-FINAL_STATES = ("done", "failed", "cancelled")
 
 
 def raw_url(config_path: Path | None, config: Mapping[str, Any]) -> str:
@@ -172,7 +172,7 @@ def _read_sqlite(path: Path, include_final: bool, job_ids: set[int] | None, want
 
 def _read_sqlalchemy(config_path: Path | None, config: Mapping[str, Any], include_final: bool,
                      job_ids: set[int] | None, want_cells: bool) -> Ledger:  # fmt: skip
-    from sqlalchemy import or_, select
+    from sqlalchemy import ColumnElement, or_, select
 
     from hivebatch.db.models import CellSnapshot, GpuBinding, Job
     from hivebatch.db.session import read_only_session
@@ -182,7 +182,7 @@ def _read_sqlalchemy(config_path: Path | None, config: Mapping[str, Any], includ
             return Ledger([], None, [], False)
         query = select(Job)
         if not include_final:
-            cond = Job.state.not_in(FINAL_STATES)
+            cond: ColumnElement[bool] = Job.state.not_in(FINAL_STATES)
             if job_ids:
                 cond = or_(cond, Job.slurm_job_id.in_(sorted(job_ids)))
             query = query.where(cond)

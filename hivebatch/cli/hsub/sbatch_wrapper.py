@@ -116,7 +116,7 @@ def find_hsub() -> list[str]:
     explicit = os.environ.get(HSUB_ENV)
     if explicit:
         return [explicit]
-    return [sys.executable, "-m", "hivebatch.cli.hsub"]
+    return [sys.executable, "-m", "hivebatch.cli.hsub.main"]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,26 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hivebatch.cli.hq_data import JobRow, format_placement
+from hivebatch.cli.hq.rows import JobRow
 from hivebatch.errors import HivebatchError
+from hivebatch.state.formats import format_placement, format_slack, format_time
 from hivebatch.submit.timefmt import format_duration
-
-
-def _local(t: dt.datetime | None) -> dt.datetime | None:
-    """Naive UTC → local time for display."""
-    if t is None:
-        return None
-    return t.replace(tzinfo=dt.UTC).astimezone()
-
-
-def format_time(t: dt.datetime | None, now: dt.datetime) -> str:
-    """``16:42`` today, ``11-22 09:00`` on another day, ``-`` when unknown (times are naive UTC)."""
-    lt, ln = _local(t), _local(now)
-    if lt is None or ln is None:
-        return "-"
-    if lt.date() == ln.date():
-        return lt.strftime("%H:%M")
-    return lt.strftime("%m-%d %H:%M")
 
 
 def _slack(r: Any) -> str:
@@ -41,23 +25,6 @@ def _slack(r: Any) -> str:
         # an ECT at submission (urgent: c = 0) means "as soon as possible"; a negative slack would read as late
         return "asap"
     return format_slack(r.slack_s)
-
-
-def format_slack(seconds: float | None) -> str:
-    """``+12m`` of slack before the class's ECT, ``-5m`` when predicted late."""
-    if seconds is None:
-        return "-"
-    sign = "+" if seconds >= 0 else "-"
-    s = abs(int(seconds))
-    if s < 60:
-        return f"{sign}{s}s"
-    minutes = s // 60
-    if minutes < 60:
-        return f"{sign}{minutes}m"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{sign}{hours}h{minutes:02d}m"
-    return f"{sign}{hours // 24}d"
 
 
 def _gpus(row: JobRow) -> str:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import click
 
 from hivebatch.cli.common import run_cli
-from hivebatch.cli.main import LazyGroup
+from hivebatch.cli.hivebatch.main import LazyGroup
 
 # name -> "module:attribute" of a click command or group
 HADMIN_COMMANDS: dict[str, str] = {
-    "slurm-config": "hivebatch.cli.hadmin_slurmconf:slurm_config",
-    "report": "hivebatch.cli.hadmin_report:report",
-    "cluster": "hivebatch.cli.hadmin_cluster:cluster",
-    "vc": "hivebatch.cli.hadmin_vc:vc",
-    "events": "hivebatch.cli.hadmin_events:events",
-    "profile": "hivebatch.cli.hadmin_profile:profile",
+    "slurm-config": "hivebatch.cli.hadmin.slurmconf:slurm_config",
+    "report": "hivebatch.cli.hadmin.report:report",
+    "cluster": "hivebatch.cli.hadmin.cluster:cluster",
+    "vc": "hivebatch.cli.hadmin.vc:vc",
+    "events": "hivebatch.cli.hadmin.events:events",
+    "profile": "hivebatch.cli.hadmin.profile:profile",
 }
 
 

@@ -60,7 +60,7 @@ def vc_report(alloc: Any, spec: Any, vc: str) -> dict[str, Any]:
 
 
 def _plain(report: dict[str, Any], source: str) -> str:
-    from hivebatch.cli.hq_data import format_placement
+    from hivebatch.state.formats import format_placement
 
     lines = [
         f"VC {report['vc']}: {report['gpus_total']} GPUs, {report['gpus_used']} in use, {report['gpus_free']} free"
@@ -98,7 +98,7 @@ def _rich(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from hivebatch.cli.hq_data import format_placement
+    from hivebatch.state.formats import format_placement
 
     title = f"VC {report['vc']}: {report['gpus_total']} GPUs · {report['gpus_used']} in use · {report['gpus_free']} free"
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
@@ -121,8 +121,8 @@ def _rich(report: dict[str, Any]) -> None:
 
 def show_vcs(config_path: Path, config: dict[str, Any], name: str | None, as_json: bool = False) -> int:
     from hivebatch.cells import parse_cluster_config
-    from hivebatch.cli.hq_db import read_ledger
-    from hivebatch.cli.hq_state import reader_allocator
+    from hivebatch.state.ledger import read_ledger
+    from hivebatch.state.rebuild import reader_allocator
 
     spec = parse_cluster_config(config)
     if name is not None and name not in spec.vcs:

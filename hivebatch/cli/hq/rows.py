@@ -8,50 +8,15 @@ controller ever ran there is no DB, and rows carry what Slurm and the job's comm
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hivebatch.request import JobRequest
+from hivebatch.state.jobstates import FINAL_TO_SLURM, SLURM_ACTIVE_STATES, SLURM_STATE_CODES, WAITING_STATES
 
-# squeue's compact state codes
-STATE_CODES = {
-    "PENDING": "PD",
-    "RUNNING": "R",
-    "SUSPENDED": "S",
-    "COMPLETING": "CG",
-    "COMPLETED": "CD",
-    "CONFIGURING": "CF",
-    "CANCELLED": "CA",
-    "FAILED": "F",
-    "TIMEOUT": "TO",
-    "PREEMPTED": "PR",
-    "NODE_FAIL": "NF",
-    "BOOT_FAIL": "BF",
-    "DEADLINE": "DL",
-    "OUT_OF_MEMORY": "OOM",
-    "REQUEUED": "RQ",
-    "REQUEUE_HOLD": "RH",
-    "REQUEUE_FED": "RF",
-    "RESIZING": "RS",
-    "REVOKED": "RV",
-    "SIGNALING": "SI",
-    "SPECIAL_EXIT": "SE",
-    "STAGE_OUT": "SO",
-    "STOPPED": "ST",
-}
+STATE_CODES = SLURM_STATE_CODES
 CODE_STATES = {v: k for k, v in STATE_CODES.items()}
-ACTIVE_SLURM_STATES = (
-    "PENDING",
-    "RUNNING",
-    "SUSPENDED",
-    "COMPLETING",
-    "CONFIGURING",
-    "REQUEUED",
-    "REQUEUE_HOLD",
-)
-# the ledger's final states, as Slurm would name them
-DB_FINAL_TO_SLURM = {"done": "COMPLETED", "failed": "FAILED", "cancelled": "CANCELLED"}
 
 SLURM_REASONS = {
     "JobHeldAdmin": "held by hivebatch until the controller places it",
@@ -78,15 +43,6 @@ def plain_reason(reason: str | None) -> str | None:
         if reason == code or reason.startswith(code + ",") or reason.startswith(code + " "):
             return words
     return reason
-
-
-def format_placement(placement: Mapping[str, Iterable[int]] | None) -> str:
-    """``node2:[3,5]``; several nodes joined by spaces."""
-    if not placement:
-        return ""
-    return " ".join(
-        f"{node}:[{','.join(str(i) for i in sorted(gpus))}]" for node, gpus in sorted(placement.items())
-    )
 
 
 @dataclass
@@ -210,8 +166,8 @@ def merge_ledger(row: JobRow | None, db_job: Any) -> JobRow:
             user=db_job.user,
             vc=db_job.vc_name or db_job.account,
             qos=db_job.qos,
-            state=DB_FINAL_TO_SLURM.get(
-                db_job.state, "PENDING" if db_job.state in ("queued", "preempted", "rejected") else "RUNNING"
+            state=FINAL_TO_SLURM.get(
+                db_job.state, "PENDING" if db_job.state in WAITING_STATES else "RUNNING"
             ),
             gpus=db_job.gpus or 0,
             gpu_type=db_job.gpu_type,
@@ -242,7 +198,7 @@ def merge_ledger(row: JobRow | None, db_job: Any) -> JobRow:
         if db_job.state == "placed" and db_job.placement:
             # placed and released: Slurm has not started it yet, but its GPUs are chosen
             row.placement = {n: sorted(g) for n, g in db_job.placement.items()}
-        if db_job.reason and db_job.state in ("queued", "preempted", "rejected"):
+        if db_job.reason and db_job.state in WAITING_STATES:
             row.reason = db_job.reason
     else:
         row.predicted_end = row.predicted_end or db_job.predicted_end
@@ -278,7 +234,7 @@ class Filters:
         if self.states is not None:
             return row.state in self.states
         # like squeue: active jobs, plus any job asked for by id
-        return row.state in ACTIVE_SLURM_STATES or self.job_ids is not None
+        return row.state in SLURM_ACTIVE_STATES or self.job_ids is not None
 
 
 def parse_states(text: str) -> tuple[set[str] | None, bool]:
