@@ -25,7 +25,8 @@ ADMIN_PREFIX = "hivebatch:v2:"
 RELEASED_BEGIN = 4102444800
 #: hsub's model hints in the user's comment
 HINTS_PREFIX = "hivebatch:hints:"
-HINT_FIELDS = ("model", "like", "batch_size", "iters", "within")
+#: gpu_mem_mib as a hint is the share of each GPU a *whole* job declares it uses (slices are shards)
+HINT_FIELDS = ("model", "like", "batch_size", "iters", "within", "gpu_mem_mib")
 #: what the plugin records besides the request proper (translations it made, the owner's own hold)
 PLUGIN_EXTRAS = ("user_hold", "cpus_per_gpu", "mem_per_gpu_mb", "ntasks_per_gpu", "tres_bind", "tres_freq")
 CLASSES = ("urgent", "prior", "normal", "opportunistic")
@@ -152,7 +153,15 @@ def request_from_slurm(
     if not admin_comment or not admin_comment.startswith(ADMIN_PREFIX):
         return None
     raw = _json_object(admin_comment[len(ADMIN_PREFIX) :], "admin comment")
-    known = {f.name for f in fields(JobRequest)} - set(HINT_FIELDS) - {"vc", "qos"}
+    known = {f.name for f in fields(JobRequest)} - {
+        "vc",
+        "qos",
+        "model",
+        "like",
+        "batch_size",
+        "iters",
+        "within",
+    }
     unknown = sorted(set(raw) - known - set(PLUGIN_EXTRAS) - {"vc", "qos"})
     if unknown:
         raise RequestError(f"its admin comment has fields hivebatch never writes: {', '.join(unknown)}")
@@ -164,7 +173,8 @@ def request_from_slurm(
         req.validate()
     except (TypeError, HivebatchError) as exc:
         raise RequestError(f"its request is invalid: {exc}") from None
-    hints = read_hints(comment)
+    # a hint fills in what the plugin did not record; it never overrides what Slurm saw (a slice's size)
+    hints = {k: v for k, v in read_hints(comment).items() if getattr(req, k) is None}
     if hints:
         try:
             hinted = replace(req, **hints)
@@ -173,3 +183,35 @@ def request_from_slurm(
         except (TypeError, HivebatchError):
             pass  # a bad hint only loses the prediction's tuning, never the job
     return req
+
+
+def request_of(job: Any) -> JobRequest | None:
+    """For readers (hq, rebuilds, predictions): a Slurm job's trusted request, None when the job is not
+    hivebatch's or its admin comment cannot be trusted (the controller reports those)."""
+    try:
+        return request_from_slurm(
+            getattr(job, "admin_comment", ""),
+            getattr(job, "comment", ""),
+            str(getattr(job, "account", "") or ""),
+            str(getattr(job, "qos", "") or ""),
+            getattr(job, "time_limit_s", None),
+        )
+    except RequestError:
+        return None
+
+
+def owner_holds(job: Any) -> bool:
+    """The job's owner held it themselves (sbatch --hold) and has not released it yet."""
+    text = str(getattr(job, "admin_comment", "") or "")
+    if not text.startswith(ADMIN_PREFIX) or getattr(job, "reason", "") != "JobHeldUser":
+        return False
+    try:
+        return _json_object(text[len(ADMIN_PREFIX) :], "admin comment").get("user_hold") == 1
+    except RequestError:
+        return False
+
+
+def released_by_owner(job: Any) -> bool:
+    """The plugin parked the job behind its far begin time after its owner released it."""
+    begin = getattr(job, "eligible_time", None)
+    return begin is not None and int(begin.timestamp()) >= RELEASED_BEGIN

@@ -31,6 +31,10 @@ class SlurmBackend(ABC):
     def release(self, job_id: int) -> None: ...
 
     @abstractmethod
+    def clear_begin_time(self, job_id: int) -> None:
+        """Let a pending job start as soon as it is released (drops a --begin or the plugin's far one)."""
+
+    @abstractmethod
     def hold(self, job_id: int) -> None: ...
 
     @abstractmethod
@@ -54,6 +58,10 @@ class SlurmBackend(ABC):
     @abstractmethod
     def list_accounts(self) -> list[str]:
         """Slurm accounts known to accounting (each VC needs one)."""
+
+    @abstractmethod
+    def default_account(self, user: str) -> str:
+        """The account Slurm gives ``user``'s jobs when they name none ("" when it has none)."""
 
     @abstractmethod
     def list_qos(self) -> list[str]:

@@ -119,6 +119,9 @@ class CliBackend(SlurmBackend):
     def release(self, job_id: int) -> None:
         self._run(["scontrol", "release", str(int(job_id))])
 
+    def clear_begin_time(self, job_id: int) -> None:
+        self._run(["scontrol", "update", f"JobId={int(job_id)}", "StartTime=now"])
+
     def hold(self, job_id: int) -> None:
         self._run(["scontrol", "hold", str(int(job_id))])
 
@@ -158,6 +161,13 @@ class CliBackend(SlurmBackend):
         return _names(
             self._run(["sacctmgr", "--noheader", "--parsable2", "show", "account", "format=Account"])
         )
+
+    def default_account(self, user: str) -> str:
+        out = self._run(
+            ["sacctmgr", "--noheader", "--parsable2", "show", "user", user, "format=DefaultAccount"]
+        )
+        names = _names(out)
+        return names[0] if names else ""
 
     def list_qos(self) -> list[str]:
         return _names(self._run(["sacctmgr", "--noheader", "--parsable2", "show", "qos", "format=Name"]))

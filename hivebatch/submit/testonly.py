@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from hivebatch.request import JobRequest
+from hivebatch.request import JobRequest, request_of
 from hivebatch.submit.build import Submission
 
 TEST_ID = "0"  # Slurm never uses job id 0: it cannot clash with a queued job
@@ -151,7 +151,7 @@ def predict_slice(ctx: Any, req: JobRequest, alloc: Any, source: str, now: dt.da
 
     held: list[HeldSlice] = []
     for j in get_backend().list_jobs():
-        other = JobRequest.from_comment(j.comment)
+        other = request_of(j)
         if other is None or str(j.state).upper() not in ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING"):
             continue
         shards = [(n, g, c) for n, per in (j.shards or {}).items() for g, c in per.items() if c]

@@ -27,10 +27,12 @@ their end (``history`` keeps them).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
+from hivebatch.request import RELEASED_BEGIN
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import expand_hostlist, split_gres
 from hivebatch.slurm.types import FINISHED_STATES, AcctRecord, SlurmError, SlurmJob, SlurmNode
@@ -41,6 +43,14 @@ PREEMPTABLE_QOS = "opportunistic"
 REQUEUE_DELAY_S = 10
 #: finished jobs stay visible in squeue this long (the lab's MinJobAge)
 MIN_JOB_AGE_S = 300
+
+
+class JobSubmit(Protocol):
+    """slurmctld's job_submit plugin as the fake calls it (see hivebatch.testing.lua_job_submit)."""
+
+    def __call__(self, desc: Mapping[str, Any]) -> Any: ...
+
+
 _OPTS_WITH_VALUE = {
     "-J": "name",
     "--job-name": "name",
@@ -69,9 +79,11 @@ _OPTS_WITH_VALUE = {
     "--mem": None,
     "-c": None,
     "--cpus-per-task": None,
-    "-n": None,
-    "--ntasks": None,
-    "--ntasks-per-node": None,
+    "-n": "ntasks",
+    "--ntasks": "ntasks",
+    "--ntasks-per-node": "ntasks_per_node",
+    "--gpus-per-node": "gpus_per_node",
+    "--gpus-per-task": "gpus_per_task",
     "--signal": None,
     "--mail-type": None,
     "--begin": None,
@@ -119,6 +131,7 @@ class _Job:
     eligible_at: datetime | None = None
     script: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    admin_comment: str = ""
 
     @property
     def held(self) -> bool:
@@ -147,6 +160,8 @@ class _State:
         self._clock = clock or (lambda: datetime.now(UTC))
         self.auto_schedule = auto_schedule
         self.calls: list[tuple[str, str, tuple[object, ...]]] = []
+        #: slurmctld's job_submit plugin (hivebatch's, run by Lua): None = no plugin configured
+        self.job_submit: JobSubmit | None = None
 
     def now(self) -> datetime:
         return (self._clock() + self._offset).replace(microsecond=0)
@@ -167,6 +182,7 @@ class FakeSlurm(SlurmBackend):
         accounts: dict[str, list[str]] | None = None,
         clock: Callable[[], datetime] | None = None,
         auto_schedule: bool = True,
+        job_submit: JobSubmit | None = None,
         _state: _State | None = None,
     ) -> None:
         if _state is None:
@@ -176,6 +192,8 @@ class FakeSlurm(SlurmBackend):
                 else {n: gpus_per_node for n in (nodes or [f"node{i}" for i in range(1, 5)])}
             )
             _state = _State([_Node(n, g, shards_per_gpu) for n, g in spec.items()], clock, auto_schedule)
+        if job_submit is not None:
+            _state.job_submit = job_submit
         self._s = _state
         self.user = user
         self.operators = set(operators)
@@ -194,6 +212,14 @@ class FakeSlurm(SlurmBackend):
 
     def job(self, job_id: int) -> SlurmJob:
         return self._view(self._get(job_id, "squeue"))
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        """What root can do with ``scontrol update AdminComment=`` (and only root or the plugin)."""
+        self._get(job_id, "scontrol").admin_comment = text
+
+    def set_qos(self, job_id: int, qos: str) -> None:
+        """An owner moving a pending job to another QOS they are granted (``scontrol update QOS=``)."""
+        self._get(job_id, "scontrol").qos = qos
 
     def advance(self, seconds: float) -> None:
         """Move the fake clock on (and let waiting jobs start, when auto_schedule)."""
@@ -272,8 +298,15 @@ class FakeSlurm(SlurmBackend):
         nodelist = expand_hostlist(opts.get("nodelist"))
         num_nodes = int(str(opts.get("nodes") or len(nodelist) or 1).split("-")[0])
         gres = opts.get("gres") or ""
-        if opts.get("gpus"):
-            gres = ",".join(x for x in (gres, f"gpu:{opts['gpus']}") if x)
+        if opts.get("gpus_per_node"):
+            gres = ",".join(x for x in (gres, f"gpu:{opts['gpus_per_node']}") if x)
+        tres_per_node = ",".join(f"gres:{g}" for g in gres.split(",") if g)
+        admin_comment = ""
+        held = bool(opts.get("hold"))
+        if self._s.job_submit is not None and not self._is_admin():
+            tres_per_node, admin_comment, held = self._run_job_submit(opts, allowed, tres_per_node, held)
+        elif opts.get("gpus"):
+            tres_per_node = ",".join(x for x in (tres_per_node, f"gres:gpu:{opts['gpus']}") if x)
         jid = self._s.next_id
         self._s.next_id += 1
         j = _Job(
@@ -284,14 +317,16 @@ class FakeSlurm(SlurmBackend):
             qos=qos,
             comment=opts.get("comment") or "",
             num_nodes=num_nodes,
-            tres_per_node=",".join(f"gres:{g}" for g in gres.split(",") if g),
+            tres_per_node=tres_per_node,
+            admin_comment=admin_comment,
             required_nodes=nodelist,
             time_limit_s=_time_limit(opts.get("time")),
             submit_time=self._s.now(),
             script=script_text,
             env=dict(env or {}),
         )
-        if opts.get("hold"):
+        if held:
+            # a hold set at submit, by the user or by the job_submit plugin, is a user hold on 22.05
             j.reason = "JobHeldUser" if not self._is_admin() else "JobHeldAdmin"
         self._s.jobs[jid] = j
         self._maybe_schedule()
@@ -338,7 +373,36 @@ class FakeSlurm(SlurmBackend):
         if j.held:
             bad = j.required_nodes and len(j.required_nodes) > j.num_nodes
             j.reason = "BadConstraints" if bad else "None"
+            if self._s.job_submit is not None and j.admin_comment and not self._is_admin():
+                # the plugin's job_modify parks an owner-released, unplaced GPU job behind a far begin time
+                j.eligible_at = datetime.fromtimestamp(RELEASED_BEGIN, tz=UTC)
         self._maybe_schedule()
+
+    def clear_begin_time(self, job_id: int) -> None:
+        self._log("clear_begin_time", (job_id,))
+        cmd = ["scontrol", "update", f"JobId={job_id}", "StartTime=now"]
+        j = self._touchable(job_id, cmd)
+        _refuse_finished(j, cmd)
+        j.eligible_at = None
+        self._maybe_schedule()
+
+    def _run_job_submit(
+        self, opts: dict[str, str], allowed: list[str] | None, tres_per_node: str, held: bool
+    ) -> tuple[str, str, bool]:
+        """What the job_submit plugin makes of a submission: (GRES left on the job, admin comment, held)."""
+        from hivebatch.testing.lua_job_submit import job_desc
+
+        assert self._s.job_submit is not None
+        desc = job_desc(opts, self.user, allowed[0] if allowed else None, tres_per_node)
+        verdict = self._s.job_submit(desc)
+        if not verdict.accepted:
+            raise SlurmError(
+                ["sbatch"],
+                1,
+                f"sbatch: error: {verdict.message}\nsbatch: error: Batch job submission failed: Unspecified error",
+            )
+        comment = verdict.fields.get("admin_comment", "")
+        return verdict.fields.get("tres_per_node", tres_per_node), comment, held or bool(comment)
 
     def hold(self, job_id: int) -> None:
         self._log("hold", (job_id,))
@@ -418,6 +482,10 @@ class FakeSlurm(SlurmBackend):
         if self.accounts is None:
             return ["root"]
         return sorted({a for accts in self.accounts.values() for a in accts} | {"root"})
+
+    def default_account(self, user: str) -> str:
+        allowed = (self.accounts or {}).get(user)
+        return allowed[0] if allowed else ""
 
     def list_qos(self) -> list[str]:
         return sorted(QOS_NAMES)
@@ -621,6 +689,8 @@ class FakeSlurm(SlurmBackend):
             gpus={k: list(v) for k, v in j.gpus.items()},
             shards={k: dict(v) for k, v in j.shards.items()},
             comment=j.comment,
+            admin_comment=j.admin_comment,
+            eligible_time=j.eligible_at if j.state == "PENDING" else None,
             submit_time=j.submit_time,
             start_time=j.start_time if j.state != "PENDING" else None,
             end_time=j.end_time if j.state in FINISHED_STATES else None,

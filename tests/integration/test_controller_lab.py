@@ -27,6 +27,7 @@ from hivebatch.controller.context import load_context
 from hivebatch.controller.cycle import CycleReport, run_cycle
 from hivebatch.db import Event, Job, make_engine, make_sessionmaker, migrate
 from hivebatch.request import JobRequest
+from hivebatch.submit.build import gpu_ask_arguments
 
 pytestmark = pytest.mark.integration
 
@@ -66,8 +67,8 @@ class Ctl:
     def submit(self, user: str, vc: str, gpus: int, qos: str = "normal", sleep: int = 120) -> int:
         req = JobRequest(vc=vc, qos=qos, gpus=gpus, time_limit_s=600)
         name = f"{self.tag}-{user}"
+        # as a student would: plain sbatch options, the GPU ask included; the job_submit plugin holds it
         args = [
-            "--hold",
             "-A",
             vc,
             "-q",
@@ -81,8 +82,7 @@ class Ctl:
             "-o",
             str(self.jobs_dir / f"{name}-%j.out"),
             "--open-mode=append",
-            "--comment",
-            req.to_comment(),
+            *gpu_ask_arguments(req),
         ]
         jid = self.lab.backend(user).submit(PROBE.format(sleep=sleep), args)
         self.mine.add(jid)

@@ -84,8 +84,9 @@ def test_dry_run_prints_command_and_script_without_slurm(tmp_path: Path) -> None
     proc = run_hsub("-A", "cv", "--gpus", "2", "--dry-run", str(script), "it's")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[1].startswith("sbatch --parsable --hold --account=cv --qos=normal --job-name=named")
-    assert '\'--comment=hivebatch:v1:{"gpus":2,"qos":"normal","vc":"cv"}\'' in lines[1]
+    # the GPU ask goes to sbatch as sbatch's own option; Slurm's job_submit plugin holds the job
+    assert lines[1].startswith("sbatch --parsable --gpus=2 --job-name=named --open-mode=append --account=cv")
+    assert "--hold" not in lines[1] and "--comment" not in lines[1]
     assert "#!/bin/bash" in lines and "echo hi" in lines
     assert lines[-1] == "\"$hb_script\" 'it'\"'\"'s'"
 

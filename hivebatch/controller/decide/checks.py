@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hivebatch.cells import ClusterSpec
 from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
@@ -12,13 +14,7 @@ Checked = tuple[JobRequest | None, str | None]
 
 
 def _slurm_mismatch(job: Job, req: JobRequest, sj: SlurmJob) -> str | None:
-    """What the owner changed in Slurm behind the request's back (account, QOS, a GPU gres)."""
-    if sj.account and sj.account != req.vc:
-        return (
-            f"the request names VC {req.vc} but the Slurm account is {sj.account}; resubmit with -A {req.vc}"
-        )
-    if sj.qos and sj.qos != req.qos:
-        return f"the request names class {req.qos} but the Slurm QOS is {sj.qos}; resubmit with -q {req.qos}"
+    """A GPU gres on the job that hivebatch did not grant (only an admin can put one there now)."""
     tres = str(sj.tres_per_node or "")
     if "gpu" in tres.lower():
         from hivebatch.slurm.parse import typed_request
@@ -33,11 +29,17 @@ def _slurm_mismatch(job: Job, req: JobRequest, sj: SlurmJob) -> str | None:
 
 def check_request(job: Job, sj: SlurmJob | None, spec: ClusterSpec) -> Checked:
     """The job's request, or the plain-words reason it cannot be scheduled as it stands."""
+    if not job.request:
+        return None, job.reason or "it carries no hivebatch request; cancel it and submit it again"
     try:
-        # validated when it was read from the Slurm comment (JobRequest.from_comment); not again each cycle
-        req = JobRequest(**(job.request or {}))
+        # validated when it was read from the job's admin comment (request_from_slurm)
+        req = JobRequest(**job.request)
+        if sj is not None and (sj.account, sj.qos) != (req.vc, req.qos):
+            # VC and class are the job's Slurm account and QOS, which its owner may change while it waits
+            req = replace(req, vc=sj.account or req.vc, qos=sj.qos or req.qos)
+            req.validate()
     except (TypeError, HivebatchError) as exc:
-        return None, f"its hivebatch request is unreadable ({exc}); resubmit it with hsub"
+        return None, f"its hivebatch request is unusable ({exc}); cancel it and submit it again"
     if req.vc not in spec.vcs:
         return None, f"unknown VC {req.vc!r}: the config has {', '.join(sorted(spec.vcs))}"
     problem = _slurm_mismatch(job, req, sj) if sj is not None else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hivebatch.controller.decide.checks import check_request
 from hivebatch.controller.decide.types import Place, Round, Wait
+from hivebatch.request import owner_holds
 from hivebatch.sharing.integration import is_slice
 
 
@@ -23,6 +24,14 @@ def classify(r: Round) -> None:
     candidates.sort(key=lambda j: (j.submit_time or r.now, j.slurm_job_id))
     for job in candidates:
         sj = ledger.slurm[job.slurm_job_id]
+        if owner_holds(sj):
+            r.out.waits.append(
+                Wait(
+                    job,
+                    f"held by its owner (--hold): scontrol release {job.slurm_job_id} lets hivebatch place it",
+                )
+            )
+            continue
         req, problem = check_request(job, sj, spec)
         if req is None:
             r.out.waits.append(Wait(job, problem or "invalid request", rejected=True))

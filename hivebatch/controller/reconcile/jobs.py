@@ -15,7 +15,7 @@ from hivebatch.controller.reconcile.machine import finish, follow, follow_foreig
 from hivebatch.controller.reconcile.slurm_view import gpus_of, shard_placement
 from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import FINAL_STATES, Job
-from hivebatch.request import JobRequest
+from hivebatch.request import JobRequest, RequestError, request_from_slurm
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob
 
@@ -73,14 +73,30 @@ def _rows_for_unknown(session: Session, obs: Observation, known: dict[int, Job])
         if jid in already_final:
             continue
         sj = obs.jobs[jid]
-        req = JobRequest.from_comment(sj.comment)
         ph = phase(sj.state)
+        try:
+            req = request_from_slurm(sj.admin_comment, sj.comment, sj.account, sj.qos, sj.time_limit_s)
+        except RequestError as exc:
+            if ph == "pending":
+                rows.append(_untrusted_job(sj, str(exc), obs.now))
+            continue
         if req is None and not (ph == "running" and gpus_of(sj)):
             continue  # not hivebatch's and not using GPUs: none of our business
         if req is not None and ph not in ("pending", "running"):
-            continue  # an hsub job that came and went between two cycles; accounting has it
+            continue  # a GPU job that came and went between two cycles; accounting has it
         rows.append(_new_job(sj, req, obs.now))
     return rows
+
+
+def _untrusted_job(sj: SlurmJob, why: str, now: dt.datetime) -> Job:
+    """A job whose admin comment claims it for hivebatch but cannot be trusted: never placed, and
+    its owner sees why (only SlurmUser/root or the job_submit plugin can write an admin comment)."""
+    job = _new_job(sj, None, now)
+    job.foreign = False
+    job.gpus = 0
+    job.state = "rejected"
+    job.reason = f"not placed: {why}; cancel it and submit it again"
+    return job
 
 
 def _introduce(session: Session, rec: Recorder, job: Job, sj: SlurmJob, now: dt.datetime) -> None:

@@ -14,6 +14,7 @@ from hivebatch.controller.preemption import book_preemption
 from hivebatch.controller.reconcile.slurm_view import gpus_of
 from hivebatch.controller.record import Recorder, account_run, placement_text
 from hivebatch.db.models import Job
+from hivebatch.request import released_by_owner
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob
 
@@ -122,6 +123,12 @@ def _follow_waiting(
         # the owner released their own hold: it would run without GPUs chosen by the cells
         rec.event(session, job, "held", "released without a placement; held again until hivebatch places it")
         hold(session, rec, job, backend)
+        if released_by_owner(sj):
+            # held by the Operator now, so the job_submit plugin's far begin time can go
+            try:
+                backend.clear_begin_time(job.slurm_job_id)
+            except SlurmError as exc:
+                rec.event(session, job, "act_failed", f"could not clear its begin time: {exc}")
 
 
 def _follow_placed(session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str) -> None:
