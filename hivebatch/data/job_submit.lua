@@ -292,6 +292,30 @@ local function translate_per_gpu(job_desc, req)
   end
 end
 
+-- sbatch copies its GPU options into the job's environment (SLURM_GPUS_PER_NODE=2 for --gpus-per-node=2),
+-- and an srun inside the job reads them back as its step's ask; against the per-index GRES the
+-- controller grants (gpu:g0:1,gpu:g1:1), Slurm 22.05 refuses "gpu:2 per node" for the step (recorded on
+-- the lab). An empty value makes the step take the job's GPUs, as a plain srun does. Batch jobs only:
+-- srun and salloc keep their environment on the client.
+local GPU_ENV = { "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_SOCKET" }
+
+local function clear_gpu_env(job_desc)
+  local ok, env = pcall(function()
+    return job_desc.environment
+  end)
+  if not ok or env == nil then
+    return
+  end
+  for _, name in ipairs(GPU_ENV) do
+    local has, value = pcall(function()
+      return env[name]
+    end)
+    if has and value ~= nil and value ~= "" then
+      env[name] = ""
+    end
+  end
+end
+
 local function submit(job_desc, part_list, submit_uid)
   if is_operator(submit_uid) then
     return slurm.SUCCESS
@@ -310,6 +334,7 @@ local function submit(job_desc, part_list, submit_uid)
     local _, rest = split_gpu(get(job_desc, f))
     job_desc[f] = rest
   end
+  clear_gpu_env(job_desc)
   job_desc.admin_comment = admin_comment
   job_desc.priority = 0
   slurm.log_info("hivebatch: %s's GPU job held for placement: %s", tostring(get(job_desc, "user_name")), admin_comment)
