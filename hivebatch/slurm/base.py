@@ -48,6 +48,10 @@ class SlurmBackend(ABC):
     def list_nodes(self) -> list[SlurmNode]: ...
 
     @abstractmethod
+    def ping(self) -> None:
+        """Return when slurmctld answers; raise SlurmUnavailable when it does not."""
+
+    @abstractmethod
     def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
         """Accounting records (sacct) of jobs, finished or not."""
 

@@ -16,7 +16,7 @@ from hivebatch.slurm.parse import (
     parse_sinfo_json,
     parse_squeue_json,
 )
-from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob, SlurmNode
+from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
 
 #: Fixed environment for every command: epoch times, and nothing from the user's SQUEUE_FORMAT etc.
 FIXED_ENV = {"SLURM_TIME_FORMAT": "%s"}
@@ -140,6 +140,16 @@ class CliBackend(SlurmBackend):
 
     def list_nodes(self) -> list[SlurmNode]:
         return parse_sinfo_json(self._run(["sinfo", "--json"]))
+
+    def ping(self) -> None:
+        # 'Slurmctld(primary) at HOST is UP' (exit 0) or '… is DOWN' and a banner (exit 1)
+        try:
+            out = self._run(["scontrol", "ping"])
+        except SlurmError as exc:
+            first = (exc.stderr.strip().splitlines() or ["no answer"])[0]
+            raise SlurmUnavailable(["scontrol", "ping"], first, exc.returncode) from None
+        if " is UP" not in out:
+            raise SlurmUnavailable(["scontrol", "ping"], (out.strip().splitlines() or ["no answer"])[0])
 
     def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
         args = ["sacct", "--parsable2", "--noheader", "-X", "--allusers", "-o", ",".join(SACCT_FIELDS)]

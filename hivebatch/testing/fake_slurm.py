@@ -33,7 +33,15 @@ from datetime import UTC, datetime, timedelta
 
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import expand_hostlist, split_gres
-from hivebatch.slurm.types import FINISHED_STATES, AcctRecord, SlurmError, SlurmJob, SlurmNode
+from hivebatch.slurm.types import (
+    CONTROLLER_UNREACHABLE,
+    FINISHED_STATES,
+    AcctRecord,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    SlurmUnavailable,
+)
 
 QOS_NAMES = ("urgent", "prior", "normal", "opportunistic")
 PREEMPTABLE_QOS = "opportunistic"
@@ -136,6 +144,7 @@ class _Node:
     shards_per_gpu: int
     state: str = "IDLE"  # IDLE | DOWN | DRAIN
     reason: str = ""
+    registered: bool = True  # False from a slurmctld restart until its slurmd registers again
 
 
 class _State:
@@ -147,6 +156,7 @@ class _State:
         self._clock = clock or (lambda: datetime.now(UTC))
         self.auto_schedule = auto_schedule
         self.calls: list[tuple[str, str, tuple[object, ...]]] = []
+        self.controller_up = True  # False: slurmctld stopped (slurmdbd, hence history, still answers)
 
     def now(self) -> datetime:
         return (self._clock() + self._offset).replace(microsecond=0)
@@ -235,6 +245,23 @@ class FakeSlurm(SlurmBackend):
             raise ValueError(f"unknown node state {state}")
         n.state = "IDLE" if state == "RESUME" else state
         n.reason = reason if n.state != "IDLE" else ""
+        self._maybe_schedule()
+
+    def stop_controller(self) -> None:
+        """slurmctld stops: squeue/sinfo answer with an error (as the lab's exit 0 + ``errors``), every
+        other command fails as on the lab; running jobs go on running."""
+        self._s.controller_up = False
+
+    def start_controller(self, register: bool = False) -> None:
+        """slurmctld is back; its nodes stay UNKNOWN, their GRES unused, until ``register_nodes()``
+        (the lab takes a few seconds), unless ``register``."""
+        self._s.controller_up = True
+        for n in self._s.nodes.values():
+            n.registered = register
+
+    def register_nodes(self) -> None:
+        for n in self._s.nodes.values():
+            n.registered = True
         self._maybe_schedule()
 
     def schedule(self) -> list[int]:
@@ -380,7 +407,12 @@ class FakeSlurm(SlurmBackend):
             j.nodes, j.gpus, j.shards = [], {}, {}
         self._maybe_schedule()
 
+    def ping(self) -> None:
+        if not self._s.controller_up:
+            raise SlurmUnavailable(["scontrol", "ping"], "Slurmctld(primary) at fake is DOWN", 1)
+
     def list_jobs(self, job_ids: list[int] | None = None) -> list[SlurmJob]:
+        self._answering("squeue --json", "Failed while looking for jobs [slurm_load_jobs]")
         wanted = None if job_ids is None else {int(x) for x in job_ids}
         horizon = self._s.now() - timedelta(seconds=MIN_JOB_AGE_S)
         return [
@@ -390,8 +422,12 @@ class FakeSlurm(SlurmBackend):
         ]
 
     def list_nodes(self) -> list[SlurmNode]:
+        self._answering("sinfo --json", "Unspecified error")
         out = []
         for n in self._s.nodes.values():
+            if not n.registered:
+                out.append(SlurmNode(n.name, "UNKNOWN", True, list(range(n.gpus))))
+                continue
             used: set[int] = set()
             shared: set[int] = set()
             for j in self._s.jobs.values():
@@ -454,7 +490,14 @@ class FakeSlurm(SlurmBackend):
     # --- internals -------------------------------------------------------------------------------
 
     def _log(self, method: str, args: tuple[object, ...]) -> None:
+        if not self._s.controller_up:
+            raise SlurmError([method], 1, f"slurm_load_jobs error: {CONTROLLER_UNREACHABLE}")
         self._s.calls.append((self.user, method, args))
+
+    def _answering(self, command: str, error: str) -> None:
+        """What squeue/sinfo --json say while slurmctld is down (tests/fixtures/slurm/*_ctld_down.json)."""
+        if not self._s.controller_up:
+            raise SlurmUnavailable(command.split(), error)
 
     def _is_admin(self) -> bool:
         return self.user == "root" or self.user in self.operators
@@ -517,7 +560,7 @@ class FakeSlurm(SlurmBackend):
         self, j: _Job, node: str, gpus_busy: set[int], shards_busy: dict[int, int]
     ) -> tuple[list[int], dict[int, int]] | None:
         n = self._s.nodes[node]
-        if n.state != "IDLE":
+        if n.state != "IDLE" or not n.registered or not self._s.controller_up:
             return None
         want_gpus: list[int] = []
         want_shards: dict[int, int] = {}
