@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hivebatch.bounds import DEFAULT_LIMITS, Limits, parse_limits
 from hivebatch.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class ControllerContext:
     policy: Policy
     profiles: ProfileStore | None
     settings: ControllerSettings
+    limits: Limits = DEFAULT_LIMITS
 
 
 def parse_settings(config_path: Path | None, data: dict[str, Any]) -> ControllerSettings:
@@ -89,4 +91,5 @@ def load_context(config: str | os.PathLike[str] | None = None) -> ControllerCont
         policy=qos.get_policy(settings.policy),
         profiles=profiles,
         settings=settings,
+        limits=parse_limits(data),
     )

@@ -19,6 +19,8 @@ from hivebatch.request import JobRequest
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import SlurmError, SlurmJob
 
+INT32_MAX = 2**31 - 1
+
 
 def _request_dict(req: JobRequest) -> dict[str, Any]:
     return {k: v for k, v in asdict(req).items() if v is not None}
@@ -51,7 +53,8 @@ def _new_job(sj: SlurmJob, req: JobRequest | None, now: dt.datetime) -> Job:
         job.qos = req.qos
         job.priority = req.priority
         job.request = _request_dict(req)
-        job.gpus = req.gpus
+        # the column is 32-bit on PostgreSQL; a larger count is refused by decide (hivebatch.bounds)
+        job.gpus = min(req.gpus, INT32_MAX)
         job.gpu_type = req.gpu_type
     return job
 
@@ -139,15 +142,30 @@ def sync_jobs(session: Session, obs: Observation, rec: Recorder, backend: SlurmB
         sj = obs.jobs.get(jid)
         if sj is None:
             missing.append(job)
-        elif job.foreign:
-            follow_foreign(session, rec, job, sj, phase(sj.state))
         else:
-            follow(session, rec, ledger, job, sj, phase(sj.state), backend)
+            _follow_isolated(session, rec, ledger, job, sj, backend)
     if missing:
         resolve_missing(session, rec, missing, backend)
     for jid in [j for j, row in jobs.items() if row.state in FINAL_STATES]:
         jobs.pop(jid)
     return ledger
+
+
+def _follow_isolated(
+    session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, backend: SlurmBackend
+) -> None:
+    """One job's update; if it fails, an event says why and the others go on (no savepoint per job:
+    it would cost a flush for each of thousands of jobs every cycle)."""
+    try:
+        if job.foreign:
+            follow_foreign(session, rec, job, sj, phase(sj.state))
+        else:
+            follow(session, rec, ledger, job, sj, phase(sj.state), backend)
+    except Exception as exc:  # noqa: BLE001 - one job's record must not stop the cycle for all
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        rec.event(
+            session, job, "reconcile_failed", f"could not follow it this cycle ({type(exc).__name__}: {text})"
+        )
 
 
 def resolve_missing(session: Session, rec: Recorder, missing: list[Job], backend: SlurmBackend) -> None:
