@@ -247,6 +247,11 @@ class FakeSlurm(SlurmBackend):
         n.reason = reason if n.state != "IDLE" else ""
         self._maybe_schedule()
 
+    def misplace(self, job_id: int, gpus: dict[str, list[int]]) -> None:
+        """Run a running job on other GPU indices than it was granted — seen once on the lab right after
+        a slurmctld restart ("gres count underflow" in its log)."""
+        self._get(job_id, "misplace").gpus = {n: sorted(v) for n, v in gpus.items()}
+
     def stop_controller(self) -> None:
         """slurmctld stops: squeue/sinfo answer with an error (as the lab's exit 0 + ``errors``), every
         other command fails as on the lab; running jobs go on running."""
