@@ -37,7 +37,7 @@ def check_request(
 ) -> Checked:
     """The job's request, or the plain-words reason it cannot be scheduled as it stands."""
     try:
-        # validated when it was read from the Slurm comment (JobRequest.from_comment); not again each cycle
+        # validated when it was read from Slurm (reconcile.slurm_view.request_of); not again each cycle
         req = JobRequest(**(job.request or {}))
     except (TypeError, HivebatchError) as exc:
         return None, f"its hivebatch request is unreadable ({exc}); resubmit it with hsub"

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation, phase, to_utc
 from hivebatch.controller.reconcile.machine import finish, follow, follow_foreign, start
-from hivebatch.controller.reconcile.slurm_view import gpus_of, shard_placement
+from hivebatch.controller.reconcile.slurm_view import gpus_of, request_of, shard_placement
 from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import FINAL_STATES, Job
 from hivebatch.request import JobRequest
@@ -88,7 +88,7 @@ def _rows_for_unknown(session: Session, obs: Observation, known: dict[int, Job],
         if jid in already_final:
             continue
         sj = obs.jobs[jid]
-        req = JobRequest.from_comment(sj.comment)
+        req = request_of(sj)
         ph = phase(sj.state)
         if req is None and not (ph == "running" and gpus_of(sj)):
             continue  # not hivebatch's and not using GPUs: none of our business

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from hivebatch.request import JobRequest
 from hivebatch.slurm.types import SlurmJob
+
+
+def request_of(sj: SlurmJob) -> JobRequest | None:
+    """The hivebatch request a Slurm job carries, or None when it was not submitted through hsub.
+    The one place the controller reads it from Slurm's job record."""
+    return JobRequest.from_comment(sj.comment)
 
 
 def gpus_of(sj: SlurmJob) -> dict[str, list[int]]:
