@@ -11,6 +11,7 @@ from datetime import datetime
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import (
     SACCT_FIELDS,
+    parse_job_gpus,
     parse_job_id,
     parse_sacct,
     parse_sinfo_json,
@@ -140,6 +141,9 @@ class CliBackend(SlurmBackend):
 
     def list_nodes(self) -> list[SlurmNode]:
         return parse_sinfo_json(self._run(["sinfo", "--json"]))
+
+    def job_gpus(self, job_id: int) -> dict[str, list[int]]:
+        return parse_job_gpus(self._run(["scontrol", "-d", "show", "job", str(int(job_id))]))
 
     def ping(self) -> None:
         # 'Slurmctld(primary) at HOST is UP' (exit 0) or '… is DOWN' and a banner (exit 1)

@@ -412,6 +412,10 @@ class FakeSlurm(SlurmBackend):
             j.nodes, j.gpus, j.shards = [], {}, {}
         self._maybe_schedule()
 
+    def job_gpus(self, job_id: int) -> dict[str, list[int]]:
+        self._answering("scontrol -d show job", CONTROLLER_UNREACHABLE)
+        return {n: list(g) for n, g in self._get(job_id, "scontrol").gpus.items()}
+
     def ping(self) -> None:
         if not self._s.controller_up:
             raise SlurmUnavailable(["scontrol", "ping"], "Slurmctld(primary) at fake is DOWN", 1)

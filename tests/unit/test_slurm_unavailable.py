@@ -55,3 +55,15 @@ def test_listing_through_the_cli_backend_raises_on_the_recorded_outage() -> None
     down = Completed(0, (FIXTURES / "squeue_ctld_down.json").read_text(), "")
     with pytest.raises(SlurmUnavailable):
         CliBackend(lambda argv, stdin, env: down).list_jobs()
+
+
+def test_scontrol_detail_and_squeue_agree_on_the_gpu_indices() -> None:
+    """The indices the controller checks a grant against: squeue's gres detail, confirmed by
+    ``scontrol -d show job`` (both recorded for the same running job 3 of the lab)."""
+    from hivebatch.slurm.parse import parse_job_gpus
+
+    squeue = {j.job_id: j for j in parse_squeue_json((FIXTURES / "squeue.json").read_text())}
+    scontrol = parse_job_gpus((FIXTURES / "scontrol_show_job_multinode.txt").read_text())
+    assert scontrol == squeue[3].gpus == {"node3": [0, 1], "node4": [0, 1]}
+    recorded = Completed(0, (FIXTURES / "scontrol_show_job_multinode.txt").read_text(), "")
+    assert CliBackend(lambda argv, stdin, env: recorded).job_gpus(3) == scontrol

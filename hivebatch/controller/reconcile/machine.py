@@ -6,6 +6,8 @@ Every transition writes one event. A job is finished here only on a final state 
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from sqlalchemy.orm import Session
 
 from hivebatch.controller.ledger import Ledger
@@ -64,13 +66,20 @@ def start(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> None:
 
 
 def granted_kept(session: Session, rec: Recorder, job: Job, sj: SlurmJob, backend: SlurmBackend) -> bool:
-    """Does Slurm run the job on the GPU indices it was granted (IDX of its gres detail)? If not, that
+    """Does Slurm run the job on the GPU indices it was granted (IDX in squeue's gres detail, confirmed
+    by ``scontrol -d show job``)? If not, that
     is an incident, never accepted: the job is requeued and held, to be placed again on its granted
     GPUs (Slurm keeps its typed gres). Until the requeue succeeds the ledger keeps the granted GPUs
     and the ones really in use are held as foreign from the nodes' GPU use."""
     actual = gpus_of(sj)
     granted = {n: sorted(int(i) for i in v) for n, v in (job.placement or {}).items()}
     if not actual or not granted or actual == granted:
+        return True
+    with suppress(
+        SlurmError
+    ):  # squeue's IDX differs: ask for the job's own record before calling it an incident
+        actual = backend.job_gpus(job.slurm_job_id) or actual
+    if actual == granted:
         return True
     what = f"Slurm runs it on {placement_text(actual)}, not on the granted {placement_text(granted)}"
     try:
