@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from hivebatch.db.models import utcnow
 from hivebatch.slurm.base import SlurmBackend
-from hivebatch.slurm.types import SlurmJob, SlurmNode
+from hivebatch.slurm.types import SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
 
 # Slurm job states, grouped by what they mean for the GPUs a job holds.
 RUNNING_STATES = frozenset(
@@ -57,11 +57,26 @@ class Observation:
 
 
 def observe(backend: SlurmBackend) -> Observation:
-    """List every job and node once (one squeue-like and one sinfo-like call, never one per job)."""
+    """List every job and node once (one squeue-like and one sinfo-like call, never one per job).
+
+    Raises SlurmUnavailable when Slurm's answer cannot be trusted: a command failed or reported an
+    error, or no node has registered with slurmctld (just restarted: node states and GPU use are
+    unknown). The cycle then changes nothing.
+    """
     import time
 
     t0 = time.perf_counter()
     now = utcnow()
-    jobs = {int(j.job_id): j for j in backend.list_jobs()}
-    nodes = {n.name: n for n in backend.list_nodes()}
+    try:
+        jobs = {int(j.job_id): j for j in backend.list_jobs()}
+        nodes = {n.name: n for n in backend.list_nodes()}
+    except SlurmUnavailable:
+        raise
+    except SlurmError as exc:
+        first = (exc.stderr.strip().splitlines() or [f"exit {exc.returncode}"])[0]
+        raise SlurmUnavailable(exc.command, first, exc.returncode) from None
+    if not any(n.responding for n in nodes.values()):
+        raise SlurmUnavailable(
+            ["sinfo", "--json"], "no node has registered with slurmctld (all UNKNOWN or NOT_RESPONDING)"
+        )
     return Observation(now=now, jobs=jobs, nodes=nodes, seconds=time.perf_counter() - t0)

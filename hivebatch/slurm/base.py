@@ -52,6 +52,14 @@ class SlurmBackend(ABC):
     def list_nodes(self) -> list[SlurmNode]: ...
 
     @abstractmethod
+    def job_gpus(self, job_id: int) -> dict[str, list[int]]:
+        """The GPU indices per node Slurm allocated a running job (``scontrol -d show job``, IDX)."""
+
+    @abstractmethod
+    def ping(self) -> None:
+        """Return when slurmctld answers; raise SlurmUnavailable when it does not."""
+
+    @abstractmethod
     def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
         """Accounting records (sacct) of jobs, finished or not."""
 

@@ -61,6 +61,24 @@ class SlurmError(HivebatchError):
         return "invalid job id" in self.stderr.lower()
 
 
+class SlurmUnavailable(SlurmError):
+    """Slurm could not give a trustworthy answer: slurmctld unreachable, an ``errors`` array in its JSON,
+    a command that failed, no node heard from. Nothing Slurm said this cycle may change the ledger."""
+
+    def __init__(self, command: list[str], detail: str, returncode: int = 0) -> None:
+        super().__init__(command, returncode, detail)
+        self.detail = detail
+        HivebatchError.__init__(
+            self, f"Slurm is unavailable ({' '.join(command[:2])}: {detail}); nothing changed"
+        )
+
+
+#: what ``scontrol``, ``squeue`` … print on stderr while slurmctld is down (recorded on the lab)
+CONTROLLER_UNREACHABLE = "Unable to contact slurm controller (connect failure)"
+#: node state words of a node slurmctld has not heard from (just restarted, or the node is gone)
+UNRESPONSIVE_NODE_WORDS = frozenset({"UNKNOWN", "NOT_RESPONDING"})
+
+
 @dataclass
 class SlurmJob:
     job_id: int
@@ -107,6 +125,12 @@ class SlurmNode:
     #: GPU indices on which some job holds shards (GPU sharing)
     gpus_shared: list[int] = field(default_factory=list)
     reason: str = ""
+
+    @property
+    def responding(self) -> bool:
+        """False while slurmctld has not heard from the node (UNKNOWN after a restart, or ``*``)."""
+        words = self.state.upper().replace("*", "+NOT_RESPONDING").split("+")
+        return not any(w in UNRESPONSIVE_NODE_WORDS for w in words)
 
 
 @dataclass

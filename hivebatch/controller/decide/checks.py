@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hivebatch.bounds import DEFAULT_LIMITS, Limits, request_problem
 from hivebatch.cells import ClusterSpec
 from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
@@ -27,7 +28,9 @@ def _slurm_mismatch(job: Job, req: JobRequest, sj: SlurmJob) -> str | None:
     return None
 
 
-def check_request(job: Job, sj: SlurmJob | None, spec: ClusterSpec) -> Checked:
+def check_request(
+    job: Job, sj: SlurmJob | None, spec: ClusterSpec, limits: Limits = DEFAULT_LIMITS
+) -> Checked:
     """The job's request, or the plain-words reason it cannot be scheduled as it stands."""
     if not job.request:
         return None, job.reason or "it carries no hivebatch request; cancel it and submit it again"
@@ -40,6 +43,9 @@ def check_request(job: Job, sj: SlurmJob | None, spec: ClusterSpec) -> Checked:
             req.validate()
     except (TypeError, HivebatchError) as exc:
         return None, f"its hivebatch request is unusable ({exc}); cancel it and submit it again"
+    out_of_bounds = request_problem(req, limits)
+    if out_of_bounds:
+        return None, out_of_bounds
     if req.vc not in spec.vcs:
         return None, f"unknown VC {req.vc!r}: the config has {', '.join(sorted(spec.vcs))}"
     problem = _slurm_mismatch(job, req, sj) if sj is not None else None

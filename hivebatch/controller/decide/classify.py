@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from hivebatch.controller.decide.checks import check_request
+from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.types import Place, Round, Wait
+from hivebatch.db.models import Job
 from hivebatch.request import owner_holds
 from hivebatch.sharing.integration import is_slice
 
@@ -11,7 +15,7 @@ from hivebatch.sharing.integration import is_slice
 def classify(r: Round) -> None:
     """Bad requests are rejected with their reason, GPU-less jobs placed at once; the rest go to
     ``r.slices`` (a part of one GPU), ``r.typed`` (requeued, with a typed gres) or ``r.untyped``."""
-    ledger, spec = r.ledger, r.ctx.spec
+    ledger = r.ledger
     candidates = [
         j
         for j in ledger.jobs.values()
@@ -23,23 +27,28 @@ def classify(r: Round) -> None:
     ]
     candidates.sort(key=lambda j: (j.submit_time or r.now, j.slurm_job_id))
     for job in candidates:
-        sj = ledger.slurm[job.slurm_job_id]
-        if owner_holds(sj):
-            r.out.waits.append(
-                Wait(
-                    job,
-                    f"held by its owner (--hold): scontrol release {job.slurm_job_id} lets hivebatch place it",
-                )
+        isolated(r, job, partial(_sort_one, r, job))
+
+
+def _sort_one(r: Round, job: Job) -> None:
+    ledger, spec = r.ledger, r.ctx.spec
+    sj = ledger.slurm[job.slurm_job_id]
+    if owner_holds(sj):
+        r.out.waits.append(
+            Wait(
+                job,
+                f"held by its owner (--hold): scontrol release {job.slurm_job_id} lets hivebatch place it",
             )
-            continue
-        req, problem = check_request(job, sj, spec)
-        if req is None:
-            r.out.waits.append(Wait(job, problem or "invalid request", rejected=True))
-        elif req.gpus == 0:
-            r.out.places.append(Place(job, {}, None, None, predicted_end=None))
-        elif ledger.sharing is not None and is_slice(spec, req.gpus, req.gpu_mem_mib, req.gpu_type):
-            r.slices.append((job, req, sj))
-        elif job.gres and job.placement:
-            r.typed.append((job, req))
-        else:
-            r.untyped.append((job, req, sj))
+        )
+        return
+    req, problem = check_request(job, sj, spec, r.ctx.limits)
+    if req is None:
+        r.out.waits.append(Wait(job, problem or "invalid request", rejected=True))
+    elif req.gpus == 0:
+        r.out.places.append(Place(job, {}, None, None, predicted_end=None))
+    elif ledger.sharing is not None and is_slice(spec, req.gpus, req.gpu_mem_mib, req.gpu_type):
+        r.slices.append((job, req, sj))
+    elif job.gres and job.placement:
+        r.typed.append((job, req))
+    else:
+        r.untyped.append((job, req, sj))

@@ -74,7 +74,10 @@ def estimate_starts(r: Round) -> None:
             cap = total_gpus - guaranteed_used if pool == OPPORTUNISTIC_POOL else r.ctx.spec.vc_gpus(pool)
             free[pool] = cap - used.get(pool, 0)
             clock[pool] = epoch(r.now)
-        _predict(w, release.setdefault(pool, []), free, clock, pool)
+        try:
+            _predict(w, release.setdefault(pool, []), free, clock, pool)
+        except (OverflowError, ValueError):  # numbers past any date: this job gets no prediction
+            w.predicted_start = w.predicted_end = None
 
 
 def _predict(

@@ -8,8 +8,11 @@ guaranteed job of the policy round may still preempt them before they start.
 
 from __future__ import annotations
 
+from functools import partial
+
 from hivebatch.cells import GpuUse
 from hivebatch.controller.decide.gres import gres_for, symmetric_indices
+from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.types import GpuMap, Place, Round, Wait
 from hivebatch.controller.decide.whole import note_whole
 from hivebatch.db.models import Job
@@ -64,21 +67,26 @@ def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
 def resume_requeued(r: Round) -> None:
     """Guaranteed work first, then arrival order; a job needing more GPUs than are idle waits at once."""
     r.typed.sort(key=lambda jr: (-jr[1].priority, jr[0].submit_time or r.now, jr[0].slurm_job_id))
-    idle = sum(
-        1 for g in r.gmap.values() for u in g.values() if u.job is None and not u.bad and not u.foreign
-    )
+    idle = [
+        sum(1 for g in r.gmap.values() for u in g.values() if u.job is None and not u.bad and not u.foreign)
+    ]
     for job, req in r.typed:
-        if req.gpus > idle:
-            old = job.placement or {}
-            r.out.waits.append(Wait(job, _waits_for(symmetric_indices(old) or [], len(old))))
-            continue
-        placed = resume_typed(r, job, req)
-        if isinstance(placed, str):
-            r.out.waits.append(Wait(job, placed))
-            continue
-        if str(job.gres or "").startswith("shard:"):
-            # it held its GPU as shards before (Slurm keeps that gres): it leaves the rest again
-            placed.gres = job.gres
-            note_whole(r.ledger.sharing, job, req, placed.placement)
-        idle -= req.gpus
-        r.add_place(placed)
+        isolated(r, job, partial(_resume_one, r, job, req, idle))
+
+
+def _resume_one(r: Round, job: Job, req: JobRequest, idle: list[int]) -> None:
+    """``idle``: GPUs still idle, in a one-item list the jobs resumed before this one update."""
+    if req.gpus > idle[0]:
+        old = job.placement or {}
+        r.out.waits.append(Wait(job, _waits_for(symmetric_indices(old) or [], len(old))))
+        return
+    placed = resume_typed(r, job, req)
+    if isinstance(placed, str):
+        r.out.waits.append(Wait(job, placed))
+        return
+    if str(job.gres or "").startswith("shard:"):
+        # it held its GPU as shards before (Slurm keeps that gres): it leaves the rest again
+        placed.gres = job.gres
+        note_whole(r.ledger.sharing, job, req, placed.placement)
+    idle[0] -= req.gpus
+    r.add_place(placed)

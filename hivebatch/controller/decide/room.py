@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from hivebatch.cells import CellAllocator, ClusterSpec
+from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.tasks import gpus_per_node, plain_shape
 from hivebatch.controller.decide.times import from_epoch
 from hivebatch.controller.decide.types import GpuMap, Round, Wait
@@ -76,9 +79,13 @@ def screen_hopeless(r: Round) -> None:
     gmap = r.alloc.gpu_map() if r.typed or r.slices else r.gmap
     room = Room(r.alloc, r.ctx.spec, gmap)
     for job, req, sj in r.untyped:
-        if room.may_fit(req):
-            task = r.builder.task(job, req, sj.time_limit_s)
-            r.tasks.append(task)
-            r.reqs[task.job_id] = (job, req)
-        else:
-            r.out.waits.append(hopeless_wait(r, room, job, req, sj))
+        isolated(r, job, partial(_screen_one, r, room, job, req, sj))
+
+
+def _screen_one(r: Round, room: Room, job: Job, req: JobRequest, sj: SlurmJob) -> None:
+    if room.may_fit(req):
+        task = r.builder.task(job, req, sj.time_limit_s)
+        r.tasks.append(task)
+        r.reqs[task.job_id] = (job, req)
+    else:
+        r.out.waits.append(hopeless_wait(r, room, job, req, sj))

@@ -8,8 +8,10 @@ first, then arrival order. Their predictions are a one-GPU job's (a plain job: i
 from __future__ import annotations
 
 import datetime as dt
+from functools import partial
 
-from hivebatch.controller.decide.times import from_epoch
+from hivebatch.controller.decide.isolate import isolated
+from hivebatch.controller.decide.times import after, from_epoch
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.victims import take_victims
 from hivebatch.db.models import Job
@@ -60,7 +62,7 @@ def _place_one(r: Round, led: SharingLedger, job: Job, req: JobRequest, sj: Slur
             )
         )
         return
-    end = r.now + dt.timedelta(seconds=lat) if lat is not None else None
+    end = after(r.now, lat)
     p = Place(job, d.placement, d.gres, (1, 1), predicted_end=end, slack_s=slack, ect=ect, resumed=bool(old))
     take_victims(r, p, d.preempted)
     r.add_place(p)
@@ -79,4 +81,4 @@ def place_slices(r: Round) -> None:
         )
     )
     for job, req, sj in r.slices:
-        _place_one(r, led, job, req, sj)
+        isolated(r, job, partial(_place_one, r, led, job, req, sj))

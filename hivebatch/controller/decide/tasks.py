@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 
+from hivebatch.bounds import slurm_time_limit
 from hivebatch.cells import ClusterSpec
 from hivebatch.controller.context import ControllerContext
 from hivebatch.controller.decide.times import epoch
@@ -76,7 +77,7 @@ class TaskBuilder:
         usable_model = prof is not None and req.batch_size is not None and req.iters is not None
         if shape is None and not usable_model:
             shape = plain_shape(req.gpus, gpus_per_node(spec, req.gpu_type))
-        time_limit = req.time_limit_s or time_limit_s
+        time_limit = req.time_limit_s or slurm_time_limit(time_limit_s, self.ctx.limits)
         return Task(
             job_id=str(job.slurm_job_id),
             vc=req.vc,

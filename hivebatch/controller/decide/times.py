@@ -21,3 +21,13 @@ def from_epoch(x: float | None) -> dt.datetime | None:
 
 def finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
+
+
+def after(t: dt.datetime, seconds: float | None) -> dt.datetime | None:
+    """``t`` plus ``seconds``, or None when unknown or past the last date Python represents."""
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    try:
+        return t + dt.timedelta(seconds=seconds)
+    except OverflowError:
+        return None

@@ -17,7 +17,9 @@ from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import FINAL_STATES, Job
 from hivebatch.request import JobRequest, RequestError, request_from_slurm
 from hivebatch.slurm.base import SlurmBackend
-from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob
+from hivebatch.slurm.types import SlurmError, SlurmJob
+
+INT32_MAX = 2**31 - 1
 
 
 def _request_dict(req: JobRequest) -> dict[str, Any]:
@@ -51,7 +53,8 @@ def _new_job(sj: SlurmJob, req: JobRequest | None, now: dt.datetime) -> Job:
         job.qos = req.qos
         job.priority = req.priority
         job.request = _request_dict(req)
-        job.gpus = req.gpus
+        # the column is 32-bit on PostgreSQL; a larger count is refused by decide (hivebatch.bounds)
+        job.gpus = min(req.gpus, INT32_MAX)
         job.gpu_type = req.gpu_type
     return job
 
@@ -64,10 +67,22 @@ def _known_final(session: Session, ids: list[int]) -> set[int]:
     return out
 
 
-def _rows_for_unknown(session: Session, obs: Observation, known: dict[int, Job]) -> list[Job]:
-    """New rows for the Slurm jobs the ledger lacks: hsub jobs still alive, and GPU users not from hsub."""
+def _reopened(session: Session, rec: Recorder, obs: Observation, closed: set[int]) -> list[Job]:
+    """Closed ledger rows of jobs Slurm lists as pending or running again, reopened."""
+    alive = [jid for jid in sorted(closed) if phase(obs.jobs[jid].state) in ("pending", "running")]
+    rows = list(session.scalars(select(Job).where(Job.slurm_job_id.in_(alive)))) if alive else []
+    for job in rows:
+        reopen(session, rec, job, obs.jobs[job.slurm_job_id])
+    return rows
+
+
+def _rows_for_unknown(session: Session, obs: Observation, known: dict[int, Job], rec: Recorder) -> list[Job]:
+    """New rows for the Slurm jobs the ledger lacks: hsub jobs still alive, and GPU users not from hsub.
+    Jobs the ledger closed although Slurm lists them alive are reopened instead."""
     unknown = [jid for jid in obs.jobs if jid not in known]
     already_final = _known_final(session, unknown) if unknown else set()
+    for job in _reopened(session, rec, obs, already_final):
+        known[job.slurm_job_id] = job
     rows: list[Job] = []
     for jid in unknown:
         if jid in already_final:
@@ -130,7 +145,7 @@ def sync_jobs(session: Session, obs: Observation, rec: Recorder, backend: SlurmB
     rows = session.scalars(select(Job).where(Job.state.notin_(FINAL_STATES))).all()
     jobs = {j.slurm_job_id: j for j in rows}
     ledger = Ledger(jobs=jobs, slurm=obs.jobs)
-    new_rows = _rows_for_unknown(session, obs, jobs)
+    new_rows = _rows_for_unknown(session, obs, jobs, rec)
     if new_rows:
         session.add_all(new_rows)
         session.flush()
@@ -143,32 +158,67 @@ def sync_jobs(session: Session, obs: Observation, rec: Recorder, backend: SlurmB
         sj = obs.jobs.get(jid)
         if sj is None:
             missing.append(job)
-        elif job.foreign:
-            follow_foreign(session, rec, job, sj, phase(sj.state))
         else:
-            follow(session, rec, ledger, job, sj, phase(sj.state), backend)
+            _follow_isolated(session, rec, ledger, job, sj, backend)
     if missing:
         resolve_missing(session, rec, missing, backend)
-    for job in missing:
-        jobs.pop(job.slurm_job_id, None)
     for jid in [j for j, row in jobs.items() if row.state in FINAL_STATES]:
         jobs.pop(jid)
     return ledger
 
 
-def resolve_missing(session: Session, rec: Recorder, missing: list[Job], backend: SlurmBackend) -> None:
-    """Jobs Slurm no longer lists: their final state comes from accounting when it has them."""
-    records: dict[int, AcctRecord] = {}
+def _follow_isolated(
+    session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, backend: SlurmBackend
+) -> None:
+    """One job's update; if it fails, an event says why and the others go on (no savepoint per job:
+    it would cost a flush for each of thousands of jobs every cycle)."""
     try:
-        for r in backend.history([j.slurm_job_id for j in missing]):
-            records[int(r.job_id)] = r
-    except SlurmError:
-        records = {}
+        if job.foreign:
+            follow_foreign(session, rec, job, sj, phase(sj.state))
+        else:
+            follow(session, rec, ledger, job, sj, phase(sj.state), backend)
+    except Exception as exc:  # noqa: BLE001 - one job's record must not stop the cycle for all
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        rec.event(
+            session, job, "reconcile_failed", f"could not follow it this cycle ({type(exc).__name__}: {text})"
+        )
+
+
+def resolve_missing(session: Session, rec: Recorder, missing: list[Job], backend: SlurmBackend) -> None:
+    """Jobs Slurm no longer lists end only on positive evidence: a final state in accounting. Without
+    it (accounting unreadable, no record yet, or a record still pending or running) the job stays as
+    it is — holding its GPUs if it held any — until Slurm says how it ended."""
+    try:
+        records = {int(r.job_id): r for r in backend.history([j.slurm_job_id for j in missing])}
+    except SlurmError as exc:
+        for job in missing:
+            _unseen(session, rec, job, f"its accounting cannot be read ({exc})")
+        return
     for job in missing:
         acct = records.get(job.slurm_job_id)
-        if acct is not None:
-            ph = phase(acct.state)
-            state = ph if ph not in ("pending", "running") else "failed"
-            finish(session, rec, job, state, acct, f"Slurm accounting says {acct.state}")
+        if acct is not None and phase(acct.state) not in ("pending", "running"):
+            finish(session, rec, job, phase(acct.state), acct, f"Slurm accounting says {acct.state}")
+        elif acct is not None:
+            _unseen(session, rec, job, f"its accounting still says {acct.state}")
         else:
-            finish(session, rec, job, "failed", None, "no longer known to Slurm and not in its accounting")
+            _unseen(session, rec, job, "its accounting has no record of it yet")
+
+
+def _unseen(session: Session, rec: Recorder, job: Job, why: str) -> None:
+    msg = f"Slurm no longer lists it and {why}; kept as it is until Slurm reports how it ended"
+    if job.reason != msg:
+        job.reason = msg
+        rec.event(session, job, "unseen", msg)
+
+
+def reopen(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> None:
+    """A job closed although Slurm still runs or queues it (closed by mistake, or requeued by an admin
+    after it ended): it is followed again from the state Slurm gives it."""
+    was = job.state
+    job.state = "queued"
+    job.intent = None
+    job.end_time = None
+    job.exit_code = None
+    job.meets_qos = None
+    job.reason = None
+    rec.event(session, job, "reopened", f"Slurm lists it again ({sj.state}) after it was closed as {was}")

@@ -6,6 +6,8 @@ Every transition writes one event. A job is finished here only on a final state 
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from sqlalchemy.orm import Session
 
 from hivebatch.controller.ledger import Ledger
@@ -40,16 +42,6 @@ def finish(
     rec.event(session, job, "finished", f"{state}: {why}", {"state": state, "exit_code": job.exit_code})
 
 
-def _mismatch(session: Session, rec: Recorder, job: Job, actual: dict[str, list[int]], what: str) -> None:
-    rec.event(
-        session,
-        job,
-        "placement_mismatch",
-        f"Slurm runs it on {placement_text(actual)}, not on {what}{placement_text(job.placement)}",
-        {"granted": job.placement, "actual": actual},
-    )
-
-
 def start(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> None:
     begun = to_utc(sj.start_time) or rec.now
     actual = gpus_of(sj)
@@ -59,12 +51,48 @@ def start(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> None:
     job.state = "running"
     job.reason = None
     if actual and job.placement and actual != job.placement:
-        _mismatch(session, rec, job, actual, "the granted ")
+        # started by Slurm without a placement of ours (or adopted): where it runs is where it is
+        rec.event(
+            session,
+            job,
+            "placement_mismatch",
+            f"Slurm runs it on {placement_text(actual)}, not on the earlier {placement_text(job.placement)}",
+            {"granted": job.placement, "actual": actual},
+        )
     if actual:
         job.placement = actual
     rec.event(
         session, job, "started", f"running on {placement_text(job.placement)}", {"placement": job.placement}
     )
+
+
+def granted_kept(session: Session, rec: Recorder, job: Job, sj: SlurmJob, backend: SlurmBackend) -> bool:
+    """Does Slurm run the job on the GPU indices it was granted (IDX in squeue's gres detail, confirmed
+    by ``scontrol -d show job``)? If not, that
+    is an incident, never accepted: the job is requeued and held, to be placed again on its granted
+    GPUs (Slurm keeps its typed gres). Until the requeue succeeds the ledger keeps the granted GPUs
+    and the ones really in use are held as foreign from the nodes' GPU use."""
+    actual = gpus_of(sj)
+    granted = {n: sorted(int(i) for i in v) for n, v in (job.placement or {}).items()}
+    if not actual or not granted or actual == granted:
+        return True
+    with suppress(
+        SlurmError
+    ):  # squeue's IDX differs: ask for the job's own record before calling it an incident
+        actual = backend.job_gpus(job.slurm_job_id) or actual
+    if actual == granted:
+        return True
+    what = f"Slurm runs it on {placement_text(actual)}, not on the granted {placement_text(granted)}"
+    try:
+        backend.requeue_hold(job.slurm_job_id)
+    except SlurmError as exc:
+        rec.event(session, job, "placement_incident", f"{what}; requeue failed, tried again next cycle: {exc}",
+                  {"granted": granted, "actual": actual})  # fmt: skip
+        return False
+    book_preemption(session, rec, job, rec.now, "placement_incident", f"{what}; requeued and held to be placed again",
+                    {"granted": granted, "actual": actual})  # fmt: skip
+    job.reason = "Slurm ran it on other GPUs than granted; requeued, it starts again on its granted GPUs"
+    return False
 
 
 def hold(session: Session, rec: Recorder, job: Job, backend: SlurmBackend) -> None:
@@ -82,7 +110,7 @@ def _confirmed_place(session: Session, rec: Recorder, job: Job) -> None:
 
 
 def _follow_place_intent(
-    session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, ph: str
+    session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
 ) -> None:
     """The controller stopped between recording a placement and seeing it carried out."""
     if ph == "pending" and sj.held:
@@ -92,7 +120,8 @@ def _follow_place_intent(
         job.state = "placed"
     elif ph == "running":
         _confirmed_place(session, rec, job)
-        start(session, rec, job, sj)
+        if granted_kept(session, rec, job, sj, backend):
+            start(session, rec, job, sj)
     else:
         finish(session, rec, job, ph, sj, f"Slurm state {sj.state}")
 
@@ -131,9 +160,12 @@ def _follow_waiting(
                 rec.event(session, job, "act_failed", f"could not clear its begin time: {exc}")
 
 
-def _follow_placed(session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str) -> None:
+def _follow_placed(
+    session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
+) -> None:
     if ph == "running":
-        start(session, rec, job, sj)
+        if granted_kept(session, rec, job, sj, backend):
+            start(session, rec, job, sj)
     elif sj.held:
         job.state = "queued"
         rec.event(session, job, "held", "held again in Slurm after it was placed; its cells are given back")
@@ -143,10 +175,7 @@ def _follow_running(
     session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
 ) -> None:
     if ph == "running":
-        actual = gpus_of(sj)
-        if actual and actual != job.placement:
-            _mismatch(session, rec, job, actual, "")
-            job.placement = actual
+        granted_kept(session, rec, job, sj, backend)
         return
     # running → pending: Slurm requeued it (its own preemption, node failure, an admin)
     book_preemption(
@@ -166,7 +195,7 @@ def follow(
 ) -> None:
     """One hsub job: ledger state × Slurm phase → new ledger state (see the table in the README section)."""
     if job.intent == "place":
-        _follow_place_intent(session, rec, ledger, job, sj, ph)
+        _follow_place_intent(session, rec, ledger, job, sj, ph, backend)
     elif job.intent == "preempt":
         _follow_preempt_intent(session, rec, ledger, job, sj, ph, backend)
     elif ph not in ("pending", "running"):
@@ -176,7 +205,7 @@ def follow(
     elif job.state in ("queued", "preempted", "rejected"):
         _follow_waiting(session, rec, job, sj, ph, backend)
     elif job.state == "placed":
-        _follow_placed(session, rec, job, sj, ph)
+        _follow_placed(session, rec, job, sj, ph, backend)
     elif job.state == "running":
         _follow_running(session, rec, job, sj, ph, backend)
 

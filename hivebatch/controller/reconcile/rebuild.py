@@ -14,11 +14,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from hivebatch.cells import CellAllocator, ClusterSpec
+from hivebatch.cells import CellAllocator, ClusterSpec, NodeSpec
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation
 from hivebatch.controller.record import Recorder, get_state, set_state
 from hivebatch.db.models import CellSnapshot, Job
+from hivebatch.slurm.types import SlurmNode
 
 Used = dict[str, set[int]]  # node -> GPU indices some job of the ledger holds
 
@@ -96,18 +97,32 @@ def _occupy_unseen(alloc: CellAllocator, ledger: Ledger, obs: Observation, used:
             _occupy(alloc, f"node:{name}", {name: stray})
 
 
+def why_unusable(node: NodeSpec, seen: SlurmNode | None) -> str | None:
+    """Why no new work may go to ``node`` now: unknown to Slurm, bad or not responding (a node
+    slurmctld has not heard from since its restart reports no GPU use at all), or fewer GPUs
+    registered than the config gives it; None when it is usable."""
+    if seen is None:
+        return "not known to Slurm"
+    if seen.bad or not seen.responding:
+        return f"Slurm state {seen.state}"
+    missing = sorted(set(node.gpu_indices) - set(seen.gpu_indices))
+    if missing:
+        return f"GPUs {missing} not registered with Slurm"
+    return None
+
+
 def _mark_bad_nodes(
     session: Session, rec: Recorder, alloc: CellAllocator, obs: Observation, spec: ClusterSpec
 ) -> set[str]:
-    """Nodes Slurm calls bad (or does not know) take no new work; an event when that changes."""
-    bad = {n.name for n in spec.nodes if n.name not in obs.nodes or obs.nodes[n.name].bad}
+    """Nodes Slurm calls bad, does not know or has not heard from take no new work; an event when that changes."""
+    why = {n.name: why_unusable(n, obs.nodes.get(n.name)) for n in spec.nodes}
+    bad = {name for name, reason in why.items() if reason}
     for name in sorted(bad):
         alloc.set_node_bad(name)
     stored = get_state(session, "bad_nodes")
     previous = {str(n) for n in stored} if isinstance(stored, list) else set()
     for name in sorted(bad - previous):
-        node = obs.nodes.get(name)
-        what = f"Slurm state {node.state}" if node is not None else "not known to Slurm"
+        what = why[name]
         rec.event(
             session, None, "node_bad", f"node {name} is bad ({what}): no new work goes there", {"node": name}
         )
