@@ -148,7 +148,9 @@ def node_lines(layout: ClusterLayout, hw: NodeHardware, shards: bool, lab: LabOp
         where = f" NodeHostname=localhost NodeAddr=127.0.0.1 Port={lab.node_base_port + i}" if lab else ""
         lines.append(
             f"NodeName={node.name}{where} Sockets={node.sockets} CoresPerSocket={hw.cores_per_socket} "
-            f"ThreadsPerCore=1 RealMemory={hw.real_memory_mb} Gres={gres_string(node, shards)} State=UNKNOWN"
+            f"ThreadsPerCore=1 RealMemory={hw.real_memory_mb} Gres={gres_string(node, shards)} "
+            # the per-index GRES types hide the GPU model; the feature names it (sinfo -o %f, --constraint)
+            f"Features={node.gpu_type.lower()} State=UNKNOWN"
         )
     names = ",".join(n.name for n in layout.nodes)
     lines.append(f"PartitionName=gpu Nodes={names} Default=YES MaxTime=INFINITE State=UP")
@@ -179,6 +181,8 @@ def _settings(layout: ClusterLayout, shards: bool, accounting: bool) -> list[str
     lines = [
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
+        # every GPU ask goes through hivebatch's job_submit.lua (written next to slurm.conf)
+        "JobSubmitPlugins=lua",
         f"GresTypes={'gpu,shard' if uses_shards(layout, shards) else 'gpu'}",
         # released and requeued jobs should start within seconds, not at the next minute
         "SchedulerParameters=sched_interval=2,bf_interval=2",

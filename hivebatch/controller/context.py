@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hivebatch.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hivebatch.cells import ClusterSpec
+    from hivebatch.qos import Platform, Policy, ProfileStore, QosSettings
 
 DEFAULT_LOCK = "var/hivebatch-controller.lock"
 DEFAULT_INTERVAL_S = 60.0
@@ -24,10 +28,10 @@ class ControllerSettings:
 class ControllerContext:
     config_path: Path | None
     data: dict[str, Any]
-    spec: Any  # hivebatch.cells.ClusterSpec
-    platform: Any  # hivebatch.qos.Platform
-    policy: Any
-    profiles: Any  # hivebatch.qos.ProfileStore | None
+    spec: ClusterSpec
+    platform: Platform
+    policy: Policy
+    profiles: ProfileStore | None
     settings: ControllerSettings
 
 
@@ -51,7 +55,7 @@ def parse_settings(config_path: Path | None, data: dict[str, Any]) -> Controller
     return ControllerSettings(lock_file=lock, interval_s=interval, policy=policy)
 
 
-def build_platform(spec: Any, qos_settings: Any) -> Any:
+def build_platform(spec: ClusterSpec, qos_settings: QosSettings) -> Platform:
     """The QoS model's view of the cluster. The user's GPU count is respected (their script expects it);
     the model chooses how to arrange those GPUs over nodes."""
     from hivebatch import qos

@@ -6,18 +6,20 @@ import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from hivebatch.cells import ClusterSpec
 from hivebatch.controller.act import act, write_intents
+from hivebatch.controller.context import ControllerContext
 from hivebatch.controller.decide import Decisions, Wait, decide
 from hivebatch.controller.observe import observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
 from hivebatch.controller.record import Recorder, gpu_capacity_by_node, set_state, write_gpu_map
-from hivebatch.db.models import VCCell, VirtualCluster
+from hivebatch.db.models import Job, VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
+from hivebatch.slurm.base import SlurmBackend
 
 log = logging.getLogger("hivebatch.controller")
 
@@ -50,7 +52,7 @@ class CycleReport:
         )
 
 
-def sync_vcs(session: Session, spec: Any, now: dt.datetime) -> None:
+def sync_vcs(session: Session, spec: ClusterSpec, now: dt.datetime) -> None:
     """Mirror the config's VCs and their cells into the ledger (readers show them without the config)."""
     rows = {v.name: v for v in session.scalars(select(VirtualCluster))}
     for name, vc in spec.vcs.items():
@@ -74,7 +76,7 @@ def sync_vcs(session: Session, spec: Any, now: dt.datetime) -> None:
 PREDICTION_TOLERANCE_S = 300.0
 
 
-def _set_moved(job: Any, attr: str, value: Any) -> None:
+def _set_moved(job: Job, attr: str, value: dt.datetime | float | None) -> None:
     old = getattr(job, attr)
     if old is None or value is None:
         if (old is None) != (value is None):
@@ -110,7 +112,9 @@ def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> None:
             rec.event(session, job, "rejected" if w.rejected else "waiting", w.reason)
 
 
-def run_cycle(ctx: Any, session_factory: sessionmaker[Session], backend: Any) -> CycleReport:
+def run_cycle(
+    ctx: ControllerContext, session_factory: sessionmaker[Session], backend: SlurmBackend
+) -> CycleReport:
     """Run one full cycle. Raises HivebatchError (or SlurmError) when Slurm or the DB cannot be used."""
     t0 = time.perf_counter()
     obs = observe(backend)
@@ -182,7 +186,7 @@ def run_cycle(ctx: Any, session_factory: sessionmaker[Session], backend: Any) ->
     return report
 
 
-def check_database(engine: Any) -> None:
+def check_database(engine: Engine) -> None:
     from hivebatch.db.session import check_connection, schema_is_current
 
     check_connection(engine)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
 
 from hivebatch.db.models import utcnow
+from hivebatch.slurm.base import SlurmBackend
+from hivebatch.slurm.types import SlurmJob, SlurmNode
 
 # Slurm job states, grouped by what they mean for the GPUs a job holds.
 RUNNING_STATES = frozenset(
@@ -49,13 +50,13 @@ def to_utc(value: dt.datetime | None) -> dt.datetime | None:
 @dataclass
 class Observation:
     now: dt.datetime
-    jobs: dict[int, Any]  # job id -> SlurmJob
-    nodes: dict[str, Any]  # node name -> SlurmNode
+    jobs: dict[int, SlurmJob]
+    nodes: dict[str, SlurmNode]
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
 
 
-def observe(backend: Any) -> Observation:
+def observe(backend: SlurmBackend) -> Observation:
     """List every job and node once (one squeue-like and one sinfo-like call, never one per job)."""
     import time
 

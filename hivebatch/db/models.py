@@ -38,6 +38,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+# re-exported: models and migrations name the job states from here
+from hivebatch.state.jobstates import ACTIVE_STATES as ACTIVE_STATES
+from hivebatch.state.jobstates import FINAL_STATES as FINAL_STATES
+from hivebatch.state.jobstates import JOB_STATES as JOB_STATES
+from hivebatch.state.jobstates import WAITING_STATES as WAITING_STATES
+
 # Stable constraint names so Alembic migrations (and downgrades) are identical on SQLite and PostgreSQL.
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -47,10 +53,6 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-JOB_STATES = ("queued", "placed", "running", "done", "failed", "preempted", "cancelled", "rejected")
-ACTIVE_STATES = ("placed", "running")  # the job holds cells
-WAITING_STATES = ("queued", "preempted", "rejected")  # held in Slurm, waiting for a placement
-FINAL_STATES = ("done", "failed", "cancelled")
 INTENTS = ("place", "preempt")
 GPU_KINDS = ("free", "guaranteed", "opportunistic", "foreign")
 

@@ -69,9 +69,9 @@ def load_report_data(config: str | None, since: datetime | None = None, with_job
 
 
 def _note_gpu_memory(session: Any, data: dict[str, Any]) -> None:
-    """GPU memory per node, so GPU slices count their share of a GPU (controller.record.gpu_share)."""
+    """GPU memory per node, so GPU slices count their share of a GPU (hivebatch.state.shares.gpu_share)."""
     from hivebatch.cells import parse_cluster_config
-    from hivebatch.controller.record import gpu_capacity_by_node
+    from hivebatch.state.shares import gpu_capacity_by_node
 
     # a config the cells refuse is reported by its own checks; slices then count as whole GPUs
     with contextlib.suppress(HivebatchError):

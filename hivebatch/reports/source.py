@@ -18,11 +18,11 @@ from sqlalchemy.orm import Session
 from hivebatch.reports.gpumap import FREE, GpuSlot
 from hivebatch.reports.rows import EventRow, JobRow, RunSegment
 from hivebatch.reports.timeutil import as_utc
+from hivebatch.state.jobstates import FINAL_STATES
 
 START_KINDS = frozenset({"started", "running", "resumed"})
 PREEMPT_KINDS = frozenset({"preempted", "requeued"})
 END_KINDS = frozenset({"finished", "done", "failed", "cancelled", "completed", "timeout", "ended"})
-FINAL_STATES = frozenset({"done", "failed", "cancelled"})
 
 
 def naive_utc(value: datetime) -> datetime:
@@ -99,7 +99,7 @@ def load_jobs(session: Session, since: datetime | None = None) -> tuple[list[Job
                 events[job_id].append((stamp, kind))
     rows_out: list[JobRow] = []
     segments: list[RunSegment] = []
-    from hivebatch.controller.record import gpu_share
+    from hivebatch.state.shares import gpu_share
 
     for job in jobs:
         # a GPU slice's share comes from its shards and the GPU memory load_report_data put in session.info
@@ -246,9 +246,9 @@ def _with_shares(session: Session, slots: list[GpuSlot]) -> list[GpuSlot]:
     """Mark GPUs shared by slices, from the sharing ledger the controller stores each cycle."""
     from dataclasses import replace
 
-    from hivebatch.controller.record import get_state
     from hivebatch.sharing import GpuShare, Slice
     from hivebatch.sharing.integration import describe_gpu
+    from hivebatch.state.shares import get_state
 
     snap = get_state(session, "sharing") or {}
     shares: dict[tuple[str, int], GpuShare] = {}

@@ -37,6 +37,7 @@ SACCT_FIELDS = (
     "NodeList",
     "AllocTRES",
     "ExitCode",
+    "AdminComment",
     "Comment",
 )
 
@@ -248,6 +249,8 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         gpus=gpus,
         shards=shards,
         comment=str(job.get("comment") or ""),
+        admin_comment=str(job.get("admin_comment") or ""),
+        eligible_time=epoch(job.get("eligible_time")) if state == "PENDING" else None,
         submit_time=epoch(job.get("submit_time")),
         start_time=epoch(job.get("start_time")) if state != "PENDING" else None,
         end_time=epoch(job.get("end_time")) if finished else None,
@@ -377,6 +380,7 @@ def parse_sacct(text: str, fields: Iterable[str] = SACCT_FIELDS) -> list[AcctRec
                 nodes=nodes,
                 gpus=_gpus_from_tres(row["AllocTRES"], nodes),
                 comment=row["Comment"],
+                admin_comment=row.get("AdminComment", ""),
                 exit_code=row["ExitCode"] or None,
             )
         )

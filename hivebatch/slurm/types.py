@@ -74,6 +74,11 @@ class SlurmJob:
     gpus: dict[str, list[int]] = field(default_factory=dict)
     shards: dict[str, dict[int, int]] = field(default_factory=dict)
     comment: str = ""
+    # written only by the job_submit plugin (or SlurmUser/root): the trusted hivebatch request
+    admin_comment: str = ""
+    # a pending job's begin time (sbatch --begin); hivebatch's job_submit plugin sets a far one when an
+    # owner releases a GPU job that is still waiting for its placement
+    eligible_time: datetime | None = None
     submit_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
@@ -120,3 +125,4 @@ class AcctRecord:
     comment: str
     exit_code: str | None
     name: str = ""
+    admin_comment: str = ""

@@ -15,12 +15,14 @@ from typing import Any
 
 from hivebatch.errors import HivebatchError
 from hivebatch.request import CLASSES, JobRequest
+from hivebatch.submit.checks import interpret_shape
 from hivebatch.submit.options import OPTIONS, Parsed, parse_args, parse_directives, parse_env
+from hivebatch.submit.script import decode_script
 from hivebatch.submit.timefmt import parse_time_limit
 
 # sbatch would apply these again (or add GPUs to a job that must have none), so they never reach it
 _GPU_ENV_PREFIXES = ("SBATCH_GPU", "SBATCH_GRES", "SBATCH_MEM_PER_GPU", "SBATCH_CPUS_PER_GPU")
-_ENV_HANDLED = {o.env for o in OPTIONS if o.env}
+_ENV_HANDLED = {var for o in OPTIONS for var in o.env}
 _ENV_DROPPED = _ENV_HANDLED | {"SBATCH_OPEN_MODE", "SBATCH_EXCLUSIVE", "SBATCH_REQUEUE", "SBATCH_NO_REQUEUE"}
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?$", re.IGNORECASE)
 
@@ -113,10 +115,10 @@ def read_script(
     if positionals:
         path = Path(positionals[0])
         try:
-            text = path.read_text(encoding="utf-8")
+            text = decode_script(path.read_bytes())
         except FileNotFoundError:
             raise HivebatchError(f"batch script {path} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
+        except OSError as exc:
             raise HivebatchError(
                 f"cannot read batch script {path}: {getattr(exc, 'strerror', None) or exc}"
             ) from None
@@ -270,7 +272,9 @@ def prepare(
         cmd.positionals, str(wrap) if isinstance(wrap, str) else None, stdin_read
     )
     merged: Parsed = cmd.merged_over(parse_env(environ).merged_over(parse_directives(text)))
-    values = merged.values
+    values, problems = interpret_shape(merged.values)
+    merged.problems += problems
+    merged.raise_problems()
     req = build_request(values)
     name = str(values.get("job_name") or script_name)
     sub = Submission(

@@ -96,3 +96,48 @@ def check_model(
         )
         raise HivebatchError(f"{exc}{hint}") from None
     return [note] if note else []
+
+
+def interpret_shape(values: dict[str, str | bool]) -> tuple[dict[str, str | bool], list[str]]:
+    """sbatch's ways of asking for GPUs and nodes, in the terms the request is built from.
+
+    ``-N MIN-MAX`` pins the node count only when MIN = MAX (otherwise the placement chooses within
+    what Slurm is told); ``--gpus-per-task=K`` asks for K GPUs per task (``-n``, or
+    ``--ntasks-per-node`` × ``-N``; one task by default). Options sbatch alone acts on
+    (``--exclusive``, ``--mem-per-gpu``, ``--cpus-per-gpu``) change nothing here. Returns the values
+    and the problems found.
+    """
+    out = dict(values)
+    problems: list[str] = []
+    nodes = out.get("nodes")
+    if isinstance(nodes, str) and "-" in nodes:
+        low, _, high = nodes.partition("-")
+        if not (low.strip().isdigit() and high.strip().isdigit()):
+            problems.append(f"-N/--nodes {nodes!r}: give a count or MIN-MAX, e.g. 2 or 1-2")
+        elif int(low) == int(high):
+            out["nodes"] = low.strip()
+        else:
+            del out["nodes"]
+    per_task = out.get("gpus_per_task")
+    if per_task is not None and out.get("gpus") is None:
+        kind, _, count = str(per_task).rpartition(":")
+        tasks = _task_count(out)
+        if not count.isdigit():
+            problems.append(f"--gpus-per-task {per_task!r}: give [TYPE:]N, e.g. 2 or V100:2")
+        elif tasks is None:
+            problems.append("--gpus-per-task: -n/--ntasks (or --ntasks-per-node) must be a whole number")
+        else:
+            out["gpus"] = f"{kind}:{int(count) * tasks}" if kind else str(int(count) * tasks)
+    return out, problems
+
+
+def _task_count(values: dict[str, str | bool]) -> int | None:
+    raw = values.get("ntasks")
+    if raw is not None:
+        return int(str(raw)) if str(raw).isdigit() else None
+    per_node, nodes = values.get("ntasks_per_node"), values.get("nodes")
+    if per_node is None:
+        return 1
+    if not str(per_node).isdigit() or not str(nodes or "1").isdigit():
+        return None
+    return int(str(per_node)) * int(str(nodes or "1"))

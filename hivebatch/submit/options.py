@@ -1,310 +1,283 @@
-"""sbatch-style options for hsub: one table read by the command line, ``#SBATCH``/``#HSUB`` lines and env.
+"""hsub's options: sbatch 22.05's own table plus hivebatch's, read the way sbatch reads them.
 
-Precedence is sbatch's: the command line beats ``SBATCH_*`` environment variables, which beat the
-directives in the script. Options hivebatch handles itself are parsed into values; a list of harmless
-sbatch options (memory, CPUs, partition, …) is passed to sbatch as typed; options that would fight
-hivebatch's placement (``--nodelist``, ``--comment``, …) are refused with the reason.
+sbatch parses its command line, its ``#SBATCH`` lines and its ``SBATCH_*`` variables with glibc's
+``getopt_long`` over one option table (src/common/slurm_opt.c, options string starting with ``+``):
+unique abbreviations of long names are accepted, a required value may be the next word whatever it
+looks like (``-J --dry-run`` names the job "--dry-run"), short flags may be bundled (``-Hv``) and
+parsing stops at the first word that is not an option (the script). hsub reproduces that here so that
+whatever sbatch accepts, hsub accepts and hands on unchanged: sbatch stays the judge of its own
+options. Precedence is sbatch's: the command line beats ``SBATCH_*`` variables, which beat the
+directives in the script. hsub reads the values of a few options (the VC, the class, the GPU ask, …);
+every problem is collected so the user sees all of them at once.
 """
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hivebatch.errors import HivebatchError
+from hivebatch.getopt import NO_ARG, OPTIONAL, REQUIRED, Found, Spec, Table, getopt
 
-# kinds: "value" (hsub uses it), "flag" (hsub uses it, no argument),
-#        "pass" (handed to sbatch unchanged), "passflag" (same, no argument), "refuse"
+# sbatch 22.05's long options (``name=`` takes a value, ``name[=]`` an optional one, ``/X`` is the
+# short letter), in slurm_opt.c's table order: glibc resolves abbreviations in this order.
+_SBATCH_TABLE = """
+account=/A acctg-freq= array=/a batch= begin=/b bb= bbf= cluster-constraint= chdir=/D cluster=
+clusters=/M comment= container= context= contiguous constraint=/C core-spec=/S cores-per-socket=
+cpu-freq= cpus-per-gpu= cpus-per-task=/c deadline= delay-boot= dependency=/d distribution=/m error=/e
+exclude=/x exclusive[=] export= export-file= extra-node-info=/B get-user-env[=] gid= gpu-bind= gpu-freq=
+gpus=/G gpus-per-node= gpus-per-socket= gpus-per-task= gres= gres-flags= help/h hint= hold/H ignore-pbs
+input=/i job-name=/J kill-on-invalid-dep= licenses=/L mail-type= mail-user= mcs-label= mem= mem-bind=
+mem-per-cpu= mem-per-gpu= mincpus= network= nice[=] no-kill[=]/k no-requeue nodefile=/F nodelist=/w
+nodes=/N ntasks=/n ntasks-per-core= ntasks-per-gpu= ntasks-per-node= ntasks-per-socket= ntasks-per-tres=
+open-mode= output=/o overcommit/O oversubscribe/s parsable partition=/p power= prefer= priority=
+profile= propagate[=] qos=/q quiet/Q reboot requeue reservation= signal= sockets-per-node= spread-job
+switches= tasks-per-node= test-only thread-spec= threads-per-core= time=/t time-min= tmp= uid=
+use-min-nodes verbose/v version/V usage wait/W wait-all-nodes= wckey= wrap=
+"""
+
+# long names that are the same option as another (same getopt value): sbatch reports the first
+ALIASES = {"tasks-per-node": "ntasks-per-node"}
+
+# sbatch's input variables (src/sbatch/opt.c env_vars[]) and the option each one sets
+_ENV_TABLE = """
+SBATCH_ACCOUNT account SBATCH_ARRAY_INX array SBATCH_ACCTG_FREQ acctg-freq SBATCH_BATCH batch
+SBATCH_BURST_BUFFER bb SBATCH_CLUSTER_CONSTRAINT cluster-constraint SBATCH_CLUSTERS clusters
+SLURM_CLUSTERS clusters SBATCH_CONTAINER container SBATCH_CONSTRAINT constraint SBATCH_CORE_SPEC core-spec
+SBATCH_CPU_FREQ_REQ cpu-freq SBATCH_CPUS_PER_GPU cpus-per-gpu SBATCH_DEBUG verbose
+SBATCH_DELAY_BOOT delay-boot SBATCH_DISTRIBUTION distribution SBATCH_EXCLUSIVE exclusive
+SBATCH_EXPORT export SBATCH_GET_USER_ENV get-user-env SBATCH_GRES gres SBATCH_GRES_FLAGS gres-flags
+SBATCH_GPUS gpus SBATCH_GPU_BIND gpu-bind SBATCH_GPU_FREQ gpu-freq SBATCH_GPUS_PER_NODE gpus-per-node
+SBATCH_GPUS_PER_SOCKET gpus-per-socket SBATCH_GPUS_PER_TASK gpus-per-task SLURM_HINT hint
+SBATCH_HINT hint SBATCH_JOB_NAME job-name SBATCH_MEM_BIND mem-bind SBATCH_MEM_PER_CPU mem-per-cpu
+SBATCH_MEM_PER_GPU mem-per-gpu SBATCH_MEM_PER_NODE mem SBATCH_NETWORK network SBATCH_NO_KILL no-kill
+SBATCH_NO_REQUEUE no-requeue SBATCH_OPEN_MODE open-mode SBATCH_OVERCOMMIT overcommit
+SBATCH_PARTITION partition SBATCH_POWER power SBATCH_PROFILE profile SBATCH_QOS qos
+SBATCH_REQ_SWITCH switches SBATCH_REQUEUE requeue SBATCH_RESERVATION reservation SBATCH_SIGNAL signal
+SBATCH_SPREAD_JOB spread-job SBATCH_THREAD_SPEC thread-spec SBATCH_THREADS_PER_CORE threads-per-core
+SBATCH_TIMELIMIT time SBATCH_USE_MIN_NODES use-min-nodes SBATCH_WAIT wait
+SBATCH_WAIT_ALL_NODES wait-all-nodes SBATCH_WCKEY wckey SBATCH_ERROR error SBATCH_INPUT input
+SBATCH_OUTPUT output SBATCH_IGNORE_PBS ignore-pbs
+"""
+
+# hivebatch's own options (also as #HSUB lines): name, takes a value, metavar, help
+_HSUB_OWN = (
+    ("model", True, "NAME", "model type for the placement model, e.g. resnet50"),
+    ("batch-size", True, "N", "global batch size"),
+    ("iters", True, "N", "training iterations"),
+    ("like", True, "NAME", "known model to borrow a profile from (for a new model)"),
+    ("gpu-type", True, "TYPE", "GPU type, e.g. V100 (default: any with room)"),
+    ("within", True, "CELLTYPE", "keep the job inside one cell of this type"),
+    ("gpu-mem", True, "SIZE", "GPU memory needed per GPU (e.g. 8G): may share a GPU"),
+    ("dry-run", False, "", "print the generated script and sbatch command, submit nothing"),
+    ("config", True, "FILE", "hivebatch configuration file"),
+)
+
+# sbatch options whose values hsub reads (the rest only pass through); help for the ones it shows
+READ_BY_HSUB: dict[str, str] = {
+    "account": "virtual cluster (Slurm account) to run in",
+    "qos": "class: urgent, prior, normal (default) or opportunistic",
+    "job-name": "job name",
+    "time": "time limit: MM, HH:MM:SS, D-HH:MM …",
+    "output": "stdout file pattern",
+    "error": "stderr file pattern",
+    "nodes": "number of nodes (default: chosen by the placement model)",
+    "gpus": "GPUs in total, optionally typed: 4 or V100:4 (default 1)",
+    "gpus-per-node": "GPUs on each node",
+    "gres": "gpu[:TYPE]:N, same as --gpus-per-node",
+    "gpus-per-task": "GPUs for each task (with -n/--ntasks)",
+    "mem-per-gpu": "memory per GPU",
+    "cpus-per-gpu": "CPUs per GPU",
+    "exclusive": "whole nodes",
+    "ntasks": "tasks",
+    "ntasks-per-node": "tasks on each node",
+    "mail-type": "mail events (BEGIN, END, FAIL, ALL …)",
+    "mail-user": "mail address",
+    "dependency": "start after other jobs, e.g. afterok:123",
+    "array": "job array indices, e.g. 0-9%2",
+    "parsable": "print only the job id",
+    "wrap": "run this shell command instead of a script",
+    "requeue": "allow the job to be requeued",
+    "no-requeue": "do not requeue (not allowed for opportunistic jobs)",
+    "hold": "submit held",
+    "test-only": "print where and when the job would start now, submit nothing",
+    "help": "show this help",
+    "usage": "show this help",
+    "version": "show the version",
+}
+# what build.py adds to sbatch's arguments itself from the values (so they are not passed twice)
+_WRITTEN_BY_BUILD = frozenset(
+    [
+        "account",
+        "qos",
+        "job-name",
+        "time",
+        "output",
+        "error",
+        "mail-type",
+        "mail-user",
+        "dependency",
+        "array",
+        "parsable",
+        "wrap",
+        "requeue",
+        "no-requeue",
+        "hold",
+        "test-only",
+        "help",
+        "usage",
+        "version",
+        "gpus",
+        "gpus-per-node",
+        "gres",
+    ]
+)
 
 
 @dataclass(frozen=True)
 class Opt:
-    dest: str
-    kind: str
+    name: str  # the long name (the first of its aliases)
+    arg: int = NO_ARG
     short: str | None = None
-    long: tuple[str, ...] = ()
+    sbatch: bool = True  # False: hivebatch's own, never given to sbatch
     help: str = ""
     metavar: str = "VALUE"
-    env: str | None = None
-    why: str = ""  # for refused options
+    env: tuple[str, ...] = ()  # SBATCH_* variables setting it
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def long(self) -> tuple[str, ...]:
+        return (self.name, *[a for a, canon in ALIASES.items() if canon == self.name])
+
+    @property
+    def read(self) -> bool:
+        return not self.sbatch or self.name in READ_BY_HSUB
 
 
-OPTIONS: tuple[Opt, ...] = (
-    # what hivebatch needs to know
-    Opt(
-        "account",
-        "value",
-        "A",
-        ("account",),
-        "virtual cluster (Slurm account) to run in",
-        "VC",
-        "SBATCH_ACCOUNT",
-    ),
-    Opt(
-        "qos",
-        "value",
-        "q",
-        ("qos",),
-        "class: urgent, prior, normal (default) or opportunistic",
-        "CLASS",
-        "SBATCH_QOS",
-    ),
-    Opt("job_name", "value", "J", ("job-name",), "job name", "NAME", "SBATCH_JOB_NAME"),
-    Opt("time", "value", "t", ("time",), "time limit: MM, HH:MM:SS, D-HH:MM …", "TIME", "SBATCH_TIMELIMIT"),
-    Opt(
-        "output",
-        "value",
-        "o",
-        ("output",),
-        "stdout file pattern (appended to when requeued)",
-        "FILE",
-        "SBATCH_OUTPUT",
-    ),
-    Opt("error", "value", "e", ("error",), "stderr file pattern", "FILE", "SBATCH_ERROR"),
-    Opt("nodes", "value", "N", ("nodes",), "number of nodes (default: chosen by the placement model)", "N"),
-    Opt(
-        "gpus",
-        "value",
-        "G",
-        ("gpus",),
-        "GPUs in total, optionally typed: 4 or V100:4 (default 1)",
-        "[TYPE:]N",
-        "SBATCH_GPUS",
-    ),
-    Opt(
-        "gpus_per_node",
-        "value",
-        None,
-        ("gpus-per-node",),
-        "GPUs on each node",
-        "[TYPE:]N",
-        "SBATCH_GPUS_PER_NODE",
-    ),
-    Opt(
-        "gres",
-        "value",
-        None,
-        ("gres",),
-        "gpu[:TYPE]:N, same as --gpus-per-node",
-        "gpu[:TYPE]:N",
-        "SBATCH_GRES",
-    ),
-    Opt("mail_type", "value", None, ("mail-type",), "mail events (BEGIN, END, FAIL, ALL …)", "TYPE"),
-    Opt("mail_user", "value", None, ("mail-user",), "mail address", "USER"),
-    Opt("dependency", "value", "d", ("dependency",), "start after other jobs, e.g. afterok:123", "DEP"),
-    Opt("array", "value", "a", ("array",), "job array indices, e.g. 0-9%2", "INDEXES", "SBATCH_ARRAY_INX"),
-    Opt("parsable", "flag", None, ("parsable",), "print only the job id"),
-    Opt("wrap", "value", None, ("wrap",), "run this shell command instead of a script", "CMD"),
-    Opt("requeue", "flag", None, ("requeue",), "allow the job to be requeued (the default)"),
-    Opt("no_requeue", "flag", None, ("no-requeue",), "do not requeue (not allowed for opportunistic jobs)"),
-    Opt("hold", "flag", "H", ("hold",), "accepted for compatibility: hsub always submits held"),
-    # hivebatch's own (also as #HSUB lines)
-    Opt("model", "value", None, ("model",), "model type for the placement model, e.g. resnet50", "NAME"),
-    Opt("batch_size", "value", None, ("batch-size",), "global batch size", "N"),
-    Opt("iters", "value", None, ("iters",), "training iterations", "N"),
-    Opt("like", "value", None, ("like",), "known model to borrow a profile from (for a new model)", "NAME"),
-    Opt("gpu_type", "value", None, ("gpu-type",), "GPU type, e.g. V100 (default: any with room)", "TYPE"),
-    Opt("within", "value", None, ("within",), "keep the job inside one cell of this type", "CELLTYPE"),
-    Opt(
-        "gpu_mem", "value", None, ("gpu-mem",), "GPU memory needed per GPU (e.g. 8G): may share a GPU", "SIZE"
-    ),
-    Opt(
-        "dry_run", "flag", None, ("dry-run",), "print the generated script and sbatch command, submit nothing"
-    ),
-    Opt(
-        "test_only",
-        "flag",
-        None,
-        ("test-only",),
-        "print where and when the job would start now, submit nothing",
-    ),
-    Opt("config", "value", None, ("config",), "hivebatch configuration file", "FILE"),
-    Opt("help", "flag", "h", ("help",), "show this help"),
-    Opt("version", "flag", "V", ("version",), "show the version"),
-    # handed to sbatch as typed
-    Opt("partition", "pass", "p", ("partition",), env="SBATCH_PARTITION"),
-    Opt("cpus_per_task", "pass", "c", ("cpus-per-task",)),
-    Opt("ntasks", "pass", "n", ("ntasks",)),
-    Opt("ntasks_per_node", "pass", None, ("ntasks-per-node",)),
-    Opt("mem", "pass", None, ("mem",), env="SBATCH_MEM_PER_NODE"),
-    Opt("mem_per_cpu", "pass", None, ("mem-per-cpu",), env="SBATCH_MEM_PER_CPU"),
-    Opt("chdir", "pass", "D", ("chdir",)),
-    Opt("export", "pass", None, ("export",), env="SBATCH_EXPORT"),
-    Opt("export_file", "pass", None, ("export-file",)),
-    Opt("signal", "pass", None, ("signal",), env="SBATCH_SIGNAL"),
-    Opt("begin", "pass", "b", ("begin",)),
-    Opt("nice", "pass", None, ("nice",)),
-    Opt("input", "pass", "i", ("input",), env="SBATCH_INPUT"),
-    Opt("licenses", "pass", "L", ("licenses",)),
-    Opt("constraint", "pass", "C", ("constraint",), env="SBATCH_CONSTRAINT"),
-    Opt("comment_user", "refuse", None, ("comment",), why="hivebatch keeps the job's request in its comment"),
-    Opt("nodelist", "refuse", "w", ("nodelist",), why="hivebatch chooses the nodes; ask for a count with -N"),
-    Opt("exclude", "refuse", "x", ("exclude",), why="hivebatch chooses the nodes and avoids bad ones itself"),
-    Opt("gpus_per_task", "refuse", None, ("gpus-per-task",), why="ask for --gpus or --gpus-per-node instead"),
-    Opt("mem_per_gpu", "refuse", None, ("mem-per-gpu",), why="use --mem, or --gpu-mem for GPU memory"),
-    Opt("cpus_per_gpu", "refuse", None, ("cpus-per-gpu",), why="use --cpus-per-task"),
-    Opt(
-        "open_mode",
-        "refuse",
-        None,
-        ("open-mode",),
-        why="hivebatch always appends, so a requeued run keeps the first run's output",
-    ),
-    Opt("uid", "refuse", None, ("uid",), why="jobs run as the user who submits them"),
-    Opt("clusters", "refuse", "M", ("clusters",), why="hivebatch manages one cluster"),
-    Opt("wait", "passflag", "W", ("wait",), "wait for the job to end (sbatch --wait)"),
-    Opt(
-        "exclusive",
-        "refuse",
-        None,
-        ("exclusive",),
-        why="hivebatch gives whole cells; ask for a node's GPUs instead",
-    ),
-)
+def _table() -> tuple[Opt, ...]:
+    envs: dict[str, list[str]] = {}
+    words = _ENV_TABLE.split()
+    for var, name in zip(words[::2], words[1::2], strict=True):
+        envs.setdefault(name, []).append(var)
+    out = []
+    for word in _SBATCH_TABLE.split():
+        spec, _, short = word.partition("/")
+        name = spec.removesuffix("[=]").removesuffix("=")
+        arg = OPTIONAL if spec.endswith("[=]") else REQUIRED if spec.endswith("=") else NO_ARG
+        if name in ALIASES:
+            continue
+        out.append(
+            Opt(name, arg, short or None, True, READ_BY_HSUB.get(name, ""), env=tuple(envs.get(name, ())))
+        )
+    for name, takes, metavar, text in _HSUB_OWN:
+        out.append(Opt(name, REQUIRED if takes else NO_ARG, None, False, text, metavar))
+    return tuple(out)
 
-BY_LONG: dict[str, Opt] = {name: o for o in OPTIONS for name in o.long}
+
+OPTIONS: tuple[Opt, ...] = _table()
+BY_LONG: dict[str, Opt] = {n: o for o in OPTIONS for n in o.long}
 BY_SHORT: dict[str, Opt] = {o.short: o for o in OPTIONS if o.short}
-NO_ARG = ("flag", "passflag")
+# getopt's table order, aliases in place, for abbreviations: sbatch's names first, then hivebatch's
+_SBATCH_NAMES = tuple(
+    w.partition("/")[0].removesuffix("[=]").removesuffix("=") for w in _SBATCH_TABLE.split()
+)
 
 
 @dataclass
 class Parsed:
-    """Options from one source; ``passthrough`` keeps sbatch's own spelling, last one per option wins."""
+    """Options from one source.
+
+    ``values``: what hsub reads, by dest (``job_name``), last one wins. ``passthrough``: the sbatch
+    options hsub does not write itself, in sbatch's canonical spelling, last one per option wins.
+    ``tokens``: every sbatch option of this source in order, canonical spelling (what sbatch would see).
+    ``problems``: every option error found, each one line.
+    """
 
     values: dict[str, str | bool] = field(default_factory=dict)
     passthrough: dict[str, list[str]] = field(default_factory=dict)
     positionals: list[str] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    seen: dict[str, str | bool] = field(default_factory=dict)  # every option by long name, last wins
 
     def merged_over(self, lower: Parsed) -> Parsed:
         """This source's options on top of ``lower``'s (``lower`` loses on every option both set)."""
         return Parsed(
-            {**lower.values, **self.values}, {**lower.passthrough, **self.passthrough}, self.positionals
+            {**lower.values, **self.values},
+            {**lower.passthrough, **self.passthrough},
+            self.positionals,
+            [*lower.tokens, *self.tokens],
+            [*lower.problems, *self.problems],
+            {**lower.seen, **self.seen},
         )
 
+    def raise_problems(self) -> None:
+        if self.problems:
+            raise HivebatchError("; ".join(self.problems) if len(self.problems) == 1 else
+                                 f"{len(self.problems)} problems:\n  " + "\n  ".join(self.problems))  # fmt: skip
 
-def _store(parsed: Parsed, opt: Opt, spelled: str, value: str | None) -> None:
-    if opt.kind == "refuse":
-        raise HivebatchError(f"{spelled} is not accepted by hsub: {opt.why}")
-    if opt.kind == "flag":
-        parsed.values[opt.dest] = True
-    elif opt.kind == "value":
-        assert value is not None
-        parsed.values[opt.dest] = value
-    elif opt.kind == "passflag":
-        parsed.passthrough[opt.dest] = [f"--{opt.long[0]}"]
-    else:
-        assert value is not None
-        parsed.passthrough[opt.dest] = [f"--{opt.long[0]}={value}"]
+
+def _store(parsed: Parsed, opt: Opt, value: str | None) -> None:
+    stored: str | bool = True if value is None else value
+    parsed.seen[opt.name] = stored
+    if opt.read:
+        parsed.values[opt.dest] = stored
+    if not opt.sbatch:
+        return
+    token = f"--{opt.name}" if value is None else f"--{opt.name}={value}"
+    parsed.tokens.append(token)
+    if opt.name not in _WRITTEN_BY_BUILD:
+        parsed.passthrough[opt.dest] = [token]
+
+
+def _getopt_table() -> Table:
+    specs = {o.name: Spec(o.name, o.arg) for o in OPTIONS}
+    return Table(
+        longs=tuple((n, specs[ALIASES.get(n, n)]) for n in _SBATCH_NAMES),
+        shorts={o.short: specs[o.name] for o in OPTIONS if o.short},
+        own=tuple((o.name, specs[o.name]) for o in OPTIONS if not o.sbatch),
+    )
+
+
+TABLE = _getopt_table()
 
 
 def parse_args(args: Iterable[str], where: str = "", stop_at_positional: bool = True) -> Parsed:
-    """getopt-style parsing: ``-N2``, ``-N 2``, ``--nodes=2``, ``--nodes 2``; stops at the script name."""
+    """sbatch's getopt_long (``+``: stops at the first word that is not an option, the script)."""
     parsed = Parsed()
-    tokens = list(args)
-    prefix = f"{where}: " if where else ""
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        i += 1
-        if tok == "--":
-            parsed.positionals.extend(tokens[i:])
-            break
-        if tok.startswith("--") and len(tok) > 2:
-            name, eq, inline = tok[2:].partition("=")
-            opt = BY_LONG.get(name)
-            if opt is None:
-                raise HivebatchError(f"{prefix}unknown option --{name} (see hsub --help)")
-            if opt.kind == "refuse":
-                _store(parsed, opt, f"--{name}", None)
-            if opt.kind in NO_ARG:
-                if eq:
-                    raise HivebatchError(f"{prefix}--{name} takes no value")
-                _store(parsed, opt, f"--{name}", None)
-                continue
-            if eq:
-                value = inline
-            elif i < len(tokens):
-                value = tokens[i]
-                i += 1
-            else:
-                raise HivebatchError(f"{prefix}--{name} needs a value ({opt.metavar})")
-            _store(parsed, opt, f"--{name}", value)
-            continue
-        if tok.startswith("-") and len(tok) > 1:
-            letter = tok[1]
-            opt = BY_SHORT.get(letter)
-            if opt is None:
-                raise HivebatchError(f"{prefix}unknown option -{letter} (see hsub --help)")
-            if opt.kind == "refuse":
-                _store(parsed, opt, f"-{letter}", None)
-            if opt.kind in NO_ARG:
-                if len(tok) > 2:
-                    raise HivebatchError(f"{prefix}-{letter} takes no value")
-                _store(parsed, opt, f"-{letter}", None)
-                continue
-            if len(tok) > 2:
-                value = tok[2:]
-            elif i < len(tokens):
-                value = tokens[i]
-                i += 1
-            else:
-                raise HivebatchError(f"{prefix}-{letter} needs a value ({opt.metavar})")
-            _store(parsed, opt, f"-{letter}", value)
-            continue
-        parsed.positionals.append(tok)
-        if stop_at_positional:
-            parsed.positionals.extend(tokens[i:])
-            break
-    return parsed
-
-
-DIRECTIVE_PREFIXES = ("#SBATCH", "#HSUB")
-
-
-def parse_directives(script: str) -> Parsed:
-    """``#SBATCH``/``#HSUB`` lines before the first command, as sbatch reads them (later lines win)."""
-    parsed = Parsed()
-    for lineno, line in enumerate(script.splitlines(), start=1):
-        stripped = line.strip()
-        if lineno == 1 and stripped.startswith("#!"):
-            continue
-        if not stripped:
-            continue
-        if not stripped.startswith("#"):
-            break  # sbatch stops reading directives at the first command
-        for prefix in DIRECTIVE_PREFIXES:
-            if stripped.startswith(prefix) and (
-                len(stripped) == len(prefix) or stripped[len(prefix)].isspace()
-            ):
-                try:
-                    words = shlex.split(stripped[len(prefix) :], comments=True)
-                except ValueError as exc:
-                    raise HivebatchError(
-                        f"script line {lineno}: {prefix} line cannot be read: {exc}"
-                    ) from None
-                found = parse_args(words, where=f"script line {lineno}", stop_at_positional=False)
-                if found.positionals:
-                    raise HivebatchError(
-                        f"script line {lineno}: unexpected {found.positionals[0]!r} in {prefix} line"
-                    )
-                parsed = found.merged_over(parsed)
-                break
+    for item in getopt(list(args), TABLE, stop_at_positional):
+        if isinstance(item, Found):
+            _store(parsed, BY_LONG[item.spec.name], item.value)
+        elif isinstance(item, str):
+            parsed.problems.append(f"{where}: {item}" if where else item)
+        else:
+            parsed.positionals.extend(item)
     return parsed
 
 
 def parse_env(environ: Mapping[str, str]) -> Parsed:
-    """The ``SBATCH_*`` input variables sbatch itself honours, for the options hsub knows."""
+    """The ``SBATCH_*`` input variables, as sbatch applies them (a flag's variable sets it whatever its
+    value); the environment itself reaches sbatch unchanged."""
     parsed = Parsed()
     for opt in OPTIONS:
-        if opt.env and environ.get(opt.env):
-            _store(parsed, opt, opt.env, environ[opt.env])
+        for var in opt.env:
+            if var in environ:
+                value = environ[var]
+                if opt.arg == NO_ARG or opt.arg == OPTIONAL and not value:
+                    _store(parsed, opt, None)
+                else:
+                    _store(parsed, opt, value)
     return parsed
 
 
-def consumed_env_names() -> set[str]:
-    """Variables hsub reads itself: they are not handed on to sbatch, which would apply them again."""
-    return {o.env for o in OPTIONS if o.env and o.kind in ("value", "flag")}
+def parse_directives(script: str | bytes) -> Parsed:
+    """``#SBATCH`` (and ``#HSUB``) lines; see :mod:`hivebatch.submit.script`."""
+    from hivebatch.submit.script import read_directives
+
+    return read_directives(script)
 
 
 def help_text() -> str:
@@ -312,27 +285,27 @@ def help_text() -> str:
         "Usage: hsub [OPTIONS] SCRIPT [ARGS...]",
         "       hsub [OPTIONS] --wrap CMD",
         "",
-        "Submit a GPU job through hivebatch. Options follow sbatch and may also be given as #SBATCH",
-        "lines in the script (hivebatch's own also as #HSUB lines); the command line wins over SBATCH_*",
-        "variables, which win over the script's lines. The job is submitted held; the hivebatch",
-        "controller picks its nodes and exact GPUs and releases it.",
+        "Submit a GPU job through hivebatch. hsub takes every sbatch option, as #SBATCH lines too, and",
+        "SBATCH_* variables, exactly as sbatch reads them; hivebatch's own options may also be given as",
+        "#HSUB lines. The command line wins over SBATCH_* variables, which win over the script's lines.",
         "",
+        "Options hsub reads:",
     ]
-    for title, kinds in (
-        ("Options", ("value", "flag")),
-        ("Passed to sbatch unchanged", ("pass", "passflag")),
-    ):
-        lines.append(f"{title}:")
-        for o in OPTIONS:
-            if o.kind not in kinds:
-                continue
+    for o in OPTIONS:
+        if o.sbatch and o.name in READ_BY_HSUB and o.name not in ("usage",):
             names = ", ".join(([f"-{o.short}"] if o.short else []) + [f"--{n}" for n in o.long])
-            if o.kind in ("value",):
-                names += f" {o.metavar}"
-            if o.kind in ("pass",):
-                names += " VALUE"
-            lines.append(f"  {names:<30} {o.help}".rstrip())
-        lines.append("")
-    refused = ", ".join(f"--{o.long[0]}" for o in OPTIONS if o.kind == "refuse")
-    lines.append(f"Not accepted (hivebatch decides these): {refused}")
+            lines.append(f"  {names + (' VALUE' if o.arg == REQUIRED else ''):<30} {o.help}".rstrip())
+    lines += ["", "hivebatch's own:"]
+    for o in OPTIONS:
+        if not o.sbatch:
+            lines.append(f"  {'--' + o.name + (' ' + o.metavar if o.arg else ''):<30} {o.help}")
+    passed = " ".join(f"--{o.name}" for o in OPTIONS if o.sbatch and o.name not in READ_BY_HSUB)
+    lines += ["", "Every other sbatch option is passed to sbatch unchanged:"]
+    lines += [f"  {chunk}" for chunk in _wrap(passed, 100)]
     return "\n".join(lines)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width)

@@ -78,11 +78,11 @@ def estimate_start(
 
 
 def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
-    from hivebatch.cli.hq_db import read_ledger
-    from hivebatch.cli.hq_state import reader_allocator
     from hivebatch.controller.context import load_context
     from hivebatch.controller.decide import TaskBuilder
     from hivebatch.scheduler import schedule_round
+    from hivebatch.state.ledger import read_ledger
+    from hivebatch.state.rebuild import reader_allocator
 
     now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
     ctx = load_context(sub.config_path)
@@ -95,15 +95,14 @@ def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
     if is_slice(ctx.spec, req.gpus, req.gpu_mem_mib, req.gpu_type):
         return predict_slice(ctx, req, alloc, source, now)
 
-    builder = TaskBuilder(ctx)
-    builder.ctx_now = now
+    builder = TaskBuilder(ctx, now)
     requests: dict[str, JobRequest] = {}
     tasks = []
     for j, req in _waiting_requests(ledger.jobs):
-        tasks.append(builder.task(j, req, SimpleNamespace(time_limit_s=None)))
+        tasks.append(builder.task(j, req, None))
         requests[str(j.slurm_job_id)] = req
     mine = SimpleNamespace(slurm_job_id=TEST_ID, submit_time=now)
-    tasks.append(builder.task(mine, sub.request, SimpleNamespace(time_limit_s=sub.request.time_limit_s)))
+    tasks.append(builder.task(mine, sub.request, sub.request.time_limit_s))
     requests[TEST_ID] = sub.request
 
     outcomes = schedule_round(
@@ -194,9 +193,8 @@ def _when(t: dt.datetime | None, now: dt.datetime) -> str:
 
 
 def render_prediction(sub: Submission, pred: Prediction, now: dt.datetime | None = None) -> str:
-    from hivebatch.cli.hq_data import format_placement
-    from hivebatch.cli.hq_format import format_slack
     from hivebatch.sharing import format_mib
+    from hivebatch.state.formats import format_placement, format_slack
 
     now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
     req = sub.request

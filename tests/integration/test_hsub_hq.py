@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -275,3 +276,53 @@ def test_hq_reads_a_postgresql_ledger(site: Site, slurm_lab, lab_jobs) -> None: 
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+# --- real-world job scripts: hsub --dry-run and the live sbatch --test-only agree, as alice ---
+
+
+def _fidelity() -> Any:
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(PROJECT / "tests" / "unit"))
+    import test_hsub_sbatch_fidelity as fidelity
+
+    path = fidelity.SCRIPTS.parent / "sbatch" / "record.py"
+    spec = importlib.util.spec_from_file_location("record_sbatch", path)
+    assert spec and spec.loader
+    fidelity.recorder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fidelity.recorder)
+    return fidelity
+
+
+FIDELITY = _fidelity()
+
+
+@pytest.fixture(scope="module")
+def jobscripts(site: Site) -> Path:
+    """The job scripts where alice can read them."""
+    where = site.dir / "jobscripts"
+    shutil.copytree(FIDELITY.SCRIPTS, where, dirs_exist_ok=True)
+    where.chmod(0o755)
+    for p in where.iterdir():
+        p.chmod(0o644)
+    return where
+
+
+@pytest.mark.parametrize("name", sorted(FIDELITY.RECORDED))
+def test_hsub_and_sbatch_agree_on_real_job_scripts(
+    name: str, site: Site, jobscripts: Path, slurm_lab
+) -> None:  # type: ignore[no-untyped-def]
+    case = FIDELITY.RECORDED[name]
+    script = jobscripts / (name if name.endswith(".sh") else FIDELITY.PLAIN)
+    args, env = case.get("args", []), case.get("env", {})
+    live = FIDELITY.recorder.sbatch_reads(script, args=args, extra_env=env)
+    dry = site.as_user("alice", "hsub", "--dry-run", *args, str(script), extra_env=env)
+    assert (dry.returncode == 0) == (live["returncode"] == 0), dry.stderr + str(live["errors"])
+    if live["returncode"] == 0:
+        parsed, _ = FIDELITY.hsub_reads(name)
+        ours = FIDELITY.sbatch_names(parsed)
+        assert set(ours) - {"verbose"} == set(live["options"])
+        for option in set(live["options"]) & FIDELITY.VERBATIM:
+            assert ours[option] == live["options"][option], option

@@ -29,7 +29,7 @@ print(f"{a.batch_size / (0.01 + 0.0005 * a.batch_size):.4f} samples/s")
 
 
 def _hadmin(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    code = "from hivebatch.cli.hadmin import main; main()"
+    code = "from hivebatch.cli.hadmin.main import main; main()"
     return subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300
     )
@@ -80,7 +80,7 @@ def test_profile_run_measures_fits_and_stores(run_env, lab_jobs) -> None:  # typ
     assert state == "COMPLETED" and node.startswith("node") and "gres/gpu=1" in tres
     # the stored profile answers predictions
     pred = subprocess.run(
-        [sys.executable, "-c", "from hivebatch.cli.main import main; main()", "model", "predict", "--name", "standin",
+        [sys.executable, "-c", "from hivebatch.cli.hivebatch.main import main; main()", "model", "predict", "--name", "standin",
          "--batch", "32", "--iters", "100", "--overhead", "0", "--json"],
         capture_output=True, text=True, env=env, check=True,
     )  # fmt: skip

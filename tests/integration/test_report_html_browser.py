@@ -17,7 +17,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from report_scenario import make_db, write_config  # noqa: E402
 
-from hivebatch.cli.hadmin import cli  # noqa: E402
+from hivebatch.cli.hadmin.main import cli  # noqa: E402
 
 CHROMIUM = os.environ.get("HIVEBATCH_CHROMIUM", "/usr/bin/chromium")
 FLAGS = [

@@ -13,7 +13,7 @@ from hivebatch.controller.context import ControllerContext, load_context
 from hivebatch.controller.cycle import CycleReport, run_cycle
 from hivebatch.db import Base, Event, Job, open_database
 from hivebatch.request import JobRequest
-from hivebatch.slurm.fake import FakeSlurm
+from hivebatch.testing.fake_slurm import FakeSlurm
 
 CONFIG = """
 cluster:

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 def hivebatch(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from hivebatch.cli.main import main; main()", *args],
+        [sys.executable, "-c", "from hivebatch.cli.hivebatch.main import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -21,7 +21,7 @@ def replay(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-c",
-            "from hivebatch.cli.main import main; main()",
+            "from hivebatch.cli.hivebatch.main import main; main()",
             "cells",
             "replay",
             str(path),

@@ -10,15 +10,16 @@ import pytest
 from click.testing import CliRunner
 from controller_support import CONFIG
 
-from hivebatch.cli.controller_cmd import controller
+from hivebatch.cli.hivebatch.controller import controller
 from hivebatch.controller import AlreadyRunning, ControllerLock
 from hivebatch.db import migrate, open_database
+from hivebatch.testing.fake_slurm import FakeSlurm
 
 
 @pytest.fixture()
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
-    monkeypatch.setenv("HIVEBATCH_SLURM_BACKEND", "fake")
+    monkeypatch.setattr("hivebatch.slurm.get_backend", lambda name=None: FakeSlurm())
     cfg = tmp_path / "hivebatch.yaml"
     cfg.write_text(CONFIG)
     return cfg

@@ -56,7 +56,7 @@ def test_finished_job_releases_its_cells_and_books_gpu_hours(env: Env) -> None:
     second = env.submit("alice", "cv", 8)
     env.cycle()
     assert env.job(second).state == "queued"
-    assert "cv" in (env.job(second).reason or "") or env.job(second).reason
+    assert env.job(second).reason == "waiting for VC cv's GPUs: it needs 8 of the VC's 12, fewer are free now"
     env.slurm.advance(3600)
     env.slurm.finish(first)
     env.cycle()
@@ -224,3 +224,26 @@ def test_foreign_work_is_booked_as_foreign_gpu_time(env: Env) -> None:
         rows = s.scalars(select(GpuUsage)).all()
     assert [(r.node, r.gpu_index, r.vc_name) for r in rows] == [("node4", 7, "")]
     assert rows[0].foreign_s == pytest.approx(1800, abs=5) and rows[0].guaranteed_s == 0
+
+
+def test_a_model_without_profile_is_planned_plain_and_its_owner_told(env: Env) -> None:
+    jid = env.submit("alice", "cv", 1, model="nosuchnet", batch_size=32, iters=1000)
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "placed"
+    assert job.reason and "no profile for model nosuchnet" in job.reason
+    assert job.reason.endswith("planned as a plain job")
+    (placed,) = env.events(jid, kind="placed")
+    assert placed.message.endswith("planned as a plain job")
+
+
+def test_a_waiting_job_is_told_its_model_is_planned_plain(env: Env) -> None:
+    env.submit("alice", "cv", 8)
+    env.submit("alice", "cv", 4)
+    env.cycle()
+    jid = env.submit("alice", "cv", 4, model="nosuchnet", batch_size=32, iters=1000)
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "queued"
+    assert job.reason is not None and job.reason.startswith("waiting for VC cv's GPUs")
+    assert job.reason.endswith("planned as a plain job)")

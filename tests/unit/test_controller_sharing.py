@@ -139,7 +139,7 @@ def test_the_shared_gpu_is_given_back_when_its_last_slice_ends(env: Env) -> None
 
 
 def test_quota_report_counts_slices_by_share_and_shows_colocated_gpu_hours(env: Env) -> None:
-    from hivebatch.cli.hadmin_report import _compute
+    from hivebatch.cli.hadmin.report import _compute
     from hivebatch.reports.render import quota_notes
 
     owner = _slice(env, "carol", "sys", 8)

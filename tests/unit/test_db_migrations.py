@@ -9,7 +9,7 @@ from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
 from sqlalchemy import inspect
 
-from hivebatch.cli.db_cmd import db
+from hivebatch.cli.hivebatch.db import db
 from hivebatch.db import Base, make_engine, migrate
 
 

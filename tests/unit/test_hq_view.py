@@ -8,10 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from hivebatch.cli.hq_data import Filters, collect_rows, format_placement, parse_states, plain_reason
-from hivebatch.cli.hq_format import Column, format_slack, parse_format, render_plain
+from hivebatch.cli.hq.columns import Column, parse_format, render_plain
+from hivebatch.cli.hq.rows import Filters, collect_rows, parse_states, plain_reason
 from hivebatch.errors import HivebatchError
 from hivebatch.request import JobRequest
+from hivebatch.state.formats import format_placement, format_slack
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, 0)
 

@@ -63,7 +63,7 @@ def test_a_new_model_borrows_a_profile_with_like(config) -> None:  # type: ignor
 
 def run_hsub(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {"HIVEBATCH_CONFIG": str(EXAMPLE), "PATH": "/usr/bin:/bin", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "hivebatch.cli.hsub", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hivebatch.cli.hsub.main", *args], capture_output=True, text=True,
                           env=env, cwd=PROJECT, timeout=60, check=False)  # fmt: skip
 
 
@@ -94,7 +94,7 @@ def test_dry_run_does_not_import_heavy_modules(tmp_path: Path) -> None:
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\ntrue\n")
     code = (
-        "import sys; from hivebatch.cli import hsub\n"
+        "import sys; from hivebatch.cli.hsub import main as hsub\n"
         f"hsub.run(['-A', 'cv', '--gpus', '2', '--dry-run', {str(script)!r}])\n"
         "heavy = sorted(m for m in ('sqlalchemy', 'rich', 'numpy', 'click') if m in sys.modules)\n"
         "print('HEAVY', heavy)\n"

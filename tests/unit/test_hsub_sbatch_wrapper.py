@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hivebatch.cli.sbatch_wrapper import scan, script_asks_for_gpus
+from hivebatch.cli.hsub.sbatch_wrapper import scan, script_asks_for_gpus
 
 PROJECT = Path(__file__).resolve().parents[2]
 

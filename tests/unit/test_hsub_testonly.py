@@ -9,9 +9,9 @@ import pytest
 
 import hivebatch.slurm
 from hivebatch.request import JobRequest
-from hivebatch.slurm.fake import FakeSlurm
 from hivebatch.submit.build import prepare
 from hivebatch.submit.testonly import predict, render_prediction
+from hivebatch.testing.fake_slurm import FakeSlurm
 
 PROJECT = Path(__file__).resolve().parents[2]
 

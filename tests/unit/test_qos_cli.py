@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from qos_helpers import PROFILE_DATA, simple_profile
 
-from hivebatch.cli.main import cli
+from hivebatch.cli.hivebatch.main import cli
 from hivebatch.qos import Shape
 from hivebatch.qos.perfmodel import step_time
 
@@ -85,7 +85,7 @@ def test_bad_csv_is_one_line_exit_1(env: Path, tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "from hivebatch.cli.main import main; main()",
+            "from hivebatch.cli.hivebatch.main import main; main()",
             "model",
             "fit",
             str(bad),

@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 from report_scenario import make_db, write_config
 
-from hivebatch.cli.hadmin import cli
+from hivebatch.cli.hadmin.main import cli
+from hivebatch.testing.fake_slurm import FakeSlurm
 
 WINDOW = ["--since", "2026-11-16", "--until", "2026-11-16T10:00"]
 
@@ -24,7 +25,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     make_db(tmp_path / "hivebatch.db")  # the config's database.url is relative to its directory
     monkeypatch.setenv("HIVEBATCH_CONFIG", str(path))
     monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
-    monkeypatch.setenv("HIVEBATCH_SLURM_BACKEND", "fake")
+    monkeypatch.setattr("hivebatch.slurm.get_backend", lambda name=None: FakeSlurm())
     return path
 
 
@@ -136,7 +137,7 @@ def test_vc_check_config_only(config: Path) -> None:
 
 def _hadmin(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from hivebatch.cli.hadmin import main; main()", *args],
+        [sys.executable, "-c", "from hivebatch.cli.hadmin.main import main; main()", *args],
         capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
 

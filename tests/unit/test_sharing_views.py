@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from controller_support import CONFIG, Env, make_env
 
-from hivebatch.cli.hq_data import JobRow, merge_ledger, row_from_slurm
-from hivebatch.cli.hq_format import DEFAULT_FIELDS, Column, render_plain
+from hivebatch.cli.hq.columns import DEFAULT_FIELDS, Column, render_plain
+from hivebatch.cli.hq.rows import JobRow, merge_ledger, row_from_slurm
 from hivebatch.reports.gpumap import build_cluster_map
 from hivebatch.reports.mapview import map_dict, plain_slot, summary_lines
 from hivebatch.reports.source import load_slots

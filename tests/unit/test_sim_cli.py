@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hivebatch.cli.common import run_cli
-from hivebatch.cli.main import cli
+from hivebatch.cli.hivebatch.main import cli
 
 KEYS = {
     "policy",
@@ -147,7 +147,7 @@ def test_bad_input_is_one_clear_line(
 
 
 def test_policy_choices_match_the_policies_the_qos_core_offers() -> None:
-    from hivebatch.cli.simulate_cmd import POLICY_CHOICES
+    from hivebatch.cli.hivebatch.simulate import POLICY_CHOICES
     from hivebatch.qos import POLICY_NAMES
 
     assert set(POLICY_CHOICES) == {*POLICY_NAMES, "all"}

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from hivebatch.cli.hadmin import cli as hadmin
+from hivebatch.cli.hadmin.main import cli as hadmin
 from hivebatch.errors import ConfigError
 from hivebatch.slurmconf import (
     AccountingPlan,
@@ -162,6 +162,7 @@ def test_cli_writes_files_once(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [
         "accounts.sh",
         "gres.conf",
+        "job_submit.lua",
         "slurm.conf",
         "slurmdbd.conf",
     ]

@@ -1,0 +1,1 @@
+"""``hadmin``: the administrator's commands."""

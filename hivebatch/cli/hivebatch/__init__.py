@@ -1,0 +1,1 @@
+"""``hivebatch``: cells, model, controller, simulate and db subcommands."""

@@ -1,0 +1,1 @@
+"""``hq``: squeue with hivebatch's columns."""

@@ -1,0 +1,273 @@
+"""What ``hq`` shows: Slurm's view of the jobs merged with the controller's ledger (read-only).
+
+Slurm is the truth for what runs now (state, nodes, GPU indices); the DB adds what only hivebatch
+knows (predicted start and finish, slack against the class's ECT, why a job waits). Before the
+controller ever ran there is no DB, and rows carry what Slurm and the job's comment say.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hivebatch.request import JobRequest
+from hivebatch.state.jobstates import FINAL_TO_SLURM, SLURM_ACTIVE_STATES, SLURM_STATE_CODES, WAITING_STATES
+
+STATE_CODES = SLURM_STATE_CODES
+CODE_STATES = {v: k for k, v in STATE_CODES.items()}
+
+SLURM_REASONS = {
+    "JobHeldAdmin": "held by hivebatch until the controller places it",
+    "JobHeldUser": "held by its owner (scontrol release JOBID to let it go)",
+    "Priority": "released; Slurm starts it at its next scheduling pass",
+    "Resources": "released; Slurm is waiting for its GPUs to be freed",
+    "Dependency": "waiting for the jobs it depends on",
+    "DependencyNeverSatisfied": "its dependency can never be met: cancel it",
+    "BeginTime": "waiting for its --begin time",
+    "BadConstraints": "Slurm cannot meet its node request",
+    "job_requeued_in_held_state": "preempted and requeued; waiting to be placed again",
+    "launch failed requeued held": "its start failed; requeued and held",
+    "ReqNodeNotAvail": "a node it was given is not available",
+    "QOSMaxGRESPerUser": "its class's per-user GPU limit is reached",
+    "AssocGrpGRES": "its virtual cluster's GPU limit is reached",
+}
+
+
+def plain_reason(reason: str | None) -> str | None:
+    """Slurm's reason code in plain words (unknown codes are shown as Slurm gives them)."""
+    if not reason or reason in ("None", "(null)"):
+        return None
+    for code, words in SLURM_REASONS.items():
+        if reason == code or reason.startswith(code + ",") or reason.startswith(code + " "):
+            return words
+    return reason
+
+
+@dataclass
+class JobRow:
+    job_id: int
+    name: str | None = None
+    user: str | None = None
+    vc: str | None = None
+    qos: str | None = None
+    state: str = "PENDING"  # Slurm's state name
+    hivebatch_state: str | None = None  # the ledger's state, when the controller has seen the job
+    gpus: int = 0
+    gpu_type: str | None = None
+    placement: dict[str, list[int]] = field(default_factory=dict)
+    submit_time: dt.datetime | None = None
+    start_time: dt.datetime | None = None
+    end_time: dt.datetime | None = None
+    predicted_start: dt.datetime | None = None
+    predicted_end: dt.datetime | None = None
+    expected_completion: dt.datetime | None = None
+    slack_s: float | None = None
+    time_limit_s: int | None = None
+    reason: str | None = None
+    hivebatch: bool = True  # submitted through hsub
+    gpu_mem_mib: int | None = None  # --gpu-mem: a slice of one GPU (or the memory used per whole GPU)
+    gpu_total_mib: int | None = None  # memory of one such GPU, from the config (for ``8G/32G``)
+
+    @property
+    def is_slice(self) -> bool:
+        return bool(
+            self.gpu_mem_mib
+            and self.gpus == 1
+            and self.gpu_total_mib
+            and self.gpu_mem_mib < self.gpu_total_mib
+        )
+
+    @property
+    def state_code(self) -> str:
+        return STATE_CODES.get(self.state, self.state[:2])
+
+    @property
+    def pending(self) -> bool:
+        return self.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD")
+
+    def to_json(self) -> dict[str, Any]:
+        def iso(t: dt.datetime | None) -> str | None:
+            return None if t is None else t.replace(microsecond=0).isoformat() + "Z"
+
+        return {
+            "job_id": self.job_id,
+            "name": self.name,
+            "user": self.user,
+            "vc": self.vc,
+            "qos": self.qos,
+            "state": self.state,
+            "hivebatch_state": self.hivebatch_state,
+            "gpus": self.gpus,
+            "gpu_type": self.gpu_type,
+            "placement": {n: sorted(g) for n, g in sorted(self.placement.items())},
+            "submit_time": iso(self.submit_time),
+            "start_time": iso(self.start_time),
+            "end_time": iso(self.end_time),
+            "predicted_start": iso(self.predicted_start),
+            "predicted_end": iso(self.predicted_end),
+            "expected_completion": iso(self.expected_completion),
+            "slack_s": None if self.slack_s is None else round(self.slack_s, 1),
+            "time_limit_s": self.time_limit_s,
+            "reason": self.reason,
+            "gpu_mem_mib": self.gpu_mem_mib,
+            "gpu_total_mib": self.gpu_total_mib,
+        }
+
+
+def _naive_utc(t: dt.datetime | None) -> dt.datetime | None:
+    if t is None:
+        return None
+    if t.tzinfo is not None:
+        return t.astimezone(dt.UTC).replace(tzinfo=None)
+    return t
+
+
+def row_from_slurm(job: Any) -> JobRow:
+    """A row from a SlurmJob alone (the request in its comment fills in VC, class and GPUs)."""
+    req = JobRequest.from_comment(getattr(job, "comment", None))
+    gpus_map = {n: sorted(g) for n, g in (getattr(job, "gpus", None) or {}).items() if g}
+    if not gpus_map:  # a job sharing GPUs holds shards of them: show the GPUs it shares
+        gpus_map = {n: sorted(s) for n, s in (getattr(job, "shards", None) or {}).items() if s}
+    row = JobRow(
+        job_id=int(job.job_id),
+        name=job.name,
+        user=job.user,
+        vc=req.vc if req else job.account,
+        qos=req.qos if req else job.qos,
+        state=str(job.state).upper(),
+        gpus=req.gpus if req else sum(len(g) for g in gpus_map.values()),
+        gpu_type=req.gpu_type if req else None,
+        placement=gpus_map,
+        submit_time=_naive_utc(job.submit_time),
+        start_time=_naive_utc(job.start_time) if str(job.state).upper() != "PENDING" else None,
+        end_time=_naive_utc(job.end_time) if str(job.state).upper() not in ("PENDING", "RUNNING") else None,
+        time_limit_s=job.time_limit_s,
+        hivebatch=req is not None,
+        gpu_mem_mib=req.gpu_mem_mib if req else None,
+    )
+    if row.pending:
+        row.placement = {}
+        row.reason = plain_reason(job.reason)
+        if req is not None and job.reason in ("JobHeldAdmin", "JobHeldUser"):
+            row.reason = "waiting for the hivebatch controller to look at it"
+    elif row.state == "RUNNING" and row.start_time and row.time_limit_s:
+        row.predicted_end = row.start_time + dt.timedelta(seconds=row.time_limit_s)
+    return row
+
+
+def merge_ledger(row: JobRow | None, db_job: Any) -> JobRow:
+    """Add the controller's view of one job to the Slurm row (or make a row for a job Slurm forgot)."""
+    if row is None:
+        row = JobRow(
+            job_id=int(db_job.slurm_job_id),
+            name=db_job.name,
+            user=db_job.user,
+            vc=db_job.vc_name or db_job.account,
+            qos=db_job.qos,
+            state=FINAL_TO_SLURM.get(
+                db_job.state, "PENDING" if db_job.state in WAITING_STATES else "RUNNING"
+            ),
+            gpus=db_job.gpus or 0,
+            gpu_type=db_job.gpu_type,
+            placement={n: sorted(g) for n, g in (db_job.placement or {}).items()},
+            submit_time=db_job.submit_time,
+            start_time=db_job.start_time,
+            end_time=db_job.end_time,
+            hivebatch=not db_job.foreign,
+        )
+    row.hivebatch_state = db_job.state
+    if row.gpu_mem_mib is None and isinstance(db_job.request, dict) and db_job.request.get("gpu_mem_mib"):
+        row.gpu_mem_mib = int(db_job.request["gpu_mem_mib"])
+    row.vc = row.vc or db_job.vc_name
+    row.qos = row.qos or db_job.qos
+    row.gpu_type = row.gpu_type or db_job.gpu_type
+    if not row.gpus:
+        row.gpus = db_job.gpus or 0
+    row.expected_completion = db_job.expected_completion
+    row.slack_s = db_job.slack_s
+    if row.state == "RUNNING":
+        row.predicted_start = row.start_time or db_job.predicted_start
+        row.predicted_end = db_job.predicted_end or row.predicted_end
+        if not row.placement and db_job.placement:
+            row.placement = {n: sorted(g) for n, g in db_job.placement.items()}
+    elif row.pending:
+        row.predicted_start = db_job.predicted_start
+        row.predicted_end = db_job.predicted_end
+        if db_job.state == "placed" and db_job.placement:
+            # placed and released: Slurm has not started it yet, but its GPUs are chosen
+            row.placement = {n: sorted(g) for n, g in db_job.placement.items()}
+        if db_job.reason and db_job.state in WAITING_STATES:
+            row.reason = db_job.reason
+    else:
+        row.predicted_end = row.predicted_end or db_job.predicted_end
+        if not row.placement and db_job.placement:
+            row.placement = {n: sorted(g) for n, g in db_job.placement.items()}
+        if db_job.state in ("failed", "cancelled") and db_job.reason:
+            row.reason = db_job.reason
+    if row.expected_completion and row.predicted_end and row.state in ("PENDING", "RUNNING"):
+        row.slack_s = (row.expected_completion - row.predicted_end).total_seconds()
+    return row
+
+
+@dataclass
+class Filters:
+    users: set[str] | None = None
+    accounts: set[str] | None = None
+    qos: set[str] | None = None
+    states: set[str] | None = None  # Slurm state names; None = active ones
+    job_ids: set[int] | None = None
+    all_states: bool = False
+
+    def keep(self, row: JobRow) -> bool:
+        if self.job_ids is not None and row.job_id not in self.job_ids:
+            return False
+        if self.users is not None and row.user not in self.users:
+            return False
+        if self.accounts is not None and row.vc not in self.accounts:
+            return False
+        if self.qos is not None and row.qos not in self.qos:
+            return False
+        if self.all_states:
+            return True
+        if self.states is not None:
+            return row.state in self.states
+        # like squeue: active jobs, plus any job asked for by id
+        return row.state in SLURM_ACTIVE_STATES or self.job_ids is not None
+
+
+def parse_states(text: str) -> tuple[set[str] | None, bool]:
+    """squeue's -t: names or codes, comma-separated; ``all`` means every state."""
+    from hivebatch.errors import HivebatchError
+
+    states: set[str] = set()
+    for part in text.split(","):
+        p = part.strip().upper()
+        if not p:
+            continue
+        if p == "ALL":
+            return None, True
+        if p in STATE_CODES:
+            states.add(p)
+        elif p in CODE_STATES:
+            states.add(CODE_STATES[p])
+        else:
+            raise HivebatchError(
+                f"-t/--states: unknown state {part.strip()!r} (e.g. PENDING, RUNNING, PD, R, all)"
+            )
+    return states, False
+
+
+def collect_rows(slurm_jobs: Iterable[Any], db_jobs: Iterable[Any], filters: Filters) -> list[JobRow]:
+    rows: dict[int, JobRow] = {}
+    for job in slurm_jobs:
+        rows[int(job.job_id)] = row_from_slurm(job)
+    for db_job in db_jobs:
+        jid = int(db_job.slurm_job_id)
+        rows[jid] = merge_ledger(rows.get(jid), db_job)
+    kept = [r for r in rows.values() if filters.keep(r)]
+    # like squeue: running first, then pending by predicted start, then by id
+    order = {"RUNNING": 0, "COMPLETING": 1, "PENDING": 2}
+    far = dt.datetime.max
+    return sorted(kept, key=lambda r: (order.get(r.state, 3), r.predicted_start or far, r.job_id))

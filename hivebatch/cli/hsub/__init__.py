@@ -1,0 +1,1 @@
+"""``hsub``: sbatch with hivebatch's options."""
