@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import signal
 import statistics
 import sys
 from collections.abc import Iterator
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=10, help="rows per list (default 10)")
     ap.add_argument("--any", action="store_true", help="list every function with a bare Any")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
     report(args.paths or [ROOT / "hivebatch"], args.top, args.any)
     return 0
 
