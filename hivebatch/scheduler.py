@@ -12,13 +12,43 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
-    from hivebatch.cells import CellAllocator
+    from hivebatch.cells import Request
     from hivebatch.qos import Plan, Platform, Shape, Task
 
 OutcomeResult = Literal["placed", "waiting", "rejected"]
+
+
+class Placement(Protocol):
+    """What a round reads of an allocator's answer (hivebatch.cells.Decision)."""
+
+    @property
+    def result(self) -> str: ...
+    @property
+    def placement(self) -> dict[str, list[int]]: ...
+    @property
+    def preempted(self) -> list[str]: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+class Allocator(Protocol):
+    """What a round needs of the allocator: the cell core, or the simulator's quota pool."""
+
+    def allocate(self, req: Request) -> Placement: ...
+
+
+class Planner(Protocol):
+    """A QoS policy (hivebatch.qos.policies): orders the tasks and picks their shapes."""
+
+    def plan(
+        self, tasks: list[Task], now: float, platform: Platform, limits: dict[str, int] | None
+    ) -> Iterable[Plan]: ...
+
 
 OPPORTUNISTIC_PRIORITY = -1
 GUARANTEED_PRIORITY = 0
@@ -65,8 +95,8 @@ def default_priority(task: Task, opportunistic_task_ids: Collection[str]) -> int
 def schedule_round(
     tasks: Iterable[Task],
     now: float,
-    alloc: CellAllocator | Any,
-    policy: Any,
+    alloc: Allocator,
+    policy: Planner,
     platform: Platform,
     opportunistic_task_ids: Collection[str] = frozenset(),
     *,
@@ -112,7 +142,7 @@ def schedule_round(
     outcomes: list[Outcome] = []
     # Within a round the allocator's free capacity only shrinks (except through preemption), so a
     # request shape that was refused stays refused: remember it instead of asking again.
-    refused: dict[tuple[str, int, int, str | None, int], Any] = {}
+    refused: dict[tuple[str, int, int, str | None, int], Placement] = {}
     blocked_by: dict[str, str] = {}  # VC -> the task at the head of its queue that waits
     for plan in plans:
         task = plan.task

@@ -1,6 +1,8 @@
 """Cells, virtual clusters and buddy cell allocation (HiveD): pure Python, no I/O."""
 
-from hivebatch.cells.config import (
+from hivebatch.cells.capacity import check_feasibility
+from hivebatch.cells.config import parse_cluster_config, parse_memory_mib
+from hivebatch.cells.spec import (
     CellType,
     ChainSpec,
     ClusterSpec,
@@ -8,9 +10,6 @@ from hivebatch.cells.config import (
     NodeSpec,
     PhysicalCellSpec,
     VCSpec,
-    check_feasibility,
-    parse_cluster_config,
-    parse_memory_mib,
 )
 
 __all__ = [

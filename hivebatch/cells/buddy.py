@@ -9,7 +9,7 @@ holding bad hardware are decomposed into their largest healthy parts.
 
 from __future__ import annotations
 
-from hivebatch.cells.config import ClusterSpec
+from hivebatch.cells.spec import ClusterSpec
 from hivebatch.cells.tree import Cell, PhysicalTree
 
 

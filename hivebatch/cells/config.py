@@ -11,124 +11,15 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+# the spec types and the feasibility check moved to spec.py and capacity.py; they are still read from here
+from hivebatch.cells.capacity import check_feasibility as check_feasibility
+from hivebatch.cells.capacity import physical_counts as physical_counts
+from hivebatch.cells.capacity import vc_demand as vc_demand
+from hivebatch.cells.spec import CellType, ChainSpec, ClusterSpec, NodeSpec, PhysicalCellSpec, VCSpec
+from hivebatch.cells.spec import InfeasibleConfigError as InfeasibleConfigError
 from hivebatch.errors import ConfigError
-
-
-class InfeasibleConfigError(ConfigError):
-    """The VCs ask for more cells of some level than the physical cluster can provide."""
-
-    def __init__(self, chain: str, level: int, cell_type: str, needed: int, available: int) -> None:
-        self.chain = chain
-        self.level = level
-        self.cell_type = cell_type
-        self.needed = needed
-        self.available = available
-        super().__init__(
-            f"infeasible virtual clusters: chain {chain}, level {level} ({cell_type}): "
-            f"the VCs need {needed} cells but the cluster has only {available} available "
-            f"(counting splits of higher cells); reduce the VC cells or add hardware"
-        )
-
-
-@dataclass(frozen=True)
-class CellType:
-    name: str
-    chain: str
-    level: int  # 1 = leaf (one GPU)
-    child: str | None
-    count: int  # children per cell; 1 for a leaf
-    gpus: int  # GPUs in one cell of this type
-    nodes: int  # nodes one cell spans (1 at or below node level)
-    is_node: bool
-    memory_mib: int | None = None
-
-
-@dataclass(frozen=True)
-class ChainSpec:
-    name: str  # = the leaf type = the GPU type
-    types: tuple[str, ...]  # bottom-up; types[level - 1]
-    node_level: int
-    gpus_per_node: int
-    node_indices: tuple[int, ...]  # default GPU indices of a node, tree order
-
-    def type_at(self, level: int) -> str:
-        return self.types[level - 1]
-
-    @property
-    def top_level(self) -> int:
-        return len(self.types)
-
-
-@dataclass(frozen=True)
-class PhysicalCellSpec:
-    type: str
-    nodes: tuple[str, ...]
-    gpu_indices: tuple[int, ...] | None = None  # per node, tree order; None = 0..n-1
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    name: str
-    gpu_type: str
-    gpu_indices: list[int]
-    socket_of: dict[int, int]
-    chain: str
-
-
-@dataclass(frozen=True)
-class VCSpec:
-    name: str
-    cells: dict[str, int]
-
-
-@dataclass
-class ClusterSpec:
-    cell_types: dict[str, CellType]
-    chains: dict[str, ChainSpec]
-    physical_cells: list[PhysicalCellSpec]
-    nodes: list[NodeSpec]
-    vcs: dict[str, VCSpec]
-    _node_by_name: dict[str, NodeSpec] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        self._node_by_name = {n.name: n for n in self.nodes}
-
-    @property
-    def gpu_types(self) -> list[str]:
-        return list(self.chains)
-
-    def node(self, name: str) -> NodeSpec:
-        return self._node_by_name[name]
-
-    def has_node(self, name: str) -> bool:
-        return name in self._node_by_name
-
-    def gpus_per_node(self, gpu_type: str) -> int:
-        return self.chains[gpu_type].gpus_per_node
-
-    def vc_gpus(self, vc: str, gpu_type: str | None = None) -> int:
-        total = 0
-        for type_name, n in self.vcs[vc].cells.items():
-            ct = self.cell_types[type_name]
-            if gpu_type is None or ct.chain == gpu_type:
-                total += ct.gpus * n
-        return total
-
-    def gpu_memory_mib(self, gpu_type: str) -> int | None:
-        ct = self.cell_types.get(gpu_type)
-        return ct.memory_mib if ct else None
-
-    def total_gpus(self, gpu_type: str | None = None) -> int:
-        return sum(len(n.gpu_indices) for n in self.nodes if gpu_type is None or n.gpu_type == gpu_type)
-
-    def vc_chains(self, vc: str) -> list[str]:
-        """Chains where the VC has cells, in config order of the chains."""
-        mine = {self.cell_types[t].chain for t, n in self.vcs[vc].cells.items() if n > 0}
-        return [c for c in self.chains if c in mine]
-
 
 _MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$")
 _MEMORY_FACTOR = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
@@ -155,6 +46,52 @@ def _positive_int(value: Any, where: str) -> int:
 
 
 def _parse_cell_types(raw: Any) -> tuple[dict[str, CellType], dict[str, ChainSpec]]:
+    declared = _declared_types(raw)
+    parent_of = _parent_links(declared)
+    composite = [n for n, b in declared.items() if b.get("child") is not None]
+    leaves = {n for n, b in declared.items() if b.get("child") is None} | {
+        str(declared[n]["child"]) for n in composite if str(declared[n]["child"]) not in declared
+    }
+    # Walk each chain upward from its leaf; whatever composite type is not reached lies on a cycle.
+    types: dict[str, CellType] = {}
+    chains: dict[str, ChainSpec] = {}
+    reached: set[str] = set()
+    for leaf in sorted(leaves):
+        path = _chain_path(leaf, parent_of)
+        reached.update(path)
+        node_level = _node_level(leaf, path, declared)
+        types.update(_chain_types(leaf, path, node_level, declared))
+        gpn = types[path[node_level - 1]].gpus
+        chains[leaf] = ChainSpec(
+            name=leaf,
+            types=tuple(path),
+            node_level=node_level,
+            gpus_per_node=gpn,
+            node_indices=tuple(range(gpn)),
+        )
+    # chains in config order: by the first declared type that belongs to each chain
+    names = list(declared)
+
+    def first_declared(c: ChainSpec) -> int:
+        return (
+            min(names.index(t) for t in c.types if t in declared)
+            if any(t in declared for t in c.types)
+            else len(names)
+        )
+
+    chains = {c.name: c for c in sorted(chains.values(), key=first_declared)}
+    cyclic = set(declared) - reached
+    if cyclic:
+        start = sorted(cyclic)[0]
+        path = [start]
+        while str(declared[path[-1]].get("child")) not in path:
+            path.append(str(declared[path[-1]]["child"]))
+        path.append(str(declared[path[-1]]["child"]))
+        raise ConfigError(f"cell types form a cycle: {' -> '.join(path)}")
+    return types, chains
+
+
+def _declared_types(raw: Any) -> dict[str, Mapping[str, Any]]:
     if not isinstance(raw, Mapping) or not raw:
         raise ConfigError("cluster.cell_types must be a mapping of cell type name -> {child: TYPE, count: N}")
     declared: dict[str, Mapping[str, Any]] = {}
@@ -173,7 +110,11 @@ def _parse_cell_types(raw: Any) -> tuple[dict[str, CellType], dict[str, ChainSpe
                 f"(allowed: child, count, node, memory)"
             )
         declared[name] = body
+    return declared
 
+
+def _parent_links(declared: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Child type -> its parent type, after checking each type's child and count."""
     explicit_leaves = {n for n, b in declared.items() if b.get("child") is None}
     composite = {n for n, b in declared.items() if b.get("child") is not None}
     # A child that is not declared is a GPU model (leaf), unless its name is so close to a declared
@@ -206,83 +147,60 @@ def _parse_cell_types(raw: Any) -> tuple[dict[str, CellType], dict[str, ChainSpe
             )
         if body.get("node"):
             raise ConfigError(f"cell type {name}: a single GPU cannot be the node level")
+    return parent_of
 
-    leaves = explicit_leaves | {
-        str(declared[n]["child"]) for n in composite if str(declared[n]["child"]) not in declared
-    }
 
-    # Walk each chain upward from its leaf; whatever composite type is not reached lies on a cycle.
+def _chain_path(leaf: str, parent_of: Mapping[str, str]) -> list[str]:
+    """The chain's types from its leaf up to its top type."""
+    path = [leaf]
+    while path[-1] in parent_of:
+        nxt = parent_of[path[-1]]
+        if nxt in path:
+            raise ConfigError(f"cell types form a cycle: {' -> '.join([*path, nxt])}")
+        path.append(nxt)
+    return path
+
+
+def _node_level(leaf: str, path: list[str], declared: Mapping[str, Mapping[str, Any]]) -> int:
+    node_types = [t for t in path if declared.get(t, {}).get("node")]
+    if len(node_types) > 1:
+        raise ConfigError(
+            f"chain {leaf} has two node levels ({', '.join(node_types)}); mark exactly one type with node: true"
+        )
+    if not node_types:
+        raise ConfigError(
+            f"chain {leaf} ({' < '.join(path)}) has no node level; mark one type with node: true"
+        )
+    return path.index(node_types[0]) + 1
+
+
+def _chain_types(
+    leaf: str, path: list[str], node_level: int, declared: Mapping[str, Mapping[str, Any]]
+) -> dict[str, CellType]:
     types: dict[str, CellType] = {}
-    chains: dict[str, ChainSpec] = {}
-    reached: set[str] = set()
-    for leaf in sorted(leaves):
-        path = [leaf]
-        while path[-1] in parent_of:
-            nxt = parent_of[path[-1]]
-            if nxt in path:
-                raise ConfigError(f"cell types form a cycle: {' -> '.join([*path, nxt])}")
-            path.append(nxt)
-        reached.update(path)
-        node_types = [t for t in path if declared.get(t, {}).get("node")]
-        if len(node_types) > 1:
-            raise ConfigError(
-                f"chain {leaf} has two node levels ({', '.join(node_types)}); mark exactly one type with node: true"
-            )
-        if not node_types:
-            raise ConfigError(
-                f"chain {leaf} ({' < '.join(path)}) has no node level; mark one type with node: true"
-            )
-        node_level = path.index(node_types[0]) + 1
-        gpus = 1
-        memory = parse_memory_mib(declared.get(leaf, {}).get("memory"), f"cell type {leaf}: memory")
-        for level, t in enumerate(path, start=1):
-            body = declared.get(t, {})
-            if level > 1 and body.get("memory") is not None:
-                raise ConfigError(f"cell type {t}: memory belongs on the leaf GPU type {leaf}")
-            count = 1 if level == 1 else int(body["count"])
-            gpus *= count
-            nodes = 1
-            if level > node_level:
-                nodes = gpus // _gpus_of(path[:node_level], declared)
-            types[t] = CellType(
-                name=t,
-                chain=leaf,
-                level=level,
-                child=None if level == 1 else path[level - 2],
-                count=count,
-                gpus=gpus,
-                nodes=nodes,
-                is_node=(level == node_level),
-                memory_mib=memory if level == 1 else None,
-            )
-        gpn = types[path[node_level - 1]].gpus
-        chains[leaf] = ChainSpec(
-            name=leaf,
-            types=tuple(path),
-            node_level=node_level,
-            gpus_per_node=gpn,
-            node_indices=tuple(range(gpn)),
+    gpus = 1
+    memory = parse_memory_mib(declared.get(leaf, {}).get("memory"), f"cell type {leaf}: memory")
+    for level, t in enumerate(path, start=1):
+        body = declared.get(t, {})
+        if level > 1 and body.get("memory") is not None:
+            raise ConfigError(f"cell type {t}: memory belongs on the leaf GPU type {leaf}")
+        count = 1 if level == 1 else int(body["count"])
+        gpus *= count
+        nodes = 1
+        if level > node_level:
+            nodes = gpus // _gpus_of(path[:node_level], declared)
+        types[t] = CellType(
+            name=t,
+            chain=leaf,
+            level=level,
+            child=None if level == 1 else path[level - 2],
+            count=count,
+            gpus=gpus,
+            nodes=nodes,
+            is_node=(level == node_level),
+            memory_mib=memory if level == 1 else None,
         )
-    # chains in config order: by the first declared type that belongs to each chain
-    names = list(declared)
-
-    def first_declared(c: ChainSpec) -> int:
-        return (
-            min(names.index(t) for t in c.types if t in declared)
-            if any(t in declared for t in c.types)
-            else len(names)
-        )
-
-    chains = {c.name: c for c in sorted(chains.values(), key=first_declared)}
-    cyclic = set(declared) - reached
-    if cyclic:
-        start = sorted(cyclic)[0]
-        path = [start]
-        while str(declared[path[-1]].get("child")) not in path:
-            path.append(str(declared[path[-1]]["child"]))
-        path.append(str(declared[path[-1]]["child"]))
-        raise ConfigError(f"cell types form a cycle: {' -> '.join(path)}")
-    return types, chains
+    return types
 
 
 def _gpus_of(path: list[str], declared: Mapping[str, Mapping[str, Any]]) -> int:
@@ -321,31 +239,8 @@ def _parse_physical_cells(
                 f"{where}: a physical cell must be a whole node or bigger; {tname} is below the node level "
                 f"{chain.type_at(chain.node_level)}"
             )
-        raw_nodes = entry.get("nodes")
-        if isinstance(raw_nodes, str):
-            raw_nodes = [raw_nodes]
-        if (
-            not isinstance(raw_nodes, list)
-            or not raw_nodes
-            or not all(isinstance(n, str) and n for n in raw_nodes)
-        ):
-            raise ConfigError(
-                f"{where}: nodes must be a list of node names, e.g. nodes: [node1] or [node[1-4]]"
-            )
-        raw_nodes = [n for name in raw_nodes for n in expand_hostlist(name, where)]
-        indices: tuple[int, ...] | None = None
-        if entry.get("gpu_indices") is not None:
-            gi = entry["gpu_indices"]
-            if (
-                not isinstance(gi, list)
-                or len(gi) != chain.gpus_per_node
-                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in gi)
-                or len(set(gi)) != len(gi)
-            ):
-                raise ConfigError(
-                    f"{where}: gpu_indices must list {chain.gpus_per_node} distinct GPU indices per node in tree order"
-                )
-            indices = tuple(gi)
+        raw_nodes = _entry_nodes(entry, where)
+        indices = _entry_indices(entry, where, chain)
         if ct.is_node:
             groups = [[n] for n in raw_nodes]  # a node-level entry may list several nodes: one cell each
         else:
@@ -375,6 +270,35 @@ def _parse_physical_cells(
                     )
                 )
     return cells, nodes
+
+
+def _entry_nodes(entry: Mapping[str, Any], where: str) -> list[str]:
+    raw_nodes = entry.get("nodes")
+    if isinstance(raw_nodes, str):
+        raw_nodes = [raw_nodes]
+    if (
+        not isinstance(raw_nodes, list)
+        or not raw_nodes
+        or not all(isinstance(n, str) and n for n in raw_nodes)
+    ):
+        raise ConfigError(f"{where}: nodes must be a list of node names, e.g. nodes: [node1] or [node[1-4]]")
+    return [n for name in raw_nodes for n in expand_hostlist(name, where)]
+
+
+def _entry_indices(entry: Mapping[str, Any], where: str, chain: ChainSpec) -> tuple[int, ...] | None:
+    gi = entry.get("gpu_indices")
+    if gi is None:
+        return None
+    if (
+        not isinstance(gi, list)
+        or len(gi) != chain.gpus_per_node
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in gi)
+        or len(set(gi)) != len(gi)
+    ):
+        raise ConfigError(
+            f"{where}: gpu_indices must list {chain.gpus_per_node} distinct GPU indices per node in tree order"
+        )
+    return tuple(gi)
 
 
 _RANGE_RE = re.compile(r"^([^\[\]]*)\[([0-9,\-]+)\]([^\[\]]*)$")
@@ -437,40 +361,6 @@ def _parse_vcs(raw: Any, types: dict[str, CellType]) -> dict[str, VCSpec]:
                 cells[tname] = n
         vcs[name] = VCSpec(name=name, cells=cells)
     return vcs
-
-
-def physical_counts(spec: ClusterSpec) -> dict[str, dict[int, int]]:
-    """Top-level physical cells per chain and level."""
-    out: dict[str, dict[int, int]] = {c: {} for c in spec.chains}
-    for pc in spec.physical_cells:
-        ct = spec.cell_types[pc.type]
-        out[ct.chain][ct.level] = out[ct.chain].get(ct.level, 0) + 1
-    return out
-
-
-def vc_demand(spec: ClusterSpec) -> dict[str, dict[int, int]]:
-    out: dict[str, dict[int, int]] = {c: {} for c in spec.chains}
-    for vc in spec.vcs.values():
-        for tname, n in vc.cells.items():
-            ct = spec.cell_types[tname]
-            out[ct.chain][ct.level] = out[ct.chain].get(ct.level, 0) + n
-    return out
-
-
-def check_feasibility(spec: ClusterSpec) -> None:
-    """Top-down: what is left at level k after the VCs' level-k cells splits into level k-1 cells."""
-    have = physical_counts(spec)
-    need = vc_demand(spec)
-    for cname, chain in spec.chains.items():
-        leftover = 0
-        for level in range(chain.top_level, 0, -1):
-            available = leftover + have[cname].get(level, 0)
-            needed = need[cname].get(level, 0)
-            if needed > available:
-                raise InfeasibleConfigError(cname, level, chain.type_at(level), needed, available)
-            leftover = available - needed
-            if level > 1:
-                leftover *= spec.cell_types[chain.type_at(level)].count
 
 
 def parse_cluster_config(data: Mapping[str, Any], check_feasible: bool = True) -> ClusterSpec:

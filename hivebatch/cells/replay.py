@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hivebatch.cells.allocator import CellAllocator
-from hivebatch.cells.config import ClusterSpec, parse_cluster_config
+from hivebatch.cells.config import parse_cluster_config
+from hivebatch.cells.spec import ClusterSpec
 from hivebatch.cells.types import Request, UnknownJobError, UnknownNodeError
 from hivebatch.errors import ConfigError
 

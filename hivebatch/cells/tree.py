@@ -6,7 +6,7 @@ Counters are summed over a cell's GPUs and updated along the ancestors of a GPU 
 
 from __future__ import annotations
 
-from hivebatch.cells.config import ClusterSpec
+from hivebatch.cells.spec import ClusterSpec
 
 
 class Cell:

@@ -92,15 +92,10 @@ class GpuUse:
 class CellTypeView:
     cell_type: str
     total: int  # cells of this type the VC is guaranteed
-    bound: int  # bound to physical cells (= in use)
+    bound: int  # bound to physical cells (a VC cell is bound exactly while a GPU in it is used)
     free: int  # not bound: available for new work
     unavailable: int  # free cells that no healthy physical cell can back right now
     gpus_per_cell: int
-
-    @property
-    def in_use(self) -> int:
-        # a VC cell is bound exactly while some GPU in it is used
-        return self.bound
 
 
 @dataclass(frozen=True)

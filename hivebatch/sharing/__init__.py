@@ -9,14 +9,7 @@ from hivebatch.sharing.binpack import choose_binpack, fitting, node_fits
 from hivebatch.sharing.config import ColocateConfig, SharingConfig, parse_sharing_config
 from hivebatch.sharing.env import job_environment, sbatch_export_arg
 from hivebatch.sharing.gres import parse_shard_gres, slice_gres
-from hivebatch.sharing.ledger import (
-    GpuShare,
-    SharingLedger,
-    Slice,
-    SliceDecision,
-    is_synthetic,
-    slice_label,
-)
+from hivebatch.sharing.ledger import SharingLedger
 from hivebatch.sharing.memory import (
     SHARD_MIB,
     format_mib,
@@ -25,6 +18,7 @@ from hivebatch.sharing.memory import (
     shards_for,
     shards_per_gpu,
 )
+from hivebatch.sharing.slices import GpuShare, Slice, SliceDecision, is_synthetic, slice_label
 
 __all__ = [
     "SHARD_MIB",

@@ -34,7 +34,7 @@ def choose_binpack(
         if free < need_mib:
             continue
         rank = (free, tie_break(key) if tie_break else 0, pos)
-        if best_rank is None or rank < best_rank:  # type: ignore[operator]
+        if best_rank is None or rank < best_rank:
             best, best_rank = key, rank
     return best
 

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
-from hivebatch.sharing.memory import SHARD_MIB
-
-_SHARD = re.compile(r"^shard:g(\d+):(\d+)$")
-
 
 def slice_gres(gpu: int, shards: int) -> str:
     if gpu < 0 or shards < 1:
@@ -16,14 +10,11 @@ def slice_gres(gpu: int, shards: int) -> str:
 
 
 def parse_shard_gres(gres: str) -> dict[int, int]:
-    """``shard:g3:8,shard:g5:2`` → {3: 8, 5: 2}; other gres items are ignored."""
-    out: dict[int, int] = {}
-    for item in gres.split(","):
-        m = _SHARD.match(item.strip())
-        if m:
-            out[int(m.group(1))] = out.get(int(m.group(1)), 0) + int(m.group(2))
-    return out
+    """``shard:g3:8,shard:g5:2`` → {3: 8, 5: 2}; other gres items are ignored.
 
+    Slurm's gres grammar is read in one place: the pure parser the Slurm backends use for a job's
+    ``tres_per_node``, which reads these per-index shard types too.
+    """
+    from hivebatch.slurm.parse import typed_request  # pure text parsing: no Slurm command runs
 
-def shards_to_mib(shards: int) -> int:
-    return shards * SHARD_MIB
+    return typed_request(gres)[1]

@@ -10,8 +10,10 @@ from typing import Any
 from hivebatch.errors import HivebatchError
 from hivebatch.sharing.config import SharingConfig, parse_sharing_config
 from hivebatch.sharing.env import job_environment
-from hivebatch.sharing.ledger import KIND_OPP, KIND_WHOLE, GpuShare, SharingLedger, slice_label
-from hivebatch.sharing.memory import format_mib, shard_rounded_mib, usable_mib
+from hivebatch.sharing.gres import parse_shard_gres
+from hivebatch.sharing.ledger import SharingLedger
+from hivebatch.sharing.memory import SHARD_MIB, format_mib, shard_rounded_mib, usable_mib
+from hivebatch.sharing.slices import KIND_OPP, KIND_WHOLE, GpuShare, is_synthetic, slice_label
 
 
 def load_sharing(data: Mapping[str, Any], spec: Any) -> SharingConfig:
@@ -109,8 +111,6 @@ def rebuild_ledger(
     must not hold the slices' jobs themselves, nor stale synthetic cells (they are released here).
     Returns the ledger and the slices that could not be booked, with the reason (count their GPUs as
     foreign)."""
-    from hivebatch.sharing.ledger import is_synthetic
-
     for jid in [j for j in alloc.jobs() if is_synthetic(j)]:
         alloc.release(jid)
     led = SharingLedger(alloc, spec, load_sharing(data, spec))
@@ -183,9 +183,6 @@ def held_wholes(jobs: Iterable[Any]) -> list[HeldWhole]:
 
 def held_slices(jobs: Iterable[Any]) -> list[HeldSlice]:
     """The slices controller ledger rows hold: hsub jobs granted a ``shard:gN:k`` gres on one node."""
-    from hivebatch.sharing.gres import parse_shard_gres
-    from hivebatch.sharing.memory import SHARD_MIB
-
     out: list[HeldSlice] = []
     for j in jobs:
         gres = str(getattr(j, "gres", None) or "")
@@ -221,14 +218,6 @@ def controller_ledger(
         except Exception:  # noqa: BLE001 - the GPU is already held: it cannot be given out anyway
             continue
     return led, failed
-
-
-def slice_mem_label(mem_mib: int | None, capacity_mib: int | None = None) -> str:
-    """``8G/32G`` (or ``8G`` when the GPU's memory is not known)."""
-    if not mem_mib:
-        return ""
-    mem = format_mib(shard_rounded_mib(mem_mib))
-    return f"{mem}/{format_mib(capacity_mib)}" if capacity_mib else mem
 
 
 def add_gpu_capacity(rows: Iterable[Any], data: Mapping[str, Any] | None) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from hivebatch.cells import CellAllocator, ClusterSpec, InfeasibleConfigError
-from hivebatch.cells.config import physical_counts, vc_demand
+from hivebatch.cells.capacity import config_capacity
 from hivebatch.cells.replay import load_scenario, run_steps
 from hivebatch.config import read_yaml
 
@@ -68,20 +68,14 @@ def _print_check(spec: ClusterSpec) -> None:
         rows.append((vname, parts, per_chain))
     _table("Virtual clusters", ["VC", "cells", "GPUs"], rows)
 
-    have = physical_counts(spec)
-    need = vc_demand(spec)
     rows = []
-    for cname, ch in spec.chains.items():
-        leftover = 0
-        for lv in range(ch.top_level, 0, -1):
-            tname = ch.type_at(lv)
-            avail = leftover + have[cname].get(lv, 0)
-            needed = need[cname].get(lv, 0)
+    for cname, levels in config_capacity(spec).items():
+        for lv, avail, needed in levels:
+            tname = spec.chains[cname].type_at(lv)
             users = ", ".join(f"{v}:{vc.cells[tname]}" for v, vc in spec.vcs.items() if tname in vc.cells)
             rows.append(
                 (cname, lv, tname, spec.cell_types[tname].gpus, avail, needed, avail - needed, users or "-")
             )
-            leftover = (avail - needed) * (spec.cell_types[tname].count if lv > 1 else 1)
     _table(
         "Capacity per level (available counts splits of the cells left above)",
         ["chain", "level", "cell type", "GPUs/cell", "available", "VCs need", "left", "by VC"],
