@@ -1,10 +1,24 @@
 """Quota-mode sharing: each VC limited only by a GPU count on one shared pool (Slurm's GrpTRES).
 
-There is no affinity guarantee: a job takes any free GPUs. A job that fits on one node goes to the
-node with the fewest free GPUs that still holds it (Slurm packs); otherwise it spreads over the
-nodes with the most free GPUs. The shape the policy asked for is not honoured, which is the point:
-the spread placement then runs slower through the performance model (see ``runtime.py``).
-This is a model of Slurm's accounting limits for comparison, not a cell allocator.
+There is no affinity guarantee: a job takes whichever free GPUs Slurm's ``select/cons_tres`` gives
+a job submitted with ``--gpus=N`` (a per-job GPU count). The rules below are what Slurm 22.05.8
+did on the lab (recorded in tests/fixtures/slurm/cons_tres_gpu_placement.txt), read alongside its
+source (src/plugins/select/cons_tres/job_test.c, ``_eval_nodes`` and ``choose_nodes``):
+
+* Nodes of lower slurm.conf Weight are used first; equal weights keep configuration order.
+* A job that fits on one node goes to the first node (in that order) that holds it. ``_eval_nodes``
+  takes the "best fit" node by available CPUs, but for a GPU job every node offers the same CPU
+  count, so the first one wins: single-GPU jobs pack onto the first busy nodes, they do not seek
+  the node with the fewest free GPUs (free 2,4,1,4: a one-GPU job went to the node with 2).
+* A job no node holds alone takes the nodes with the most free GPUs, as few as it needs
+  (``choose_nodes`` drops low-resource nodes and retries). Slurm splits the GPUs over those nodes
+  by rules of its GRES layer that this model does not follow (8 GPUs on nodes with 6 and 7 free
+  came out 5 + 3); here the nodes are filled in configuration order.
+* GrpTRES=gres/gpu=N per account: a job that would take its account over N waits (AssocGrpGRES).
+
+The shape the policy asked for is not honoured, which is the point: a spread placement then runs
+slower through the performance model (see ``runtime.py``). This is a model of Slurm's accounting
+limits for comparison, not a cell allocator.
 """
 
 from __future__ import annotations
@@ -32,8 +46,12 @@ class _PoolJob:
 class QuotaPool:
     """Duck-types the parts of ``CellAllocator`` that ``schedule_round`` and the simulator use."""
 
-    def __init__(self, nodes: list[Any], quota: dict[str, int]) -> None:
-        # node name -> (gpu type, free GPU indices); dicts keep config order for ties
+    def __init__(
+        self, nodes: list[Any], quota: dict[str, int], weights: dict[str, int] | None = None
+    ) -> None:
+        # node name -> (gpu type, free GPU indices), in configuration order (Slurm's node table order)
+        self._order = [n.name for n in nodes]
+        self._weight = dict(weights or {})  # slurm.conf Weight per node; 1 (Slurm's default) if absent
         self._free: dict[str, set[int]] = {n.name: set(n.gpu_indices) for n in nodes}
         self._type: dict[str, str] = {n.name: n.gpu_type for n in nodes}
         self._bad: set[str] = set()
@@ -42,26 +60,33 @@ class QuotaPool:
         self._jobs: dict[str, _PoolJob] = {}
 
     def _choose(self, gpus: int, gpu_type: str | None) -> dict[str, list[int]] | None:
-        cands = [
-            (name, free)
-            for name, free in self._free.items()
-            if free and name not in self._bad and (gpu_type is None or self._type[name] == gpu_type)
+        usable = [
+            name
+            for name in self._order
+            if self._free[name]
+            and name not in self._bad
+            and (gpu_type is None or self._type[name] == gpu_type)
         ]
-        fitting = [(len(free), i) for i, (_, free) in enumerate(cands) if len(free) >= gpus]
-        if fitting:
-            _, i = min(fitting)
-            name, free = cands[i]
-            return {name: sorted(free)[:gpus]}
-        if sum(len(f) for _, f in cands) < gpus:
+        if sum(len(self._free[n]) for n in usable) < gpus:
             return None
+        rank = {name: i for i, name in enumerate(self._order)}
+        holds = [n for n in usable if len(self._free[n]) >= gpus]
+        if holds:
+            best = min(holds, key=lambda n: (self._weight.get(n, 1), rank[n]))
+            return {best: sorted(self._free[best])[:gpus]}
+        chosen: list[str] = []
+        got = 0
+        for name in sorted(usable, key=lambda n: (self._weight.get(n, 1), -len(self._free[n]), rank[n])):
+            chosen.append(name)
+            got += len(self._free[name])
+            if got >= gpus:
+                break
         placement: dict[str, list[int]] = {}
         need = gpus
-        for name, free in sorted(cands, key=lambda c: -len(c[1])):
-            take = sorted(free)[: min(need, len(free))]
+        for name in sorted(chosen, key=rank.__getitem__):
+            take = sorted(self._free[name])[: min(need, len(self._free[name]))]
             placement[name] = take
             need -= len(take)
-            if need == 0:
-                break
         return placement
 
     def try_allocate(self, req: Any) -> PoolDecision:
