@@ -9,8 +9,8 @@ equal GPUs each). Each trace job gets a model type (the trace's model name if th
 knows it or a similar one, else one chosen by a hash of the job id) and a representative batch of 64
 samples per GPU; a placement s then runs ``duration * Lat(s) / Lat(tightest)``.
 
-An asymmetric placement (quota mode spreads jobs over any free GPUs) of n GPUs on k nodes runs as
-the symmetric k x floor(n/k) shape, i.e. as fast as its smallest per-node share allows, and never
+An asymmetric placement (quota mode spreads a job without a node count over free GPUs) of n GPUs
+on k nodes runs as the symmetric k x floor(n/k) shape, i.e. as fast as its smallest per-node share allows, and never
 faster than the best symmetric n-GPU shape.
 """
 
