@@ -6,8 +6,10 @@ anomalies cannot show. Fitting each VC to its own demand gives every VC the same
 
     load(VC) = Σ gpus·duration of its jobs / (VC GPUs · arrival span)
 
-where the arrival span is the time from the first to the last arrival of the whole workload. A VC
-gets the fewest whole nodes that keep its load at or below the target, and never fewer than its
+where the span runs from the first arrival to the last moment work is offered: the latest
+arrival + duration of any job (the makespan of an unlimited cluster). Long jobs near the end of a
+sample then count as spread over the time they really take, not squeezed into the arrival window.
+A VC gets the fewest whole nodes that keep its load at or below the target, and never fewer than its
 largest job needs (such a VC ends up below the target, and the summary says so).
 """
 
@@ -53,7 +55,7 @@ class Scaling:
         nodes_a = sum(v.nodes_after for v in self.vcs)
         head = (
             f"scaled: VC sizes fitted to each VC's demand for load {self.target_load:.0%} over the "
-            f"{self.span_s / 86400:.1f}-day arrival span: {nodes_b} -> {nodes_a} nodes, "
+            f"{self.span_s / 86400:.1f} days from the first arrival to the last ideal completion: {nodes_b} -> {nodes_a} nodes, "
             f"mean load {self.load_before:.1%} -> {self.load_after:.1%}"
         )
         parts = [
@@ -100,9 +102,10 @@ def fit_vc_nodes(
         raise HivebatchError(f"--target-load must be in (0, 1], e.g. 0.7 (got {target_load:g})")
     if not jobs:
         raise HivebatchError("no jobs to size the cluster for")
-    span = max(j.arrival for j in jobs) - min(j.arrival for j in jobs)
-    if span <= 0:
-        raise HivebatchError("all jobs arrive at once: no arrival span to measure a load over")
+    timed = [j for j in jobs if j.duration_s is not None]
+    if not timed:
+        raise HivebatchError("--target-load needs trace jobs with durations (replay a --trace)")
+    span = max(j.arrival + (j.duration_s or 0.0) for j in timed) - min(j.arrival for j in jobs)
     demand: dict[str, float] = dict.fromkeys(vc_nodes, 0.0)
     largest: dict[str, int] = dict.fromkeys(vc_nodes, 0)
     for j in jobs:
@@ -110,8 +113,6 @@ def fit_vc_nodes(
             continue
         demand[j.vc] += j.gpus * j.duration_s
         largest[j.vc] = max(largest[j.vc], j.gpus)
-    if not any(demand.values()):
-        raise HivebatchError("--target-load needs trace jobs with durations (replay a --trace)")
     out = []
     for vc, before in vc_nodes.items():
         need = math.ceil(demand[vc] / (span * gpus_per_node * target_load) - 1e-9)

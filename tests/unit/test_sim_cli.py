@@ -136,15 +136,16 @@ def test_target_load_resizes_the_vcs_and_says_so(tmp_path: Path, capsys: pytest.
     assert code == 0, err
     cells, quota = (json.loads(line) for line in out.splitlines())
     scaled = cells["scaled"]
-    assert scaled == quota["scaled"] and scaled["span_s"] == 56 * 60
-    # x: 12 x 1500 GPU-s / 3360 s = 5.4 GPUs busy, / 0.6 = 8.9 GPUs -> 2 nodes; y: 25.7 / 0.6 -> 6 nodes
-    assert (scaled["vcs"]["x"]["nodes_before"], scaled["vcs"]["x"]["nodes_after"]) == (40, 2)
-    assert scaled["vcs"]["y"]["nodes_after"] == 6
-    assert scaled["vcs"]["y"]["load_after"] == pytest.approx(12 * 7200 / (3360 * 48), abs=1e-6)
+    # last arrival 00:56 + 900 s (y) vs 00:55 + 1500 s (x): the span ends at 01:20
+    assert scaled == quota["scaled"] and scaled["span_s"] == 80 * 60
+    # x: 12 x 1500 GPU-s / 4800 s = 3.75 GPUs busy, / 0.6 = 6.25 GPUs -> 1 node; y: 18 / 0.6 -> 4 nodes
+    assert (scaled["vcs"]["x"]["nodes_before"], scaled["vcs"]["x"]["nodes_after"]) == (40, 1)
+    assert scaled["vcs"]["y"]["nodes_after"] == 4
+    assert scaled["vcs"]["y"]["load_after"] == pytest.approx(12 * 7200 / (4800 * 32), abs=1e-6)
     assert cells["vcs"]["y"]["excess_queue_s"] == 0.0 and cells["vcs"]["x"]["excess_queue_s"] == 0.0
     code, out, _ = _run([*args, "--target-load", "0.6"], capsys)
     assert out.startswith("scaled: VC sizes fitted to each VC's demand for load 60%")
-    assert "x 40->2" in out.splitlines()[0]
+    assert "x 40->1" in out.splitlines()[0]
     code, _, err = _run(["--workload", "paper", "--target-load", "0.6"], capsys)
     assert code != 0 and "--target-load needs --vcs FILE" in err
 

@@ -169,6 +169,8 @@ def test_quota_mode_sharing_anomaly_by_hand() -> None:
     cells, quota = run_all(Experiment(spec, jobs, runtime, platform), ["fifo"], ["cells", "quota"])
     assert cells.vcs["a"]["private_avg_queue_s"] == pytest.approx(99 / 3)  # a3 waits 7 -> 106
     assert cells.vcs["a"]["excess_queue_s"] == 0.0
+    # the quota baseline is a alone on a pool of one node, Slurm's rules: the same waits as its cells
+    assert quota.vcs["a"]["private_avg_queue_s"] == pytest.approx(99 / 3, abs=1e-3)
     # quota waits: a1 0, a2 1000 - 6, a3 1100 - 7
     assert quota.vcs["a"]["excess_queue_s"] == pytest.approx((994 + 1093) / 3 - 99 / 3, abs=1e-3)
     assert quota.vcs["b"]["excess_queue_s"] == 0.0
@@ -227,3 +229,12 @@ def test_model_jobs_never_beat_their_best_placement(mode: str, policy: str) -> N
     for r in run.records:
         assert r.end is not None
         assert r.best_s > 0 and r.run_s >= r.best_s - 1e-9
+
+
+def test_private_pool_is_whole_nodes_of_a_uniform_cluster() -> None:
+    from hivebatch.sim.runner import private_nodes
+
+    spec = build_spec(TWO_NODES)
+    assert private_nodes(spec, "a") == ["n1"] and private_nodes(spec, "b") == ["n1"]
+    half = dict(TWO_NODES, virtual_clusters={"a": {"cells": {"G-BOARD": 1}}, "b": {"cells": {"G-NODE": 1}}})
+    assert private_nodes(build_spec(half), "a") is None  # 2 GPUs are no whole node: cells baseline
