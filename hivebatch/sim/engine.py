@@ -46,6 +46,7 @@ class JobRecord:
     expected_end: float
     ref_s: float
     best_s: float
+    min_gpu_s: float = 0.0  # least GPU time on any placement (the work part of the makespan bound)
     start: float | None = None
     first_start: float | None = None
     end: float | None = None
@@ -172,6 +173,7 @@ class Simulation:
             expected_end=task_ect(task, self.platform),  # e_t exactly as the policies see it
             ref_s=self.runtime.reference_latency(job),
             best_s=self.runtime.best_run_time(job),
+            min_gpu_s=self.runtime.min_gpu_seconds(job),
         )
 
     # -- the loop -------------------------------------------------------------------------------

@@ -238,3 +238,17 @@ def test_private_pool_is_whole_nodes_of_a_uniform_cluster() -> None:
     assert private_nodes(spec, "a") == ["n1"] and private_nodes(spec, "b") == ["n1"]
     half = dict(TWO_NODES, virtual_clusters={"a": {"cells": {"G-BOARD": 1}}, "b": {"cells": {"G-NODE": 1}}})
     assert private_nodes(build_spec(half), "a") is None  # 2 GPUs are no whole node: cells baseline
+
+
+def test_makespan_bound_by_hand() -> None:
+    # five 1-GPU jobs of 100 s in a's 4-GPU node: the fifth waits for the first, ends at 200
+    jobs = [_job(f"j{i}", "a", 0, 1, 100) for i in range(5)]
+    run, _ = _sim(jobs, "fifo", "cells")
+    s = summarize(run)
+    assert s.makespan_s == 200
+    # arrival bound 0 + 100; work bound 5 x 100 GPU-s / 8 GPUs = 62.5
+    assert s.makespan_bound_s == 100 and s.makespan_ratio == 2.0
+    late = [*jobs, _job("late", "b", 400, 1, 50), _job("w", "b", 0, 4, 300)]
+    s = summarize(_sim(late, "fifo", "cells")[0])
+    # arrival bound 400 + 50; work (500 + 50 + 1200) / 8 = 218.75
+    assert s.makespan_bound_s == 450 and s.makespan_s == 450 and s.to_json()["makespan_ratio"] == 1.0
