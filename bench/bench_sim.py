@@ -14,6 +14,7 @@ Usage: python bench/bench_sim.py [speed|makespan|philly] [options]
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import sys
@@ -33,7 +34,7 @@ from hivebatch.sim.runner import Experiment, run_all  # noqa: E402
 from hivebatch.sim.scaling import fit_vc_nodes  # noqa: E402
 from hivebatch.sim.workload import paper_workload, synthetic_trace  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "traces"
+DATA = Path(os.environ.get("HIVEBATCH_TRACE_DATA") or ROOT.parent / "shared" / "data" / "traces")
 BASELINES = ("fifo", "capacity", "minmin", "wfs", "tetris-perf", "tetris-cer")
 
 
