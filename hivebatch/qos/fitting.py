@@ -173,15 +173,20 @@ _OVERLAPS = tuple(i / 10 for i in range(11))
 # between coefficients the samples cannot tell apart (e.g. a constant vs the [n>1] term when no
 # one-GPU rows are present) and is too small to move a well-determined fit.
 _PRIOR = 0.01
+# The quality measure is the mean absolute relative error, so least squares is reweighted towards
+# it (iteratively reweighted least squares, weights 1/|error|, floored at 2%): a few noisy rows
+# then pull the fit less than squares would let them.
+_L1_ROUNDS = 6
+_L1_FLOOR = 0.02
 
 
 def fit_default(samples: list[Sample], columns: tuple[str, ...] | None = None) -> dict[str, float]:
     """Coefficients of the per-iteration time form, all >= 0; needs samples at 2+ batch sizes.
 
-    Non-negative least squares on relative error for each candidate overlap. The max() in the form
-    makes the problem piecewise linear: each row is either compute-bound (T = C) or has exposed
-    synchronisation (T = (1−overlap)·C + S); rows are reassigned and refitted until the
-    assignment settles. ``columns`` restricts the fit to those coefficients (the others are 0),
+    Non-negative least squares on relative error for each candidate overlap, reweighted towards
+    absolute relative error. The max() in the form makes the problem piecewise linear: each row is
+    either compute-bound (T = C) or has exposed synchronisation (T = (1−overlap)·C + S); rows are
+    reassigned and refitted until the assignment settles. ``columns`` restricts the fit to those coefficients (the others are 0),
     for small sample sets.
     """
     if len({s.local_batch for s in samples}) < 2:
@@ -206,21 +211,25 @@ def fit_default(samples: list[Sample], columns: tuple[str, ...] | None = None) -
     for overlap in _OVERLAPS:
         exposed = np.ones(len(samples), dtype=bool)
         coef = np.zeros(len(names))
-        for _ in range(20):
-            design = np.hstack(
-                [compute * np.where(exposed, 1 - overlap, 1.0)[:, None], sync * exposed[:, None]]
-            )
-            design[:, ~free] = 0.0
-            a = np.vstack([design / scale / t[:, None], prior])
-            y = np.concatenate([np.ones(len(samples)), np.zeros(len(names))])
-            coef = nnls(a, y) / scale
+        weight = np.ones(len(samples))
+        for _ in range(_L1_ROUNDS):
+            for _ in range(20):
+                design = np.hstack(
+                    [compute * np.where(exposed, 1 - overlap, 1.0)[:, None], sync * exposed[:, None]]
+                )
+                design[:, ~free] = 0.0
+                root = np.sqrt(weight)
+                rows = design / scale / t[:, None] * root[:, None]
+                coef = nnls(np.vstack([rows, prior]), np.concatenate([root, np.zeros(len(names))])) / scale
+                c = compute @ coef[: len(COMPUTE_COEFFS)]
+                now = sync @ coef[len(COMPUTE_COEFFS) :] > overlap * c
+                if (now == exposed).all():
+                    break
+                exposed = now
             c = compute @ coef[: len(COMPUTE_COEFFS)]
-            now = sync @ coef[len(COMPUTE_COEFFS) :] > overlap * c
-            if (now == exposed).all():
-                break
-            exposed = now
-        c = compute @ coef[: len(COMPUTE_COEFFS)]
-        pred = c + np.maximum(0.0, sync @ coef[len(COMPUTE_COEFFS) :] - overlap * c)
+            pred = c + np.maximum(0.0, sync @ coef[len(COMPUTE_COEFFS) :] - overlap * c)
+            weight = 1.0 / np.maximum(np.abs(pred / t - 1), _L1_FLOOR)
+            weight /= weight.mean()
         err = float(np.mean(np.abs(pred / t - 1))) if (pred > 0).all() else math.inf
         if best is None or err < best[0]:
             best = (err, overlap, coef)
