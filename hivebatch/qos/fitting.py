@@ -23,8 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from hivebatch.errors import HivebatchError
+from hivebatch.qos.nnls import nnls
 from hivebatch.qos.perfmodel import (
+    COMPUTE_COEFFS,
     DEFAULT_COEFFS,
+    OVERLAP,
+    SYNC_COEFFS,
     ModelRangeError,
     Profile,
     Shape,
@@ -160,26 +164,79 @@ def _weighted_lstsq(a: np.ndarray, y: np.ndarray, w: np.ndarray, ridge: float = 
         aw = np.vstack([aw, math.sqrt(ridge) * np.eye(a.shape[1])])
         yw = np.concatenate([yw, np.zeros(a.shape[1])])
     coef, *_ = np.linalg.lstsq(aw, yw, rcond=None)
-    return coef / scale
+    return np.asarray(coef / scale, dtype=float)
+
+
+# Candidate overlap fractions; the fit keeps the one with the smallest relative error.
+_OVERLAPS = tuple(i / 10 for i in range(11))
+# Weight of the prior "no contention, no synchronisation cost unless the data show it": it decides
+# between coefficients the samples cannot tell apart (e.g. a constant vs the [n>1] term when no
+# one-GPU rows are present) and is too small to move a well-determined fit.
+_PRIOR = 0.01
+# The quality measure is the mean absolute relative error, so least squares is reweighted towards
+# it (iteratively reweighted least squares, weights 1/|error|, floored at 2%): a few noisy rows
+# then pull the fit less than squares would let them.
+_L1_ROUNDS = 6
+_L1_FLOOR = 0.02
 
 
 def fit_default(samples: list[Sample], columns: tuple[str, ...] | None = None) -> dict[str, float]:
-    """Coefficients of the per-iteration time form; needs samples at 2+ batch sizes.
+    """Coefficients of the per-iteration time form, all >= 0; needs samples at 2+ batch sizes.
 
-    ``columns`` restricts the fit to those coefficients (the others are 0), for small sample sets.
+    Non-negative least squares on relative error for each candidate overlap, reweighted towards
+    absolute relative error. The max() in the form makes the problem piecewise linear: each row is
+    either compute-bound (T = C) or has exposed synchronisation (T = (1−overlap)·C + S); rows are
+    reassigned and refitted until the assignment settles. ``columns`` restricts the fit to those coefficients (the others are 0),
+    for small sample sets.
     """
     if len({s.local_batch for s in samples}) < 2:
         raise HivebatchError("fitting needs samples at two or more batch sizes")
-    use = [DEFAULT_COEFFS.index(c) for c in (columns or DEFAULT_COEFFS)]
-    w = np.array([s.local_batch for s in samples])
-    dn = np.array([s.shape.d_node for s in samples])
-    g = np.array([s.shape.d_gpn for s in samples])
+    names = COMPUTE_COEFFS + SYNC_COEFFS
+    free = np.array([k in (columns or DEFAULT_COEFFS) for k in names])
+    x_all = default_features(
+        np.array([s.local_batch for s in samples]),
+        np.array([s.shape.d_node for s in samples]),
+        np.array([s.shape.d_gpn for s in samples]),
+    )
+    compute = x_all[:, [DEFAULT_COEFFS.index(k) for k in COMPUTE_COEFFS]]
+    sync = x_all[:, [DEFAULT_COEFFS.index(k) for k in SYNC_COEFFS]]
     t = np.array([s.step_time for s in samples])
-    a = default_features(w, dn, g)[:, use]
-    # Columns never exercised (e.g. no multi-node rows) are all zero; lstsq leaves them at 0.
-    coef = _weighted_lstsq(a, t, 1.0 / t, ridge=1e-9)
-    out = dict.fromkeys(DEFAULT_COEFFS, 0.0)
-    out.update({DEFAULT_COEFFS[i]: float(v) for i, v in zip(use, coef, strict=True)})
+    scale = np.abs(np.hstack([compute, sync])).max(axis=0)
+    scale[(scale == 0) | ~free] = 1.0
+    prior = np.zeros((len(names), len(names)))
+    core = [names.index(k) for k in ("t0", "t_w", "t_sqrtw")]
+    prior[np.diag_indices(len(names))] = _PRIOR * math.sqrt(len(samples))
+    prior[core, core] = 0.0
+    best: tuple[float, float, np.ndarray] | None = None
+    for overlap in _OVERLAPS:
+        exposed = np.ones(len(samples), dtype=bool)
+        coef = np.zeros(len(names))
+        weight = np.ones(len(samples))
+        for _ in range(_L1_ROUNDS):
+            for _ in range(20):
+                design = np.hstack(
+                    [compute * np.where(exposed, 1 - overlap, 1.0)[:, None], sync * exposed[:, None]]
+                )
+                design[:, ~free] = 0.0
+                root = np.sqrt(weight)
+                rows = design / scale / t[:, None] * root[:, None]
+                coef = nnls(np.vstack([rows, prior]), np.concatenate([root, np.zeros(len(names))])) / scale
+                c = compute @ coef[: len(COMPUTE_COEFFS)]
+                now = sync @ coef[len(COMPUTE_COEFFS) :] > overlap * c
+                if (now == exposed).all():
+                    break
+                exposed = now
+            c = compute @ coef[: len(COMPUTE_COEFFS)]
+            pred = c + np.maximum(0.0, sync @ coef[len(COMPUTE_COEFFS) :] - overlap * c)
+            weight = 1.0 / np.maximum(np.abs(pred / t - 1), _L1_FLOOR)
+            weight /= weight.mean()
+        err = float(np.mean(np.abs(pred / t - 1))) if (pred > 0).all() else math.inf
+        if best is None or err < best[0]:
+            best = (err, overlap, coef)
+    assert best is not None
+    out = {k: float(v) for k, v in zip(names, best[2], strict=True)}
+    out = {k: out[k] for k in DEFAULT_COEFFS}
+    out[OVERLAP] = best[1]
     return out
 
 

@@ -3,17 +3,25 @@
 Two forms share one interface:
 
 * ``default`` — per-iteration time. One step of a task with local batch w' on placement
-  s = <d_node, d_gpn> takes
+  s = <d_node, d_gpn> computes for
 
-      T(w', s) = t0 + t_w·w' + t_sqrtw·√w'                                (computation)
-               + [n>1]·(s_multi + s_loggpn·log2 d_gpn + s_gpn·d_gpn)       (sync inside a node)
-               + log2(d_node)·(s_lognode + s_lognode_gpn·d_gpn)            (sync across nodes)
+      C(w', s) = t0 + t_w·w' + t_sqrtw·√w'
                + w'·([n>1]·(s_w_multi + s_w_multi_loggpn·log2 d_gpn) + s_w_lognode·log2 d_node)
 
-  and PR = w'·n / T. The batch interaction terms capture gradient exchange overlapping the
-  backward pass; log2(d_node) is 1 for the two-node shapes in the profile data and grows slowly
-  beyond it, the way ring all-reduce time does. It was chosen because it predicts held-out rows of
-  every real profile file within 10% (the paper's form misses by up to 90%).
+  (the w'-terms are GPUs of one node and nodes contending for memory, PCIe and the network while
+  computing) and synchronises gradients for
+
+      S(s) = [n>1]·(s_multi + s_loggpn·log2 d_gpn + s_gpn·d_gpn) + log2(d_node)·(s_lognode + s_lognode_gpn·d_gpn)
+
+  of which up to overlap·C hides behind the backward pass:
+
+      T(w', s) = C + max(0, S − overlap·C),   0 <= overlap <= 1,
+
+  and PR = w'·n / T. log2(d_node) grows the way ring all-reduce time does. With every
+  coefficient >= 0 (the fit guarantees it) T is positive, non-decreasing in the local batch and in
+  d_node and d_gpn, and the synchronisation cost is never negative: the model is physical
+  everywhere in a cluster's shape space, not only where it was measured. A profile without an
+  ``overlap`` coefficient is read in the older additive form T = C + S (coefficients of either sign).
 
 * ``paper`` — the paper's formulas (5)-(8): sPR(w') = k0 + k1·w' + k2·w'²,
   Comm(s) = γ·(λ·(d_node−1)·d_gpn + (d_gpn−1)) / (n−1), PR = (n − Comm)·sPR(w').
@@ -48,6 +56,10 @@ DEFAULT_COEFFS: tuple[str, ...] = (
     "s_w_multi_loggpn",
     "s_w_lognode",
 )
+# Columns of default_features by role: computation (hides synchronisation behind it) and synchronisation.
+COMPUTE_COEFFS: tuple[str, ...] = ("t0", "t_w", "t_sqrtw", "s_w_multi", "s_w_multi_loggpn", "s_w_lognode")
+SYNC_COEFFS: tuple[str, ...] = ("s_multi", "s_loggpn", "s_gpn", "s_lognode", "s_lognode_gpn")
+OVERLAP = "overlap"
 PAPER_COEFFS: tuple[str, ...] = ("k0", "k1", "k2", "gamma", "lambda")
 
 
@@ -109,6 +121,19 @@ class Profile:
             raise HivebatchError(
                 f"profile {self.name}/{self.gpu_type}: non-finite coefficients {', '.join(bad)}"
             )
+        if self.physical:
+            c = self.coefficients
+            negative = [k for k in (*DEFAULT_COEFFS, OVERLAP) if not float(c[k]) >= 0]
+            if negative or float(c[OVERLAP]) > 1 or not c["t0"] + c["t_w"] + c["t_sqrtw"] > 0:
+                raise HivebatchError(
+                    f"profile {self.name}/{self.gpu_type}: with an overlap coefficient every coefficient "
+                    f"must be >= 0, overlap <= 1 and t0 + t_w + t_sqrtw > 0 (refit it with hivebatch model fit)"
+                )
+
+    @property
+    def physical(self) -> bool:
+        """Default form with overlap: positive and monotone by construction (see the module docstring)."""
+        return self.form == "default" and OVERLAP in self.coefficients
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -167,6 +192,22 @@ def default_features(local_batch: np.ndarray, d_node: np.ndarray, d_gpn: np.ndar
     )
 
 
+def default_step_times(
+    coefficients: dict[str, float], w: np.ndarray, d_node: np.ndarray, d_gpn: np.ndarray
+) -> np.ndarray:
+    """T(w', s) of the default form for arrays of local batches ``w`` and placements."""
+    x = default_features(w, d_node, d_gpn)
+    compute = x[..., _COMPUTE_COLS] @ np.array([coefficients[k] for k in COMPUTE_COEFFS])
+    sync = x[..., _SYNC_COLS] @ np.array([coefficients[k] for k in SYNC_COEFFS])
+    if OVERLAP not in coefficients:
+        return np.asarray(compute + sync, dtype=float)
+    return np.asarray(compute + np.maximum(0.0, sync - coefficients[OVERLAP] * compute), dtype=float)
+
+
+_COMPUTE_COLS = [DEFAULT_COEFFS.index(k) for k in COMPUTE_COEFFS]
+_SYNC_COLS = [DEFAULT_COEFFS.index(k) for k in SYNC_COEFFS]
+
+
 def comm_penalty(gamma: float, lam: float, shape: Shape) -> float:
     """Formula (8): average path length from one GPU to its n-1 peers, cross-node peers weighted by λ."""
     n = shape.gpus
@@ -202,8 +243,7 @@ def predict_throughput(profile: Profile, batch: float, shape: Shape) -> float:
     w = local_batch(batch, shape)
     c = profile.coefficients
     if profile.form == "default":
-        x = default_features(np.array([w]), np.array([shape.d_node]), np.array([shape.d_gpn]))[0]
-        t = float(x @ np.array([c[k] for k in DEFAULT_COEFFS]))
+        t = float(default_step_times(c, np.array([w]), np.array([shape.d_node]), np.array([shape.d_gpn]))[0])
         if not t > 0:
             raise ModelRangeError(
                 f"profile {profile.name}/{profile.gpu_type} predicts a non-positive step time for "
@@ -231,7 +271,7 @@ def throughput_grid(profile: Profile, batch: float, d_node: np.ndarray, d_gpn: n
     c = profile.coefficients
     with np.errstate(divide="ignore", invalid="ignore"):
         if profile.form == "default":
-            t = default_features(w, dn, g) @ np.array([c[k] for k in DEFAULT_COEFFS])
+            t = default_step_times(c, w, dn, g)
             pr = np.where(t > 0, w * n / t, np.nan)
         else:
             spr = c["k0"] + c["k1"] * w + c["k2"] * w * w
@@ -250,3 +290,64 @@ def latency(profile: Profile, batch: float, iters: float, shape: Shape, overhead
     if overhead_s < 0:
         raise ModelRangeError(f"start-up overhead must be >= 0 (got {overhead_s:g})")
     return batch * iters / predict_throughput(profile, batch, shape) + overhead_s
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A throughput prediction with the range the true value is expected in, and why it is that wide."""
+
+    throughput: float
+    low: float
+    high: float
+    outside: tuple[str, ...]  # how the query lies outside the profiled range; empty inside it
+
+
+def _profiled_limits(profile: Profile) -> tuple[float, float, int, int] | None:
+    """(smallest, largest local batch, most nodes, most GPUs per node) measured, if the profile says."""
+    rng = profile.extra.get("local_batch_range")
+    shapes = profile.extra.get("shapes_profiled")
+    if rng is None or not shapes:
+        return None
+    try:
+        lo, hi = float(rng[0]), float(rng[1])
+        dims = [str(s).split("x") for s in shapes]
+        return lo, hi, max(int(d[0]) for d in dims), max(int(d[1]) for d in dims)
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+
+
+def predict_with_range(profile: Profile, batch: float, shape: Shape) -> Prediction:
+    """Throughput with an uncertainty range.
+
+    Inside the profiled batches and shapes the range is ± the profile's measured error (holdout,
+    else training MAPE). Outside, the prediction is anchored at the nearest profiled point and
+    bounded by physics: a larger local batch takes at least as long per step and no longer per
+    sample; a smaller one the reverse; a larger shape synchronises at least as long as the largest
+    profiled one and at most that time scaled by the GPU count (ring all-reduce latency).
+    """
+    pr = predict_throughput(profile, batch, shape)
+    err = (profile.mape_holdout if profile.mape_holdout is not None else profile.mape_train) or 0.0
+    w = batch / shape.gpus
+    t = w * shape.gpus / pr
+    t_lo = t_hi = t
+    outside: list[str] = []
+    limits = _profiled_limits(profile)
+    if limits is not None:
+        w_min, w_max, n_max, g_max = limits
+        near = Shape(min(shape.d_node, n_max), min(shape.d_gpn, g_max))
+        w_near = min(max(w, w_min), w_max)
+        t_near = step_time(profile, w_near * near.gpus, near)
+        sync_near = max(0.0, t_near - step_time(profile, w_near, Shape(1, 1)))
+        t_lo, t_hi = t_near, t_near + sync_near * (shape.gpus / near.gpus - 1)
+        if near != shape:
+            outside.append(f"shape {shape} beyond the profiled {n_max} nodes x {g_max} GPUs")
+        if w > w_max:
+            t_hi *= w / w_max
+            outside.append(f"local batch {w:g} above the profiled {w_max:g}")
+        elif w < w_min:
+            t_lo *= w / w_min
+            outside.append(f"local batch {w:g} below the profiled {w_min:g}")
+        t_lo, t_hi = min(t_lo, t), max(t_hi, t)
+    factor = err / 100.0
+    n = w * shape.gpus
+    return Prediction(pr, n / (t_hi * (1 + factor)), n / (t_lo * max(1 - factor, 0.5)), tuple(outside))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hivebatch.errors import HivebatchError
 from hivebatch.qos.fitting import Sample, fit_default, mape
-from hivebatch.qos.perfmodel import DEFAULT_COEFFS, Profile, Shape
+from hivebatch.qos.perfmodel import DEFAULT_COEFFS, OVERLAP, Profile, Shape
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _RATE = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*samples\s*/\s*s", re.IGNORECASE)
@@ -134,6 +134,11 @@ def fit_single_gpu(
         for k in DEFAULT_COEFFS:
             if k.startswith("s_"):
                 coeffs[k] = borrow.coefficients[k]
+        # a profile in the older additive form lends its terms in that form
+        if borrow.physical:
+            coeffs[OVERLAP] = borrow.coefficients[OVERLAP]
+        else:
+            coeffs.pop(OVERLAP, None)
         source += f"; communication terms from {borrow.name}/{borrow.gpu_type}"
     else:
         source += "; no communication terms (no similar profile)"

@@ -46,6 +46,7 @@ class JobRecord:
     expected_end: float
     ref_s: float
     best_s: float
+    min_gpu_s: float = 0.0  # least GPU time on any placement (the work part of the makespan bound)
     start: float | None = None
     first_start: float | None = None
     end: float | None = None
@@ -93,7 +94,9 @@ class Simulation:
         opportunistic: bool = True,
         progress: Callable[[int, int], None] | None = None,
         after_round: Callable[[Simulation, float, list[Outcome]], None] | None = None,
+        pool_nodes: list[str] | None = None,
     ) -> None:
+        """``pool_nodes``: quota mode only, the nodes the shared pool has (default: every node)."""
         if mode not in MODES:
             raise HivebatchError(f"unknown mode {mode!r}: use cells or quota")
         self.spec = spec
@@ -112,7 +115,8 @@ class Simulation:
         if mode == "cells":
             self.alloc: Any = CellAllocator(spec)
         else:
-            self.alloc = QuotaPool(spec.nodes, self.vc_gpus)
+            keep = set(pool_nodes) if pool_nodes is not None else None
+            self.alloc = QuotaPool([n for n in spec.nodes if keep is None or n.name in keep], self.vc_gpus)
         self.used: dict[str, int] = dict.fromkeys(self.vc_gpus, 0)  # guaranteed GPUs in use per VC
         self.waiting: dict[str, JobRecord] = {}  # insertion order = arrival order
         self.running: dict[str, JobRecord] = {}
@@ -169,6 +173,7 @@ class Simulation:
             expected_end=task_ect(task, self.platform),  # e_t exactly as the policies see it
             ref_s=self.runtime.reference_latency(job),
             best_s=self.runtime.best_run_time(job),
+            min_gpu_s=self.runtime.min_gpu_seconds(job),
         )
 
     # -- the loop -------------------------------------------------------------------------------

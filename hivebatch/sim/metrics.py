@@ -1,5 +1,12 @@
 """Figures of one simulated run: QoS rate, makespan, JCT, queuing delay, normalised latency, utilisation,
-and per VC the queuing delay against the VC's private-cluster baseline (the sharing anomaly)."""
+and per VC the queuing delay against the VC's private-cluster baseline (the sharing anomaly).
+
+Makespan is also given as a ratio to a lower bound no schedule can beat (times from the first
+arrival, over the jobs that completed):
+
+    bound = max( max over jobs of (arrival + fastest run on any placement),   arrival bound
+                 Σ least GPU time of each job on any placement / GPUs )       work bound
+"""
 
 from __future__ import annotations
 
@@ -28,8 +35,14 @@ class RunSummary:
     utilization: float
     preemptions: int
     vcs: dict[str, dict[str, float]]
+    makespan_bound_s: float = 0.0
     completion_times: list[float] = field(default_factory=list, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def makespan_ratio(self) -> float:
+        """Makespan over its lower bound (1.0 = no schedule could finish sooner)."""
+        return self.makespan_s / self.makespan_bound_s if self.makespan_bound_s > 0 else float("nan")
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -40,6 +53,8 @@ class RunSummary:
             "rejected": self.rejected,
             "qos_rate": round(self.qos_rate, 6),
             "makespan_s": round(self.makespan_s, 3),
+            "makespan_bound_s": round(self.makespan_bound_s, 3),
+            "makespan_ratio": round(self.makespan_ratio, 6),
             "avg_jct_s": round(self.avg_jct_s, 3),
             "avg_queue_s": round(self.avg_queue_s, 3),
             "avg_norm_latency": round(self.avg_norm_latency, 6),
@@ -72,6 +87,8 @@ def summarize(run: SimRun, private: dict[str, float] | None = None) -> RunSummar
     else:
         makespan = 0.0
     met = sum(1 for r in done if r.met_qos)
+    arrival_bound = max((r.job.arrival - first + r.best_s for r in done), default=0.0)
+    work_bound = sum(r.min_gpu_s for r in done) / run.total_gpus if run.total_gpus else 0.0
     util = run.busy_gpu_s / (run.total_gpus * makespan) if makespan > 0 and run.total_gpus else 0.0
     # Per VC: the guaranteed jobs, whose queuing delay is what the VC's cells promise; opportunistic
     # jobs are counted apart (they have no claim on any cell).
@@ -102,5 +119,6 @@ def summarize(run: SimRun, private: dict[str, float] | None = None) -> RunSummar
         utilization=util,
         preemptions=sum(r.preemptions for r in run.records),
         vcs=vcs,
+        makespan_bound_s=max(arrival_bound, work_bound),
         completion_times=sorted(r.end - first for r in done if r.end is not None),
     )

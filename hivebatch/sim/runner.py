@@ -1,8 +1,11 @@
 """Running a workload under several policies and sharing modes, with the private-cluster baseline.
 
-The private baseline of a VC is its guaranteed jobs alone on exactly its own cells (cells mode, no
-other VC, no opportunistic jobs). It is computed once per policy and compared with both shared modes:
-excess queuing delay = shared mean queue − private mean queue (positive = worse than private).
+The private baseline of a VC is its guaranteed jobs alone on a private cluster of its size, run the
+same way as the shared run (no other VC, no opportunistic jobs): in cells mode on exactly its own
+cells; in quota mode on a pool of its own nodes only (plain Slurm on a cluster of the VC's size),
+so the excess measures sharing and not the difference between the two placement rules. When a
+VC's GPUs are not whole nodes of a uniform cluster, the quota baseline falls back to its cells.
+Excess queuing delay = shared mean queue − private mean queue (positive = worse than private).
 """
 
 from __future__ import annotations
@@ -30,8 +33,22 @@ class Experiment:
     private_baseline: bool = True
 
 
-def private_queues(exp: Experiment, policy: str, progress: ProgressFactory | None = None) -> dict[str, float]:
-    """VC -> mean queuing delay of its guaranteed jobs alone on its own cells."""
+def private_nodes(spec: Any, vc: str) -> list[str] | None:
+    """As many nodes as the VC's GPUs fill, if the cluster's nodes are uniform and they fill whole nodes."""
+    sizes = {(n.gpu_type, len(n.gpu_indices)) for n in spec.nodes}
+    if len(sizes) != 1:
+        return None
+    per_node = next(iter(sizes))[1]
+    gpus = spec.vc_gpus(vc)
+    if per_node <= 0 or gpus % per_node:
+        return None
+    return [n.name for n in spec.nodes[: gpus // per_node]]
+
+
+def private_queues(
+    exp: Experiment, policy: str, progress: ProgressFactory | None = None, mode: str = "cells"
+) -> dict[str, float]:
+    """VC -> mean queuing delay of its guaranteed jobs alone on a private cluster of its size."""
     by_vc: dict[str, list[SimJob]] = {}
     for j in exp.jobs:
         if not j.opportunistic:
@@ -39,8 +56,17 @@ def private_queues(exp: Experiment, policy: str, progress: ProgressFactory | Non
     out: dict[str, float] = {}
     for vc, jobs in sorted(by_vc.items()):
         cb = progress(f"{policy} private {vc}", len(jobs)) if progress else None
+        own = private_nodes(exp.spec, vc) if mode == "quota" else None
         run = Simulation(
-            exp.spec, jobs, policy, "cells", exp.runtime, exp.platform, opportunistic=False, progress=cb
+            exp.spec,
+            jobs,
+            policy,
+            "quota" if own is not None else "cells",
+            exp.runtime,
+            exp.platform,
+            opportunistic=False,
+            progress=cb,
+            pool_nodes=own,
         ).run()
         means = vc_queue_means(run.records)
         if vc in means:
@@ -53,8 +79,8 @@ def run_all(
 ) -> list[RunSummary]:
     results: list[RunSummary] = []
     for policy in policies:
-        private = private_queues(exp, policy, progress) if exp.private_baseline else None
         for mode in modes:
+            private = private_queues(exp, policy, progress, mode) if exp.private_baseline else None
             cb = progress(f"{policy} {mode}", len(exp.jobs)) if progress else None
             sim = Simulation(
                 exp.spec,

@@ -9,8 +9,8 @@ equal GPUs each). Each trace job gets a model type (the trace's model name if th
 knows it or a similar one, else one chosen by a hash of the job id) and a representative batch of 64
 samples per GPU; a placement s then runs ``duration * Lat(s) / Lat(tightest)``.
 
-An asymmetric placement (quota mode spreads jobs over any free GPUs) of n GPUs on k nodes runs as
-the symmetric k x floor(n/k) shape, i.e. as fast as its smallest per-node share allows, and never
+An asymmetric placement (quota mode spreads a job without a node count over free GPUs) of n GPUs
+on k nodes runs as the symmetric k x floor(n/k) shape, i.e. as fast as its smallest per-node share allows, and never
 faster than the best symmetric n-GPU shape.
 """
 
@@ -143,10 +143,15 @@ class RuntimeModel:
             tight = tightest_shape(n, self.gpus_per_node, self.max_nodes)
             shapes = symmetric_shapes(n, self.gpus_per_node, self.max_nodes) or [tight]
             return job.duration_s * min(self.trace_slowdown(job, s) for s in shapes)
-        # A model job's GPU count is the policy's choice, so its best is over every shape (a local
-        # batch of at least one sample bounds the GPU count), or over shapes of ``gpus`` if given.
+        return min((lat for _, lat in self._model_latencies(job, gpus)), default=0.0)
+
+    def _model_latencies(self, job: SimJob, gpus: int | None = None) -> list[tuple[Shape, float]]:
+        """(shape, latency) of a model job on each shape of ``gpus`` GPUs, or of any GPU count.
+
+        A model job's GPU count is the policy's choice, so without ``gpus`` every shape counts (a
+        local batch of at least one sample bounds the GPU count); shapes the model refuses are left out."""
         if gpus is not None:
-            shapes = symmetric_shapes(n, self.gpus_per_node, self.max_nodes)
+            shapes = symmetric_shapes(gpus, self.gpus_per_node, self.max_nodes)
         else:
             limit = job.batch or 1
             shapes = [
@@ -154,13 +159,19 @@ class RuntimeModel:
                 for g in range(1, self.gpus_per_node + 1)
                 for d in range(1, min(self.max_nodes, limit // g) + 1)
             ]
-        best = float("inf")
-        for s in shapes:
+        out = []
+        for shape in shapes:
             try:
-                best = min(best, self.model_latency(job, s))
+                out.append((shape, self.model_latency(job, shape)))
             except ModelRangeError:
                 continue
-        return best if best < float("inf") else 0.0
+        return out
+
+    def min_gpu_seconds(self, job: SimJob) -> float:
+        """The least GPU time the job can take on any placement: its share of the work bound."""
+        if job.is_trace_job:
+            return job.gpus * self.best_run_time(job)
+        return min((s.gpus * lat for s, lat in self._model_latencies(job)), default=0.0)
 
     def reference_latency(self, job: SimJob) -> float:
         """The normaliser of "normalised latency": Lat(t, <1,1>) for model jobs, the trace duration

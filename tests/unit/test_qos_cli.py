@@ -175,3 +175,21 @@ def test_predict_checks_the_configured_cluster(env: Path, monkeypatch: pytest.Mo
         "--json",
     )
     assert r.exit_code == 0 and json.loads(r.output)["gpu_type"] == "V100"
+
+
+def test_predict_shows_the_range_and_says_when_it_extrapolates(env: Path) -> None:
+    # the shipped imagenet/V100 profile was measured at local batch 20..200 on up to 2 nodes x 8 GPUs
+    r = invoke("model", "predict", "--name", "imagenet", "--gpu-type", "V100", "--batch", "64", "--json")
+    inside = json.loads(r.output)
+    assert inside["outside_profiled"] == []
+    assert inside["throughput_low"] < inside["throughput"] < inside["throughput_high"]
+    r = invoke("model", "predict", "--name", "imagenet", "--gpu-type", "V100", "--batch", "640",
+               "--nodes", "8", "--gpus-per-node", "8", "--json")  # fmt: skip
+    far = json.loads(r.output)
+    assert len(far["outside_profiled"]) == 2 and far["throughput"] > 0
+    assert (
+        far["throughput_high"] / far["throughput_low"] > inside["throughput_high"] / inside["throughput_low"]
+    )
+    r = invoke("model", "predict", "--name", "imagenet", "--gpu-type", "V100", "--batch", "640",
+               "--nodes", "8", "--gpus-per-node", "8")  # fmt: skip
+    assert r.exit_code == 0 and "expected range" in r.output and "(extrapolated: shape 8x8 beyond" in r.output

@@ -9,7 +9,15 @@ import pytest
 from qos_helpers import PROFILE_DATA, simple_profile
 
 from hivebatch.errors import HivebatchError
-from hivebatch.qos import Profile, Shape, fit_profile, mape, parse_profile_csv, read_profile_csv
+from hivebatch.qos import (
+    Profile,
+    Shape,
+    fit_profile,
+    mape,
+    parse_profile_csv,
+    predict_throughput,
+    read_profile_csv,
+)
 from hivebatch.qos.fitting import Sample, SampleSet, fit_default, fit_paper, split_holdout
 from hivebatch.qos.perfmodel import DEFAULT_COEFFS, comm_penalty, single_gpu_throughput, step_time
 
@@ -74,8 +82,19 @@ def test_default_form_recovers_known_coefficients() -> None:
     )  # fmt: skip
     samples = [Sample(s, w, step_time(truth, w * s.gpus, s)) for s, w in _grid()]
     got = fit_default(samples)
+    assert got["overlap"] == 0.0
     for k in DEFAULT_COEFFS:
-        assert got[k] == pytest.approx(truth.coefficients[k], rel=1e-4, abs=1e-8), k
+        # the weak prior towards zero contention/sync terms leaves a bias well under 0.1%
+        assert got[k] == pytest.approx(truth.coefficients[k], rel=1e-3, abs=1e-8), k
+
+
+def test_default_form_recovers_the_overlap() -> None:
+    # synchronisation hides behind half the computation: compute-bound at large batches
+    truth = simple_profile(t0=0.01, t_w=0.001, s_multi=0.02, s_lognode=0.04, overlap=0.5)
+    samples = [Sample(s, w, step_time(truth, w * s.gpus, s)) for s, w in _grid()]
+    got = fit_default(samples)
+    assert got["overlap"] == 0.5
+    assert mape(Profile("x", "V100", "default", got), samples) < 0.5
 
 
 def test_default_form_recovers_with_noise() -> None:
@@ -179,6 +198,26 @@ def test_default_form_meets_the_bar_on_every_real_file() -> None:
     worst = max(errors, key=errors.__getitem__)
     assert errors[worst] <= 10.0, f"{worst}: {errors[worst]:.2f}%"
     assert statistics.median(errors.values()) <= 5.0, errors
+
+
+@needs_data
+def test_held_out_rows_of_a_three_batch_profile_are_all_answered() -> None:
+    """Three batch sizes of a real file, 70/30 split: an unconstrained fit bent T(w') into a
+    parabola that refused the held-out batch-725 row on 1x1 although 725 was profiled."""
+    keep = {129.0, 182.0, 725.0}
+    path = PROFILE_DATA / "cifar10" / "placements-dgx.csv"
+    place = [s for s in read_profile_csv(path).samples if s.local_batch in keep]
+    scal = [
+        s for s in read_profile_csv(path.with_name("scalability-dgx.csv")).samples if s.local_batch in keep
+    ]
+    train, test = split_holdout(place, 0.3, seed=1)
+    prof = Profile("cifar10", "V100", "default", fit_default(train + scal))
+    assert any(s.local_batch == 725.0 and s.shape == Shape(1, 1) for s in test)
+    for s in test:
+        pr = predict_throughput(prof, s.local_batch * s.shape.gpus, s.shape)
+        assert pr > 0
+        assert abs(pr / s.throughput - 1) < 0.3, s
+    assert mape(prof, test) < 10.0
 
 
 @needs_data

@@ -121,6 +121,35 @@ def test_philly_replay_reports_skipped_jobs(tmp_path: Path, capsys: pytest.Captu
     assert cells["makespan_s"] == 1200.0
 
 
+def test_target_load_resizes_the_vcs_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a huge cluster, a small sample: x runs 1-GPU jobs, y 8-GPU jobs, arrivals over 56 minutes
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    for i in range(12):
+        rows.append(f"2017-10-01 00:{5 * i:02d}:00,1500,1,1500,x")
+        rows.append(f"2017-10-01 00:{5 * i + 1:02d}:00,900,8,7200,y")
+    trace = tmp_path / "p.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    vcs = tmp_path / "v.csv"
+    vcs.write_text("vc,nodes\nx,40\ny,40\n")
+    args = ["--trace", str(trace), "--trace-format", "philly", "--vcs", str(vcs), "--mode", "both"]
+    code, out, err = _run([*args, "--target-load", "0.6", "--json"], capsys)
+    assert code == 0, err
+    cells, quota = (json.loads(line) for line in out.splitlines())
+    scaled = cells["scaled"]
+    # last arrival 00:56 + 900 s (y) vs 00:55 + 1500 s (x): the span ends at 01:20
+    assert scaled == quota["scaled"] and scaled["span_s"] == 80 * 60
+    # x: 12 x 1500 GPU-s / 4800 s = 3.75 GPUs busy, / 0.6 = 6.25 GPUs -> 1 node; y: 18 / 0.6 -> 4 nodes
+    assert (scaled["vcs"]["x"]["nodes_before"], scaled["vcs"]["x"]["nodes_after"]) == (40, 1)
+    assert scaled["vcs"]["y"]["nodes_after"] == 4
+    assert scaled["vcs"]["y"]["load_after"] == pytest.approx(12 * 7200 / (4800 * 32), abs=1e-6)
+    assert cells["vcs"]["y"]["excess_queue_s"] == 0.0 and cells["vcs"]["x"]["excess_queue_s"] == 0.0
+    code, out, _ = _run([*args, "--target-load", "0.6"], capsys)
+    assert out.startswith("scaled: VC sizes fitted to each VC's demand for load 60%")
+    assert "x 40->1" in out.splitlines()[0]
+    code, _, err = _run(["--workload", "paper", "--target-load", "0.6"], capsys)
+    assert code != 0 and "--target-load needs --vcs FILE" in err
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

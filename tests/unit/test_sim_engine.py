@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hivebatch.qos import QosSettings, Shape
+from hivebatch.qos import QosSettings
 from hivebatch.sim.engine import BadNode, JobRecord, SimRun, Simulation
 from hivebatch.sim.metrics import summarize
 from hivebatch.sim.runner import Experiment, run_all
@@ -90,7 +90,7 @@ def test_queue_order_per_policy(policy: str, first: str, mode: str) -> None:
     assert summarize(run).makespan_s == 210
 
 
-def test_quota_mode_spreads_and_the_spread_job_runs_slower() -> None:
+def test_quota_mode_job_waits_for_a_whole_node_though_its_quota_is_free() -> None:
     jobs = [
         _job("b1", "b", 0, 2, 1000),
         _job("a1", "a", 1, 2, 4),  # quota: best fit puts it next to b1 on n1
@@ -99,15 +99,10 @@ def test_quota_mode_spreads_and_the_spread_job_runs_slower() -> None:
     ]
     _, q = _sim(jobs, "fifo", "quota")
     assert q["a1"].placement == {"n1": [2, 3]}
-    assert len(q["a2"].placement) == 2 and q["a2"].start == 6
-    spec = build_spec(TWO_NODES)
-    platform = build_platform(spec, QosSettings())
-    runtime = build_runtime(spec, platform, QosSettings())
-    slow = runtime.trace_slowdown(jobs[3], Shape(2, 2))
-    assert slow > 1.0
-    assert q["a2"].run_s == pytest.approx(100 * slow)
+    # -N 1 --gres=gpu:4 cannot spread: it waits until b1 leaves n1, then runs at full speed
+    assert q["a2"].placement == {"n1": [0, 1, 2, 3]} and q["a2"].start == 1000 and q["a2"].run_s == 100
     _, c = _sim(jobs, "fifo", "cells")
-    assert c["a2"].run_s == 100 and len(c["a2"].placement) == 1  # a's own node, tight
+    assert c["a2"].start == 6 and c["a2"].run_s == 100 and len(c["a2"].placement) == 1  # a's own node
 
 
 @pytest.mark.parametrize("mode", ["cells", "quota"])
@@ -164,18 +159,20 @@ def test_quota_mode_sharing_anomaly_by_hand() -> None:
         _job("b1", "b", 0, 2, 1000),
         _job("a1", "a", 1, 2, 4),
         _job("b2", "b", 2, 2, 1000),
-        _job("a2", "a", 6, 4, 100),  # quota: spread over n1 and n2, slower
-        _job("a3", "a", 7, 4, 100),  # waits for a2 in both modes, longer in quota mode
+        _job("a2", "a", 6, 4, 100),  # quota: no node with 4 free GPUs until b1 ends at 1000
+        _job("a3", "a", 7, 4, 100),  # then waits for a's 4-GPU limit until a2 ends at 1100
     ]
     spec = build_spec(TWO_NODES)
     qos = QosSettings()
     platform = build_platform(spec, qos)
     runtime = build_runtime(spec, platform, qos)
-    slow = runtime.trace_slowdown(jobs[3], Shape(2, 2))
     cells, quota = run_all(Experiment(spec, jobs, runtime, platform), ["fifo"], ["cells", "quota"])
     assert cells.vcs["a"]["private_avg_queue_s"] == pytest.approx(99 / 3)  # a3 waits 7 -> 106
     assert cells.vcs["a"]["excess_queue_s"] == 0.0
-    assert quota.vcs["a"]["excess_queue_s"] == pytest.approx(100 * (slow - 1) / 3, abs=1e-3)
+    # the quota baseline is a alone on a pool of one node, Slurm's rules: the same waits as its cells
+    assert quota.vcs["a"]["private_avg_queue_s"] == pytest.approx(99 / 3, abs=1e-3)
+    # quota waits: a1 0, a2 1000 - 6, a3 1100 - 7
+    assert quota.vcs["a"]["excess_queue_s"] == pytest.approx((994 + 1093) / 3 - 99 / 3, abs=1e-3)
     assert quota.vcs["b"]["excess_queue_s"] == 0.0
 
 
@@ -232,3 +229,26 @@ def test_model_jobs_never_beat_their_best_placement(mode: str, policy: str) -> N
     for r in run.records:
         assert r.end is not None
         assert r.best_s > 0 and r.run_s >= r.best_s - 1e-9
+
+
+def test_private_pool_is_whole_nodes_of_a_uniform_cluster() -> None:
+    from hivebatch.sim.runner import private_nodes
+
+    spec = build_spec(TWO_NODES)
+    assert private_nodes(spec, "a") == ["n1"] and private_nodes(spec, "b") == ["n1"]
+    half = dict(TWO_NODES, virtual_clusters={"a": {"cells": {"G-BOARD": 1}}, "b": {"cells": {"G-NODE": 1}}})
+    assert private_nodes(build_spec(half), "a") is None  # 2 GPUs are no whole node: cells baseline
+
+
+def test_makespan_bound_by_hand() -> None:
+    # five 1-GPU jobs of 100 s in a's 4-GPU node: the fifth waits for the first, ends at 200
+    jobs = [_job(f"j{i}", "a", 0, 1, 100) for i in range(5)]
+    run, _ = _sim(jobs, "fifo", "cells")
+    s = summarize(run)
+    assert s.makespan_s == 200
+    # arrival bound 0 + 100; work bound 5 x 100 GPU-s / 8 GPUs = 62.5
+    assert s.makespan_bound_s == 100 and s.makespan_ratio == 2.0
+    late = [*jobs, _job("late", "b", 400, 1, 50), _job("w", "b", 0, 4, 300)]
+    s = summarize(_sim(late, "fifo", "cells")[0])
+    # arrival bound 400 + 50; work (500 + 50 + 1200) / 8 = 218.75
+    assert s.makespan_bound_s == 450 and s.makespan_s == 450 and s.to_json()["makespan_ratio"] == 1.0

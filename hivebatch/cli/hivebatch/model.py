@@ -255,7 +255,7 @@ def predict(
     as_json: bool,
 ) -> None:
     """Predicted throughput PR (samples/s) and, with --iters, latency Lat for one placement."""
-    from hivebatch.qos.perfmodel import Shape, latency, predict_throughput
+    from hivebatch.qos.perfmodel import Shape, latency, predict_with_range
     from hivebatch.qos.store import ProfileStore
 
     if batch < 1:
@@ -280,7 +280,8 @@ def predict(
     store = ProfileStore.load(resolve_store_path(profiles, config))
     prof, note = store.get(name, gpu_type=gpu_type, like=like, family=family, params_m=params_m)
     shape = Shape(nodes, gpus_per_node)
-    pr = predict_throughput(prof, batch, shape)
+    pred = predict_with_range(prof, batch, shape)
+    pr = pred.throughput
     lat = latency(prof, batch, iters, shape, overhead) if iters is not None else None
     if as_json:
         click.echo(
@@ -296,6 +297,9 @@ def predict(
                     "gpus_per_node": gpus_per_node,
                     "local_batch": batch / shape.gpus,
                     "throughput": pr,
+                    "throughput_low": pred.low,
+                    "throughput_high": pred.high,
+                    "outside_profiled": list(pred.outside),
                     "step_time_s": batch / pr,
                     "iters": iters,
                     "overhead_s": overhead,
@@ -310,6 +314,10 @@ def predict(
     click.echo(
         f"{prof.name}/{prof.gpu_type} batch {batch} on {shape} ({shape.gpus} GPU{'s' if shape.gpus != 1 else ''}, local batch {batch / shape.gpus:g}): "
         f"{pr:.1f} samples/s, {batch / pr:.4f} s/iteration"
+    )
+    click.echo(
+        f"  expected range {pred.low:.1f}-{pred.high:.1f} samples/s"
+        + (f" (extrapolated: {'; '.join(pred.outside)})" if pred.outside else " (within the profiled range)")
     )
     if lat is not None:
         click.echo(f"latency for {iters} iterations: {lat:.1f} s (including {overhead:g} s start-up)")

@@ -45,8 +45,9 @@ def _load(
     n_jobs: int,
     opportunistic: float,
     single_vc: bool,
-) -> tuple[dict[str, Any], Path | None, list[Any], str | None]:
-    """(config mapping, config dir, jobs, note on skipped trace jobs)."""
+    target_load: float | None = None,
+) -> tuple[dict[str, Any], Path | None, list[Any], str | None, Any]:
+    """(config mapping, config dir, jobs, note on skipped trace jobs, scaling done for --target-load)."""
     from hivebatch.config import read_yaml
     from hivebatch.sim import setup, traces
     from hivebatch.sim import workload as wl
@@ -87,7 +88,17 @@ def _load(
         note = report.summary()
         if not jobs:
             raise HivebatchError(f"{trace}: no usable jobs ({note})")
-    return data, cfg_path.parent if cfg_path else None, jobs, note
+    scaling = None
+    if target_load is not None:
+        from hivebatch.sim.scaling import fit_vc_nodes
+
+        if vc_nodes is None or config:
+            raise click.UsageError("--target-load needs --vcs FILE (a cluster described by its VC sizes)")
+        scaling = fit_vc_nodes(jobs, vc_nodes, target_load)
+        data = setup.node8_config(scaling.vc_nodes())
+        if single_vc:
+            data = setup.single_vc_config(data)
+    return data, cfg_path.parent if cfg_path else None, jobs, note, scaling
 
 
 class _Progress:
@@ -148,6 +159,7 @@ def _print_table(results: list[Any], as_rich: bool) -> None:
         "jobs",
         "QoS rate",
         "makespan h",
+        "/bound",
         "avg JCT h",
         "avg queue h",
         "norm lat",
@@ -160,6 +172,7 @@ def _print_table(results: list[Any], as_rich: bool) -> None:
             str(r.completed) + (f" ({r.rejected} rej)" if r.rejected else ""),
             f"{100 * r.qos_rate:.1f}%",
             f"{r.makespan_s / 3600:.2f}",
+            f"{r.makespan_ratio:.2f}",
             f"{r.avg_jct_s / 3600:.2f}",
             f"{r.avg_queue_s / 3600:.2f}",
             f"{r.avg_norm_latency:.2f}",
@@ -287,6 +300,11 @@ def _simulate_sharing(config: str | None, seed: int, hours: float, as_json: bool
     metavar="NODE:START_S[:END_S]",
     help="Mark a node bad for a time window (repeatable).",
 )
+@click.option(
+    "--target-load",
+    type=float,
+    help="With --vcs: resize each VC to its jobs' demand so the replay runs at this load (e.g. 0.7).",
+)
 @click.option("--no-private", is_flag=True, help="Skip the private-cluster baseline runs.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per policy and mode.")
 @click.option(
@@ -307,6 +325,7 @@ def simulate(
     single_vc: bool,
     opportunistic: float,
     bad_nodes: tuple[str, ...],
+    target_load: float | None,
     no_private: bool,
     as_json: bool,
     plot_dir: str | None,
@@ -329,9 +348,10 @@ def simulate(
     if not 0.0 <= opportunistic <= 1.0:
         raise click.UsageError("--opportunistic must be between 0 and 1")
     bad = [_parse_bad_node(b) for b in bad_nodes]
-    data, cfg_dir, jobs, note = _load(
-        workload, trace, trace_format, vcs_file, config, rate, hours, seed, n_jobs, opportunistic, single_vc
-    )
+    data, cfg_dir, jobs, note, scaling = _load(
+        workload, trace, trace_format, vcs_file, config, rate, hours, seed, n_jobs, opportunistic, single_vc,
+        target_load,
+    )  # fmt: skip
     spec = setup.build_spec(data)
     for b in bad:
         if not spec.has_node(b.node):
@@ -346,6 +366,8 @@ def simulate(
         results = run_all(exp, policies, modes, progress.factory)
     if note:
         click.echo(note, err=True)
+    if scaling is not None:
+        click.echo(scaling.summary(), err=as_json)
     for n in sorted(runtime.notes):
         click.echo(f"note: {n}", err=True)
     if as_json:
@@ -353,6 +375,8 @@ def simulate(
             obj = r.to_json()
             if workload == "paper":
                 obj.update({"rate_per_hour": rate, "hours": hours, "seed": seed})
+            if scaling is not None:
+                obj["scaled"] = scaling.as_dict()
             click.echo(json.dumps(obj, sort_keys=False))
     else:
         _print_table(results, sys.stdout.isatty())
