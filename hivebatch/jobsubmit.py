@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
 
+from hivebatch.bounds import parse_limits
 from hivebatch.errors import ConfigError
 from hivebatch.request import CLASSES
 from hivebatch.slurmconf import DEFAULT_QOS, PREEMPTABLE_QOS, SHARD_MIB
@@ -81,6 +82,7 @@ def site_table(data: Mapping[str, Any], operators: Iterable[str]) -> dict[str, A
         "default_class": DEFAULT_QOS,
         "opportunistic": PREEMPTABLE_QOS,
         "shard_mib": SHARD_MIB,
+        "max_time_min": parse_limits(data).time_limit_s // 60,
         "operator_uids": operator_uids(operators),
     }
 

@@ -248,6 +248,10 @@ function M.request(job_desc, found)
   end
   local tl = get(job_desc, "time_limit")
   if is_set(tl) then
+    -- sbatch keeps minutes in 32 bits: -t 99999999999999 arrives wrapped, still absurdly long
+    if tl > SITE.max_time_min then
+      fail("time limit of " .. tl .. " minutes is more than hivebatch accepts (" .. SITE.max_time_min .. "): ask for less with -t")
+    end
     req.time_limit_s = tl * 60
   end
   check_size(req)

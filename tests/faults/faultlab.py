@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,10 @@ import yaml
 from sqlalchemy import select
 
 from hivebatch.db import Event, Job, make_engine, make_sessionmaker, migrate
-from hivebatch.request import PREFIX, JobRequest
+from hivebatch.request import HINT_FIELDS, HINTS_PREFIX, JobRequest
 from hivebatch.slurm.cli import CliBackend
 from hivebatch.slurm.types import SlurmJob, SlurmUnavailable
+from hivebatch.submit.build import gpu_ask_arguments
 
 PROJECT = Path(__file__).resolve().parents[2]
 HIVEBATCH = str(Path(sys.executable).parent / "hivebatch")
@@ -109,13 +110,14 @@ class FaultLab:
     def submit(
         self, user: str, gpus: int, sleep: int = 600, extra: list[str] | None = None, **req: Any
     ) -> int:
-        request = JobRequest(vc=USERS[user], gpus=gpus, time_limit_s=req.pop("time_limit_s", 1800), **req)
-        # written out, not through to_comment(): a hostile request must reach Slurm as an old hsub sent it
-        comment = PREFIX + json.dumps(
-            {k: v for k, v in asdict(request).items() if v is not None}, separators=(",", ":"), sort_keys=True
-        )
-        args = ["--hold", "-A", USERS[user], "-q", "normal", "-J", f"fault-{user}", "--chdir", str(self.dir),
-                "-o", "/dev/null", "-t", "30", "--comment", comment, *(extra or [])]  # fmt: skip
+        request = JobRequest(vc=USERS[user], gpus=gpus, **req)
+        # as a student submits: the GPU ask as sbatch options (the job_submit plugin holds the job); model
+        # hints written out, not through hints_comment(), so a hostile one reaches Slurm unchecked
+        hints = {k: getattr(request, k) for k in HINT_FIELDS if getattr(request, k) is not None}
+        args = ["-A", USERS[user], "-q", "normal", "-J", f"fault-{user}", "--chdir", str(self.dir),
+                "-o", "/dev/null", "-t", "30", *gpu_ask_arguments(request), *(extra or [])]  # fmt: skip
+        if hints:
+            args += ["--comment", HINTS_PREFIX + json.dumps(hints, separators=(",", ":"), sort_keys=True)]
         jid = self.lab.backend(user).submit(SCRIPT.format(sleep=sleep), args)
         self.submitted.append(jid)
         return jid

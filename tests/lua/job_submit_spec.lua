@@ -24,6 +24,7 @@ local function load_plugin()
     default_class = "normal",
     opportunistic = "opportunistic",
     shard_mib = 1024,
+    max_time_min = 525600,
     operator_uids = { [0] = true, [990] = true },
   }
   dofile("hivebatch/data/job_submit.lua")
@@ -154,6 +155,7 @@ describe("slurm_job_submit", function()
     { "a shard over two nodes", { tres_per_node = "gres:shard:4", min_nodes = 2, max_nodes = 2 }, "one node" },
     { "more GPU memory than one GPU has", { tres_per_node = "gres:shard:40" }, "one GPU has 32" },
     { "a count that is no number", { tres_per_node = "gres:gpu:v100:two" }, "cannot read" },
+    { "a time limit past the bound", { tres_per_node = "gres:gpu:1", time_limit = 4285083375 }, "more than hivebatch accepts" },
   }
   for _, case in ipairs(refusals) do
     it("refuses " .. case[1] .. " with one line", function()
