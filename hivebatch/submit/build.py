@@ -15,7 +15,7 @@ from typing import Any
 
 from hivebatch.errors import HivebatchError
 from hivebatch.request import CLASSES, JobRequest
-from hivebatch.submit.checks import interpret_shape
+from hivebatch.submit.checks import default_account, interpret_shape
 from hivebatch.submit.options import OPTIONS, Parsed, parse_args, parse_directives, parse_env
 from hivebatch.submit.script import decode_script
 from hivebatch.submit.timefmt import parse_time_limit
@@ -275,6 +275,8 @@ def prepare(
     values, problems = interpret_shape(merged.values)
     merged.problems += problems
     merged.raise_problems()
+    if check_config and not values.get("account"):
+        values["account"] = default_account() or ""  # as sbatch: the user's default account
     req = build_request(values)
     name = str(values.get("job_name") or script_name)
     sub = Submission(

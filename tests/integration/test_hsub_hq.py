@@ -392,3 +392,10 @@ def test_hq_adds_hivebatch_columns_to_squeues(site: Site, squeue_jobs: list[int]
     assert re.fullmatch(r" *node\d:\[\d\]", running[3])
     array = site.as_user("alice", "hq", "-h", "-j", f"{squeue_jobs[0]}_2", "-o", "%i %{vc}")
     assert array.stdout == f"{squeue_jobs[0]}_2 cv\n"
+
+
+def test_no_account_needed_when_the_user_has_a_default_one(site: Site, slurm_lab) -> None:  # type: ignore[no-untyped-def]
+    script = write_script(site, "noaccount.sh", "#!/bin/bash\n#SBATCH --gpus=1\ntrue\n")
+    proc = site.as_user("alice", "hsub", "--dry-run", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert "--account=cv" in proc.stdout  # alice's default account in Slurm

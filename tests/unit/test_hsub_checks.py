@@ -140,3 +140,19 @@ def test_gpu_mem_with_several_gpus_means_whole_gpus(config) -> None:  # type: ig
     path, data = config
     _req, notes, env = check_request(JobRequest(vc="cv", gpus=2, gpu_mem_mib=20 * 1024), data, path)
     assert env == {} and "whole GPU" in notes[0]
+
+
+def test_default_account_is_the_users_slurm_default() -> None:
+    from types import SimpleNamespace
+
+    from hivebatch.submit.checks import default_account
+
+    asked: list[list[str]] = []
+
+    def sacctmgr(argv: list[str], **_: object) -> SimpleNamespace:
+        asked.append(argv)
+        return SimpleNamespace(returncode=0, stdout="cv\n")  # what the lab's sacctmgr prints for alice
+
+    assert default_account(sacctmgr) == "cv"
+    assert asked[0][:4] == ["sacctmgr", "-nP", "show", "user"] and asked[0][-1] == "format=DefaultAccount"
+    assert default_account(lambda argv, **_: SimpleNamespace(returncode=0, stdout="")) is None  # no such user
