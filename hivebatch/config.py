@@ -62,6 +62,8 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _Loader.construct_mapping)  # type: ignore[arg-type]
+# a config read here can be written back (tests and tools dump it): as the plain mapping it is
+yaml.SafeDumper.add_representer(Lined, yaml.SafeDumper.represent_dict)
 
 _ANY = None  # a value the owning section's parser checks itself
 # every section and key the config may hold; nested dicts are checked further down

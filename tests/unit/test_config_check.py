@@ -89,3 +89,10 @@ def test_a_report_without_its_ledger_is_an_error_not_an_empty_report(tmp_path: P
     proc = subprocess.run([sys.executable, "-c", code, "report", "quota", "--config", str(path)],
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 1 and "no hivebatch ledger at" in proc.stderr and "typo.db" in proc.stderr
+
+
+def test_a_loaded_config_can_be_written_back() -> None:
+    import yaml
+
+    data = load_config(EXAMPLE)[1]
+    assert yaml.safe_load(yaml.safe_dump(data)) == data
