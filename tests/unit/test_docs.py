@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 # pages whose console commands run offline; the others' run in the lab tests or are shown as examples
-RUN = ("install-on-a-cluster.md", "controller-service.md", "upgrades.md", "config.md")
+RUN = ("install-on-a-cluster.md", "controller-service.md", "upgrades.md", "config.md", "slurm-config.md")
 BIN = Path(sys.executable).parent
 
 
