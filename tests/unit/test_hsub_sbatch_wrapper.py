@@ -98,3 +98,12 @@ def test_hivebatchs_own_submissions_go_straight_to_sbatch(tmp_path: Path) -> Non
         stdin="#!/bin/sh\n",
     )
     assert out[0] == "real-sbatch"
+
+
+def test_gpu_asks_are_read_as_sbatch_reads_them() -> None:
+    assert scan(["--gpus-per-n=2", "job.sh"])[0]  # an abbreviation sbatch accepts
+    assert not scan(["-J", "--gpus=2", "job.sh"])[0]  # the job's name, not a GPU ask
+    assert scan(["--nice", "job.sh"]) == (False, False, 1)  # --nice takes no separate value
+    assert script_asks_for_gpus("#!/bin/sh\n#SBATCH--gres=gpu:4\n")  # no blank after #SBATCH
+    assert not script_asks_for_gpus("#!/bin/sh\n  #SBATCH --gpus=4\n")  # indented: a comment
+    assert script_asks_for_gpus(b"#!/bin/sh\n# caf\xe9\n#SBATCH -G 1\n")  # Latin-1 bytes

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from hivebatch.request import PREFIX
@@ -20,71 +20,45 @@ from hivebatch.request import PREFIX
 REAL_ENV = "HIVEBATCH_REAL_SBATCH"
 HSUB_ENV = "HIVEBATCH_HSUB"
 
-# sbatch options that take no value (everything else takes one, inline or as the next word)
-FLAG_LONG = {
-    "hold", "parsable", "quiet", "verbose", "wait", "requeue", "no-requeue", "exclusive", "contiguous",
-    "overcommit", "spread-job", "test-only", "use-min-nodes", "no-kill", "ignore-pbs", "get-user-env",
-    "help", "version", "usage", "oversubscribe", "reboot", "nice", "propagate", "dry-run",
-}  # fmt: skip
-FLAG_SHORT = set("HQvWVhOsk")
-GPU_LONG = ("gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "mem-per-gpu", "cpus-per-gpu")
-GPU_SHORT = {"G"}
-GPU_ENV = ("SBATCH_GPUS", "SBATCH_GPUS_PER_NODE", "SBATCH_GPUS_PER_TASK", "SBATCH_GRES")
+# sbatch options that ask for GPUs (besides --gres=gpu…/shard…); read with sbatch's own option table
+GPU_OPTIONS = ("gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "mem-per-gpu", "cpus-per-gpu")
 
 
 def _gres_has_gpu(value: str) -> bool:
     return any(part.strip().split(":")[0] in ("gpu", "shard") for part in value.split(","))
 
 
+def _asks_for_gpus(seen: dict[str, str | bool]) -> bool:
+    gres = seen.get("gres")
+    return any(name in seen for name in GPU_OPTIONS) or (isinstance(gres, str) and _gres_has_gpu(gres))
+
+
 def scan(args: list[str]) -> tuple[bool, bool, int | None]:
-    """(asks for GPUs, submitted by hivebatch itself, index of the script argument or None)."""
-    gpu = own = False
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        if tok == "--":
-            return gpu, own, (i + 1 if i + 1 < len(args) else None)
-        if tok.startswith("--"):
-            name, eq, value = tok[2:].partition("=")
-            if not eq and name not in FLAG_LONG and i + 1 < len(args):
-                value = args[i + 1]
-                i += 1
-            if name in GPU_LONG or name == "gres" and _gres_has_gpu(value):
-                gpu = True
-            if name == "comment" and value.startswith(PREFIX):
-                own = True
-            if name == "wrap":
-                return gpu, own, None
-        elif tok.startswith("-") and len(tok) > 1:
-            letter = tok[1]
-            if letter not in FLAG_SHORT and len(tok) == 2:
-                i += 1
-            if letter in GPU_SHORT:
-                gpu = True
-        else:
-            return gpu, own, i
-        i += 1
-    return gpu, own, None
+    """(asks for GPUs, submitted by hivebatch itself, index of the script argument or None), with
+    sbatch's own reading of its command line (abbreviations, values taken from the next word)."""
+    from hivebatch.submit.options import parse_args
+
+    parsed = parse_args(args)
+    comment = parsed.seen.get("comment")
+    own = isinstance(comment, str) and comment.startswith(PREFIX)
+    script_at = (
+        len(args) - len(parsed.positionals) if parsed.positionals and "wrap" not in parsed.seen else None
+    )
+    return _asks_for_gpus(parsed.seen), own, script_at
 
 
-def script_asks_for_gpus(text: str) -> bool:
-    """#SBATCH lines (before the first command, as sbatch reads them) asking for GPUs, or any #HSUB line."""
-    for n, line in enumerate(text.splitlines()):
-        s = line.strip()
-        if n == 0 and s.startswith("#!") or not s:
-            continue
-        if not s.startswith("#"):
-            break
-        if s.startswith("#HSUB"):
-            return True
-        if s.startswith("#SBATCH"):
-            try:
-                words = shlex.split(s[len("#SBATCH") :], comments=True)
-            except ValueError:
-                continue
-            if scan(words)[0]:
-                return True
-    return False
+def script_asks_for_gpus(text: str | bytes) -> bool:
+    """#SBATCH lines (read exactly as sbatch reads them) asking for GPUs, or any #HSUB line."""
+    from hivebatch.submit.script import HSUB_MAGIC, decode_script, directive_words, read_directives
+
+    body = decode_script(text) if isinstance(text, bytes) else text
+    return _asks_for_gpus(read_directives(body).seen) or bool(directive_words(body, (HSUB_MAGIC,))[0])
+
+
+def env_asks_for_gpus(environ: Mapping[str, str]) -> bool:
+    from hivebatch.submit.options import parse_env
+
+    return _asks_for_gpus(parse_env(environ).seen)
 
 
 def find_real_sbatch() -> str:
@@ -122,28 +96,22 @@ def find_hsub() -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     gpu, own, script_at = scan(args)
-    gpu = gpu or any(os.environ.get(v) and _env_gpu(v) for v in GPU_ENV)
+    gpu = gpu or env_asks_for_gpus(os.environ)
     stdin_data: bytes | None = None
     if not gpu and not own:
         if script_at is not None:
             # a missing script is left to the real sbatch, which reports it in its own words
             with contextlib.suppress(OSError):
-                gpu = script_asks_for_gpus(
-                    Path(args[script_at]).read_text(encoding="utf-8", errors="replace")
-                )
+                gpu = script_asks_for_gpus(Path(args[script_at]).read_bytes())
         elif not any(a == "--wrap" or a.startswith("--wrap=") for a in args) and not sys.stdin.isatty():
             stdin_data = sys.stdin.buffer.read()  # the script comes on standard input: read, then hand on
-            gpu = script_asks_for_gpus(stdin_data.decode("utf-8", errors="replace"))
+            gpu = script_asks_for_gpus(stdin_data)
     target = find_hsub() if gpu and not own else [find_real_sbatch()]
     if stdin_data is None:
         os.execv(target[0], [*target, *args])
     import subprocess
 
     sys.exit(subprocess.run([*target, *args], input=stdin_data).returncode)
-
-
-def _env_gpu(name: str) -> bool:
-    return name != "SBATCH_GRES" or _gres_has_gpu(os.environ.get(name, ""))
 
 
 if __name__ == "__main__":
