@@ -26,7 +26,7 @@ from hivebatch.controller.context import load_context  # noqa: E402
 from hivebatch.controller.cycle import run_cycle  # noqa: E402
 from hivebatch.db import Base, open_database  # noqa: E402
 from hivebatch.request import JobRequest  # noqa: E402
-from hivebatch.slurm.fake import FakeSlurm  # noqa: E402
+from hivebatch.testing.fake_slurm import FakeSlurm  # noqa: E402
 
 VCS = 8
 

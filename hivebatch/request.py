@@ -1,20 +1,34 @@
-"""The hivebatch request a job carries from ``hsub`` to the controller, inside its Slurm comment.
+"""The hivebatch request of a GPU job, as Slurm's job_submit plugin recorded it.
 
-hsub submits the job held and without GPUs; Slurm keeps the comment with the job (and in accounting,
-with ``AccountingStoreFlags=job_comment``), so the controller needs no side channel and a lost DB can
-be rebuilt from Slurm alone.
+Whatever client submits a GPU job (hsub, sbatch, srun, salloc, a workflow tool), slurmctld's
+``job_submit.lua`` takes the GPU ask off the job, writes it into the job's *admin comment* (which only
+SlurmUser/root and the plugin can set) and holds the job. The controller trusts nothing else: the
+VC is the job's Slurm account and the class its QOS, both authenticated by Slurm. hsub's model hints
+(model, batch size, iterations, ``--within``) ride in the ordinary comment; they only tune the
+prediction for the user's own job, so a user who edits them changes nothing for anyone else.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from hivebatch.errors import HivebatchError
 
 PREFIX = "hivebatch:v1:"
+#: the admin comment the job_submit plugin writes (hivebatch/data/job_submit.lua)
+ADMIN_PREFIX = "hivebatch:v2:"
+#: begin time (2100-01-01) the plugin gives a waiting GPU job whose owner released it, so Slurm never
+#: starts it without its GPUs; the controller takes the job back under its own hold
+RELEASED_BEGIN = 4102444800
+#: hsub's model hints in the user's comment
+HINTS_PREFIX = "hivebatch:hints:"
+#: gpu_mem_mib as a hint is the share of each GPU a *whole* job declares it uses (slices are shards)
+HINT_FIELDS = ("model", "like", "batch_size", "iters", "within", "gpu_mem_mib")
+#: what the plugin records besides the request proper (translations it made, the owner's own hold)
+PLUGIN_EXTRAS = ("user_hold", "cpus_per_gpu", "mem_per_gpu_mb", "ntasks_per_gpu", "tres_bind", "tres_freq")
 CLASSES = ("urgent", "prior", "normal", "opportunistic")
 _SAFE = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
 
@@ -51,7 +65,8 @@ class JobRequest:
                 )
         for name in ("gpus", "nodes", "gpus_per_node", "batch_size", "iters", "time_limit_s", "gpu_mem_mib"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < (0 if name == "gpus" else 1)):
+            # bool is an int in Python; a JSON true is not one GPU
+            if value is not None and (type(value) is not int or value < (0 if name == "gpus" else 1)):
                 raise HivebatchError(
                     f"{name.replace('_', '-')} must be a positive whole number, got {value!r}"
                 )
@@ -59,6 +74,18 @@ class JobRequest:
             raise HivebatchError(
                 f"--gpus {self.gpus} does not equal --nodes {self.nodes} × --gpus-per-node {self.gpus_per_node}"
             )
+
+    def hints_comment(self) -> str:
+        """hsub's hints for the user's comment ("" when there are none)."""
+        hints = {k: getattr(self, k) for k in HINT_FIELDS if getattr(self, k) is not None}
+        return HINTS_PREFIX + json.dumps(hints, separators=(",", ":"), sort_keys=True) if hints else ""
+
+    def to_admin_comment(self, **extras: Any) -> str:
+        """What the job_submit plugin writes for this request (tests and recorded fixtures use it)."""
+        self.validate()
+        payload = {k: v for k, v in asdict(self).items() if v is not None and k not in HINT_FIELDS}
+        payload.update(extras)
+        return ADMIN_PREFIX + json.dumps(payload, separators=(",", ":"), sort_keys=True)
 
     def to_comment(self) -> str:
         self.validate()
@@ -83,3 +110,108 @@ class JobRequest:
         except (TypeError, HivebatchError):
             return None
         return req
+
+
+class RequestError(HivebatchError):
+    """A job's admin comment says it is hivebatch's, but the request in it cannot be trusted."""
+
+
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    try:
+        raw: Any = json.loads(text)
+    except json.JSONDecodeError:
+        raise RequestError(f"its {what} is not valid JSON") from None
+    if not isinstance(raw, dict):
+        raise RequestError(f"its {what} is not a JSON object")
+    return raw
+
+
+def read_hints(comment: str | None) -> dict[str, Any]:
+    """hsub's hints at the start of the user's comment; anything unreadable is no hint at all."""
+    if not comment or not comment.startswith(HINTS_PREFIX):
+        return {}
+    body = comment[len(HINTS_PREFIX) :].split(" ", 1)[0]
+    try:
+        raw = _json_object(body, "hints")
+    except RequestError:
+        return {}
+    return {k: v for k, v in raw.items() if k in HINT_FIELDS}
+
+
+def request_from_slurm(
+    admin_comment: str | None,
+    comment: str | None,
+    account: str,
+    qos: str,
+    time_limit_s: int | None = None,
+) -> JobRequest | None:
+    """The request of a job from what Slurm authenticated: None when the job is not hivebatch's.
+
+    The shape comes from the plugin's admin comment, VC and class from the job's current account and
+    QOS, the time limit from Slurm's current one, the hints from the comment (dropped if invalid).
+    RequestError when the admin comment is ours but malformed or forged."""
+    if not admin_comment or not admin_comment.startswith(ADMIN_PREFIX):
+        return None
+    raw = _json_object(admin_comment[len(ADMIN_PREFIX) :], "admin comment")
+    known = {f.name for f in fields(JobRequest)} - {
+        "vc",
+        "qos",
+        "model",
+        "like",
+        "batch_size",
+        "iters",
+        "within",
+    }
+    unknown = sorted(set(raw) - known - set(PLUGIN_EXTRAS) - {"vc", "qos"})
+    if unknown:
+        raise RequestError(f"its admin comment has fields hivebatch never writes: {', '.join(unknown)}")
+    shape = {k: v for k, v in raw.items() if k in known}
+    if time_limit_s is not None:
+        shape["time_limit_s"] = time_limit_s
+    try:
+        req = JobRequest(vc=account, qos=qos, **shape)
+        req.validate()
+    except (TypeError, HivebatchError) as exc:
+        raise RequestError(f"its request is invalid: {exc}") from None
+    # a hint fills in what the plugin did not record; it never overrides what Slurm saw (a slice's size)
+    hints = {k: v for k, v in read_hints(comment).items() if getattr(req, k) is None}
+    if hints:
+        try:
+            hinted = replace(req, **hints)
+            hinted.validate()
+            req = hinted
+        except (TypeError, HivebatchError):
+            pass  # a bad hint only loses the prediction's tuning, never the job
+    return req
+
+
+def request_of(job: Any) -> JobRequest | None:
+    """For readers (hq, rebuilds, predictions): a Slurm job's trusted request, None when the job is not
+    hivebatch's or its admin comment cannot be trusted (the controller reports those)."""
+    try:
+        return request_from_slurm(
+            getattr(job, "admin_comment", ""),
+            getattr(job, "comment", ""),
+            str(getattr(job, "account", "") or ""),
+            str(getattr(job, "qos", "") or ""),
+            getattr(job, "time_limit_s", None),
+        )
+    except RequestError:
+        return None
+
+
+def owner_holds(job: Any) -> bool:
+    """The job's owner held it themselves (sbatch --hold) and has not released it yet."""
+    text = str(getattr(job, "admin_comment", "") or "")
+    if not text.startswith(ADMIN_PREFIX) or getattr(job, "reason", "") != "JobHeldUser":
+        return False
+    try:
+        return _json_object(text[len(ADMIN_PREFIX) :], "admin comment").get("user_hold") == 1
+    except RequestError:
+        return False
+
+
+def released_by_owner(job: Any) -> bool:
+    """The plugin parked the job behind its far begin time after its owner released it."""
+    begin = getattr(job, "eligible_time", None)
+    return begin is not None and int(begin.timestamp()) >= RELEASED_BEGIN

@@ -150,7 +150,9 @@ def node_lines(
         where = f" NodeHostname=localhost NodeAddr=127.0.0.1 Port={lab.node_base_port + i}" if lab else ""
         lines.append(
             f"NodeName={node.name}{where} Sockets={node.sockets} CoresPerSocket={hw.cores_per_socket} "
-            f"ThreadsPerCore=1 RealMemory={hw.real_memory_mb} Gres={gres_string(node, shards)} State=UNKNOWN"
+            f"ThreadsPerCore=1 RealMemory={hw.real_memory_mb} Gres={gres_string(node, shards)} "
+            # the per-index GRES types hide the GPU model; the feature names it (sinfo -o %f, --constraint)
+            f"Features={node.gpu_type.lower()} State=UNKNOWN"
         )
     names = ",".join(n.name for n in layout.nodes)
     # only the lab makes it the default partition: a site keeps its own default
@@ -184,6 +186,8 @@ def _settings(layout: ClusterLayout, shards: bool, accounting: bool, tuned: bool
     lines = [
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
+        # every GPU ask goes through hivebatch's job_submit.lua (written next to slurm.conf)
+        "JobSubmitPlugins=lua",
         f"GresTypes={'gpu,shard' if uses_shards(layout, shards) else 'gpu'}",
     ]
     if tuned:

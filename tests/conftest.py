@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from hivebatch.slurm.cli import CliBackend
-from hivebatch.slurm.fake import FakeSlurm
 from hivebatch.slurm.types import SlurmJob
+from hivebatch.testing.fake_slurm import FakeSlurm
 
 PROJECT = Path(__file__).resolve().parent.parent
 FIXTURES = PROJECT / "tests" / "fixtures"

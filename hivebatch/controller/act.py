@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_indices
-from hivebatch.controller.record import Recorder, account_run, placement_text
+from hivebatch.controller.observe import phase
+from hivebatch.controller.preemption import book_preemption
+from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import Job
+from hivebatch.slurm.base import SlurmBackend
+from hivebatch.slurm.types import SlurmError
 
 
 @dataclass
@@ -47,18 +50,15 @@ def write_intents(session: Session, decisions: Decisions, jobs: dict[int, Job], 
         job.slack_s = place.slack_s
         if place.ect is not None:
             job.expected_completion = place.ect
-        job.reason = None
+        job.reason = place.note  # e.g. which profile stood in for the job's model
     for victim_id in decisions.victims:
         victim = jobs.get(victim_id)
         if victim is not None:
             victim.intent = "preempt"
 
 
-def _still_pending(backend: Any, job_id: int) -> bool | None:
+def _still_pending(backend: SlurmBackend, job_id: int) -> bool | None:
     """After a failed call: True when the job still waits in Slurm, False when it is gone, None unknown."""
-    from hivebatch.controller.observe import phase
-    from hivebatch.slurm import SlurmError
-
     try:
         found = backend.list_jobs([job_id])
     except SlurmError:
@@ -70,11 +70,9 @@ def _still_pending(backend: Any, job_id: int) -> bool | None:
 
 
 def preempt(
-    session: Session, rec: Recorder, backend: Any, job: Job, by: int | None, result: ActResult
+    session: Session, rec: Recorder, backend: SlurmBackend, job: Job, by: int | None, result: ActResult
 ) -> None:
     """Requeue-hold a running victim (hold a placed one that has not started) and book its run as lost."""
-    from hivebatch.slurm import SlurmError
-
     running = job.state == "running"
     try:
         if running:
@@ -91,32 +89,27 @@ def preempt(
             rec.event(session, job, "act_failed", f"requeue failed, will retry next cycle: {exc}")
         session.commit()
         return
-    if running:
-        account_run(session, job, rec.now, preempted=True)
-    job.intent = None
-    job.state = "preempted"
-    job.preemptions = (job.preemptions or 0) + 1
     who = f"job {by}" if by is not None else "a higher-priority job"
-    job.reason = (
-        f"preempted by {who}; it resumes on GPUs {symmetric_indices(job.placement or {}) or []} when free"
-    )
-    rec.event(
+    book_preemption(
         session,
+        rec,
         job,
+        rec.now if running else None,
         "preempted",
         f"requeued and held: {who} needs its GPUs {placement_text(job.placement)}",
         {"by": by, "placement": job.placement},
+    )
+    job.reason = (
+        f"preempted by {who}; it resumes on GPUs {symmetric_indices(job.placement or {}) or []} when free"
     )
     result.preempted += 1
     session.commit()
 
 
 def place(
-    session: Session, rec: Recorder, backend: Any, job: Job, result: ActResult, redo: bool = False
+    session: Session, rec: Recorder, backend: SlurmBackend, job: Job, result: ActResult, redo: bool = False
 ) -> None:
     """Pin a held job to its placement (nodes, node count, typed gres) and release it."""
-    from hivebatch.slurm import SlurmError
-
     placement = job.placement or {}
     nodes = sorted(placement)
     try:
@@ -143,8 +136,11 @@ def place(
         return
     job.intent = None
     job.state = "placed"
-    job.reason = None
+    if redo:
+        job.reason = None
     what = f"on {placement_text(placement)} (gres {job.gres})" if placement else "without GPUs"
+    if job.reason:
+        what += f"; {job.reason}"
     rec.event(
         session,
         job,
@@ -160,7 +156,7 @@ def act(
     session_factory: sessionmaker[Session] | None,
     session: Session,
     rec: Recorder,
-    backend: Any,
+    backend: SlurmBackend,
     decisions: Decisions,
     jobs: dict[int, Job],
     redo_preempt: list[Job],

@@ -5,17 +5,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hivebatch.bounds import DEFAULT_LIMITS, Limits, parse_limits
 from hivebatch.errors import ConfigError
 
-DEFAULT_LOCK = "var/hivebatch-controller.lock"
+if TYPE_CHECKING:
+    from hivebatch.cells import ClusterSpec
+    from hivebatch.qos import Platform, Policy, ProfileStore, QosSettings
+
 DEFAULT_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
-    lock_file: Path
     interval_s: float
     policy: str
 
@@ -24,23 +27,19 @@ class ControllerSettings:
 class ControllerContext:
     config_path: Path | None
     data: dict[str, Any]
-    spec: Any  # hivebatch.cells.ClusterSpec
-    platform: Any  # hivebatch.qos.Platform
-    policy: Any
-    profiles: Any  # hivebatch.qos.ProfileStore | None
+    spec: ClusterSpec
+    platform: Platform
+    policy: Policy
+    profiles: ProfileStore | None
     settings: ControllerSettings
+    limits: Limits = DEFAULT_LIMITS
 
 
 def parse_settings(config_path: Path | None, data: dict[str, Any]) -> ControllerSettings:
     section = data.get("controller") or {}
     if not isinstance(section, dict):
-        raise ConfigError(
-            "controller: must be a mapping, e.g. {lock_file: var/hivebatch-controller.lock, interval_s: 60}"
-        )
-    base = config_path.resolve().parent if config_path else Path.cwd()
-    lock = Path(os.path.expanduser(str(section.get("lock_file") or DEFAULT_LOCK)))
-    if not lock.is_absolute():
-        lock = base / lock
+        raise ConfigError("controller: must be a mapping, e.g. {interval_s: 60, policy: qos}")
+    # an older config's lock_file is ignored: one controller per database is the lease's job (lease.py)
     try:
         interval = float(section.get("interval_s", DEFAULT_INTERVAL_S))
     except (TypeError, ValueError):
@@ -48,10 +47,10 @@ def parse_settings(config_path: Path | None, data: dict[str, Any]) -> Controller
     if interval <= 0:
         raise ConfigError("controller.interval_s must be more than 0 seconds")
     policy = str(section.get("policy", "qos"))
-    return ControllerSettings(lock_file=lock, interval_s=interval, policy=policy)
+    return ControllerSettings(interval_s=interval, policy=policy)
 
 
-def build_platform(spec: Any, qos_settings: Any) -> Any:
+def build_platform(spec: ClusterSpec, qos_settings: QosSettings) -> Platform:
     """The QoS model's view of the cluster. The user's GPU count is respected (their script expects it);
     the model chooses how to arrange those GPUs over nodes."""
     from hivebatch import qos
@@ -92,4 +91,5 @@ def load_context(config: str | os.PathLike[str] | None = None) -> ControllerCont
         policy=qos.get_policy(settings.policy),
         profiles=profiles,
         settings=settings,
+        limits=parse_limits(data),
     )

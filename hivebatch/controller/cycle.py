@@ -5,19 +5,23 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from hivebatch.cells import ClusterSpec
 from hivebatch.controller.act import act, write_intents
+from hivebatch.controller.context import ControllerContext
 from hivebatch.controller.decide import Decisions, Wait, decide
-from hivebatch.controller.observe import observe
+from hivebatch.controller.ledger import Ledger
+from hivebatch.controller.observe import Observation, observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
-from hivebatch.controller.record import Recorder, gpu_capacity_by_node, set_state, write_gpu_map
-from hivebatch.db.models import VCCell, VirtualCluster
+from hivebatch.controller.record import Recorder, get_state, gpu_capacity_by_node, set_state, write_gpu_map
+from hivebatch.db.models import Job, VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
+from hivebatch.slurm.base import SlurmBackend
 
 log = logging.getLogger("hivebatch.controller")
 
@@ -50,7 +54,7 @@ class CycleReport:
         )
 
 
-def sync_vcs(session: Session, spec: Any, now: dt.datetime) -> None:
+def sync_vcs(session: Session, spec: ClusterSpec, now: dt.datetime) -> None:
     """Mirror the config's VCs and their cells into the ledger (readers show them without the config)."""
     rows = {v.name: v for v in session.scalars(select(VirtualCluster))}
     for name, vc in spec.vcs.items():
@@ -74,7 +78,7 @@ def sync_vcs(session: Session, spec: Any, now: dt.datetime) -> None:
 PREDICTION_TOLERANCE_S = 300.0
 
 
-def _set_moved(job: Any, attr: str, value: Any) -> None:
+def _set_moved(job: Job, attr: str, value: dt.datetime | float | None) -> None:
     old = getattr(job, attr)
     if old is None or value is None:
         if (old is None) != (value is None):
@@ -110,8 +114,23 @@ def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> None:
             rec.event(session, job, "rejected" if w.rejected else "waiting", w.reason)
 
 
-def run_cycle(ctx: Any, session_factory: sessionmaker[Session], backend: Any) -> CycleReport:
-    """Run one full cycle. Raises HivebatchError (or SlurmError) when Slurm or the DB cannot be used."""
+def _check_empty_answer(session: Session, obs: Observation, backend: SlurmBackend) -> None:
+    """No job at all where the previous cycle saw some is believed only when slurmctld answers a ping."""
+    seen = get_state(session, "slurm_jobs_seen")
+    if not obs.jobs and isinstance(seen, int) and seen > 0:
+        backend.ping()
+
+
+def run_cycle(
+    ctx: ControllerContext,
+    session_factory: sessionmaker[Session],
+    backend: SlurmBackend,
+    guard: Callable[[], None] | None = None,
+) -> CycleReport:
+    """Run one full cycle. Raises HivebatchError (or SlurmError) when Slurm or the DB cannot be used.
+
+    ``guard`` runs before anything is decided or sent to Slurm (the lease's renewal: a controller
+    that lost its lease stops there)."""
     t0 = time.perf_counter()
     obs = observe(backend)
     report = CycleReport(started=obs.now, observe_s=obs.seconds, jobs_seen=len(obs.jobs))
@@ -125,15 +144,18 @@ def run_cycle(ctx: Any, session_factory: sessionmaker[Session], backend: Any) ->
 
     t = time.perf_counter()
     with session_factory() as session:
+        _check_empty_answer(session, obs, backend)
         # GPU-hours of a slice are its share of the GPU's memory (record.account_run reads this)
         session.info["gpu_capacity_mib"] = gpu_capacity_by_node(ctx.spec)
         # reconcile (one transaction)
         sync_vcs(session, ctx.spec, obs.now)
         ledger = sync_jobs(session, obs, rec, backend)
-        alloc = rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
+        rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
         session.commit()
         t = mark("reconcile", t)
 
+        if guard is not None:
+            guard()
         # decide; its intents and the waiting reasons are one transaction
         decisions: Decisions = decide(ctx, ledger, obs.now)
         t = mark("decide", t)
@@ -156,18 +178,7 @@ def run_cycle(ctx: Any, session_factory: sessionmaker[Session], backend: Any) ->
         t = mark("act", t)
 
         # record: the GPU map for readers, the cycle's facts
-        write_gpu_map(session, alloc, ctx.spec, obs.now)
-        if ledger.sharing is not None:
-            # shared GPUs and their slices, for hadmin cluster (rebuilt from the jobs each cycle)
-            set_state(session, "sharing", ledger.sharing.snapshot(), obs.now)
-        report.seconds = time.perf_counter() - t0
-        set_state(
-            session,
-            "last_cycle",
-            {"at": obs.now.isoformat(timespec="seconds"), "seconds": round(report.seconds, 3)},
-            obs.now,
-        )
-        session.commit()
+        _record(session, ctx, ledger, obs, time.perf_counter() - t0)
         mark("record", t)
 
         report.placed = result.placed
@@ -182,7 +193,24 @@ def run_cycle(ctx: Any, session_factory: sessionmaker[Session], backend: Any) ->
     return report
 
 
-def check_database(engine: Any) -> None:
+def _record(
+    session: Session, ctx: ControllerContext, ledger: Ledger, obs: Observation, seconds: float
+) -> None:
+    write_gpu_map(session, ledger.cells, ctx.spec, obs.now)
+    if ledger.sharing is not None:
+        # shared GPUs and their slices, for hadmin cluster (rebuilt from the jobs each cycle)
+        set_state(session, "sharing", ledger.sharing.snapshot(), obs.now)
+    set_state(session, "slurm_jobs_seen", len(obs.jobs), obs.now)
+    set_state(
+        session,
+        "last_cycle",
+        {"at": obs.now.isoformat(timespec="seconds"), "seconds": round(seconds, 3)},
+        obs.now,
+    )
+    session.commit()
+
+
+def check_database(engine: Engine) -> None:
     from hivebatch.db.session import check_connection, schema_is_current
 
     check_connection(engine)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
 
 from hivebatch.db.models import utcnow
+from hivebatch.slurm.base import SlurmBackend
+from hivebatch.slurm.types import SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
 
 # Slurm job states, grouped by what they mean for the GPUs a job holds.
 RUNNING_STATES = frozenset(
@@ -49,18 +50,33 @@ def to_utc(value: dt.datetime | None) -> dt.datetime | None:
 @dataclass
 class Observation:
     now: dt.datetime
-    jobs: dict[int, Any]  # job id -> SlurmJob
-    nodes: dict[str, Any]  # node name -> SlurmNode
+    jobs: dict[int, SlurmJob]
+    nodes: dict[str, SlurmNode]
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
 
 
-def observe(backend: Any) -> Observation:
-    """List every job and node once (one squeue-like and one sinfo-like call, never one per job)."""
+def observe(backend: SlurmBackend) -> Observation:
+    """List every job and node once (one squeue-like and one sinfo-like call, never one per job).
+
+    Raises SlurmUnavailable when Slurm's answer cannot be trusted: a command failed or reported an
+    error, or no node has registered with slurmctld (just restarted: node states and GPU use are
+    unknown). The cycle then changes nothing.
+    """
     import time
 
     t0 = time.perf_counter()
     now = utcnow()
-    jobs = {int(j.job_id): j for j in backend.list_jobs()}
-    nodes = {n.name: n for n in backend.list_nodes()}
+    try:
+        jobs = {int(j.job_id): j for j in backend.list_jobs()}
+        nodes = {n.name: n for n in backend.list_nodes()}
+    except SlurmUnavailable:
+        raise
+    except SlurmError as exc:
+        first = (exc.stderr.strip().splitlines() or [f"exit {exc.returncode}"])[0]
+        raise SlurmUnavailable(exc.command, first, exc.returncode) from None
+    if not any(n.responding for n in nodes.values()):
+        raise SlurmUnavailable(
+            ["sinfo", "--json"], "no node has registered with slurmctld (all UNKNOWN or NOT_RESPONDING)"
+        )
     return Observation(now=now, jobs=jobs, nodes=nodes, seconds=time.perf_counter() - t0)

@@ -6,14 +6,19 @@ import datetime as dt
 import json
 import logging
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hivebatch.db.models import CellSnapshot, ControllerState, Event, GpuBinding, GpuUsage, Job
 
+if TYPE_CHECKING:
+    from hivebatch.cells import CellAllocator, ClusterSpec
+
 log = logging.getLogger("hivebatch.controller")
+#: what a controller-state row holds: a JSON document
+Json = dict[str, Any] | list[Any] | str | int | float | bool | None
 
 
 class Recorder:
@@ -65,7 +70,7 @@ def _day_slices(start: dt.datetime, end: dt.datetime) -> list[tuple[dt.date, flo
     return out
 
 
-def gpu_capacity_by_node(spec: Any) -> dict[str, int]:
+def gpu_capacity_by_node(spec: ClusterSpec) -> dict[str, int]:
     """Usable memory (MiB) of one GPU of each node whose GPU type has ``memory:`` configured."""
     from hivebatch.sharing.integration import gpu_capacity_mib
 
@@ -156,7 +161,7 @@ def _job_id_of(tag: str | None) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def write_gpu_map(session: Session, alloc: Any, spec: Any, now: dt.datetime) -> None:
+def write_gpu_map(session: Session, alloc: CellAllocator, spec: ClusterSpec, now: dt.datetime) -> None:
     """Mirror ``alloc.gpu_map()`` into gpu_bindings (only rows that changed) and store the snapshot."""
     gpu_type = {n.name: n.gpu_type for n in spec.nodes}
     existing = {(r.node, r.gpu_index): r for r in session.scalars(select(GpuBinding))}
@@ -197,14 +202,15 @@ def write_gpu_map(session: Session, alloc: Any, spec: Any, now: dt.datetime) -> 
         snap.data = data
 
 
-def get_state(session: Session, key: str) -> Any:
+def get_state(session: Session, key: str) -> Json:
     row = session.get(ControllerState, key)
     if row is None or row.value is None:
         return None
-    return json.loads(row.value)
+    value: Json = json.loads(row.value)
+    return value
 
 
-def set_state(session: Session, key: str, value: Any, now: dt.datetime) -> None:
+def set_state(session: Session, key: str, value: Json, now: dt.datetime) -> None:
     row = session.get(ControllerState, key)
     text = json.dumps(value, sort_keys=True, default=str)
     if row is None:

@@ -240,3 +240,19 @@ class ControllerState(Base):
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
+
+
+class ControllerLease(Base):
+    """Who runs the controller on this database, until when (one row; see controller/lease.py).
+
+    The exclusivity lives in the database so that any two controllers sharing it exclude each other,
+    whatever host or config file they run from."""
+
+    __tablename__ = "controller_lease"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token: Mapped[str] = mapped_column(String(64))
+    holder_host: Mapped[str] = mapped_column(String(255))
+    holder_pid: Mapped[int] = mapped_column(Integer)
+    acquired_at: Mapped[dt.datetime] = mapped_column(DateTime)
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime)

@@ -1,8 +1,9 @@
 """The only code in hivebatch that talks to Slurm.
 
-``get_backend()`` picks the implementation: ``HIVEBATCH_SLURM_BACKEND`` = ``cli`` | ``pyslurm`` | ``fake``,
+``get_backend()`` picks the implementation: ``HIVEBATCH_SLURM_BACKEND`` = ``cli`` | ``pyslurm``,
 else pyslurm when it imports, else the CLI backend (the normal case: Debian's Slurm 22.05 has no
-matching pyslurm).
+matching pyslurm). The in-memory Slurm of the tests lives in ``hivebatch.testing`` and cannot be chosen
+here: a controller must never schedule against an imaginary cluster because of a setting.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob, SlurmNode
 
 ENV_VAR = "HIVEBATCH_SLURM_BACKEND"
-BACKENDS = ("cli", "pyslurm", "fake")
+BACKENDS = ("cli", "pyslurm")
 
 
 def _import_pyslurm() -> object | None:
@@ -29,10 +30,6 @@ def get_backend(name: str | None = None) -> SlurmBackend:
     choice = (name or os.environ.get(ENV_VAR) or "").strip().lower()
     if choice and choice not in BACKENDS:
         raise HivebatchError(f"{ENV_VAR}={choice!r} is not a Slurm backend: use one of {', '.join(BACKENDS)}")
-    if choice == "fake":
-        from hivebatch.slurm.fake import FakeSlurm
-
-        return FakeSlurm()
     if choice in ("", "pyslurm"):
         module = _import_pyslurm()
         if module is not None:

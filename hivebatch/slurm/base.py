@@ -31,6 +31,10 @@ class SlurmBackend(ABC):
     def release(self, job_id: int) -> None: ...
 
     @abstractmethod
+    def clear_begin_time(self, job_id: int) -> None:
+        """Let a pending job start as soon as it is released (drops a --begin or the plugin's far one)."""
+
+    @abstractmethod
     def hold(self, job_id: int) -> None: ...
 
     @abstractmethod
@@ -48,12 +52,24 @@ class SlurmBackend(ABC):
     def list_nodes(self) -> list[SlurmNode]: ...
 
     @abstractmethod
+    def job_gpus(self, job_id: int) -> dict[str, list[int]]:
+        """The GPU indices per node Slurm allocated a running job (``scontrol -d show job``, IDX)."""
+
+    @abstractmethod
+    def ping(self) -> None:
+        """Return when slurmctld answers; raise SlurmUnavailable when it does not."""
+
+    @abstractmethod
     def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
         """Accounting records (sacct) of jobs, finished or not."""
 
     @abstractmethod
     def list_accounts(self) -> list[str]:
         """Slurm accounts known to accounting (each VC needs one)."""
+
+    @abstractmethod
+    def default_account(self, user: str) -> str:
+        """The account Slurm gives ``user``'s jobs when they name none ("" when it has none)."""
 
     @abstractmethod
     def list_qos(self) -> list[str]:

@@ -11,12 +11,13 @@ from datetime import datetime
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import (
     SACCT_FIELDS,
+    parse_job_gpus,
     parse_job_id,
     parse_sacct,
     parse_sinfo_json,
     parse_squeue_json,
 )
-from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob, SlurmNode
+from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
 
 #: Fixed environment for every command: epoch times, and nothing from the user's SQUEUE_FORMAT etc.
 FIXED_ENV = {"SLURM_TIME_FORMAT": "%s"}
@@ -119,6 +120,9 @@ class CliBackend(SlurmBackend):
     def release(self, job_id: int) -> None:
         self._run(["scontrol", "release", str(int(job_id))])
 
+    def clear_begin_time(self, job_id: int) -> None:
+        self._run(["scontrol", "update", f"JobId={int(job_id)}", "StartTime=now"])
+
     def hold(self, job_id: int) -> None:
         self._run(["scontrol", "hold", str(int(job_id))])
 
@@ -141,6 +145,19 @@ class CliBackend(SlurmBackend):
     def list_nodes(self) -> list[SlurmNode]:
         return parse_sinfo_json(self._run(["sinfo", "--json"]))
 
+    def job_gpus(self, job_id: int) -> dict[str, list[int]]:
+        return parse_job_gpus(self._run(["scontrol", "-d", "show", "job", str(int(job_id))]))
+
+    def ping(self) -> None:
+        # 'Slurmctld(primary) at HOST is UP' (exit 0) or '… is DOWN' and a banner (exit 1)
+        try:
+            out = self._run(["scontrol", "ping"])
+        except SlurmError as exc:
+            first = (exc.stderr.strip().splitlines() or ["no answer"])[0]
+            raise SlurmUnavailable(["scontrol", "ping"], first, exc.returncode) from None
+        if " is UP" not in out:
+            raise SlurmUnavailable(["scontrol", "ping"], (out.strip().splitlines() or ["no answer"])[0])
+
     def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
         args = ["sacct", "--parsable2", "--noheader", "-X", "--allusers", "-o", ",".join(SACCT_FIELDS)]
         if job_ids is not None:
@@ -158,6 +175,13 @@ class CliBackend(SlurmBackend):
         return _names(
             self._run(["sacctmgr", "--noheader", "--parsable2", "show", "account", "format=Account"])
         )
+
+    def default_account(self, user: str) -> str:
+        out = self._run(
+            ["sacctmgr", "--noheader", "--parsable2", "show", "user", user, "format=DefaultAccount"]
+        )
+        names = _names(out)
+        return names[0] if names else ""
 
     def list_qos(self) -> list[str]:
         return _names(self._run(["sacctmgr", "--noheader", "--parsable2", "show", "qos", "format=Name"]))

@@ -20,6 +20,7 @@ from hivebatch.slurm.types import (
     AcctRecord,
     SlurmJob,
     SlurmNode,
+    SlurmUnavailable,
 )
 
 #: sacct columns asked for, in order; Comment last because it is the only one that may contain "|".
@@ -37,6 +38,7 @@ SACCT_FIELDS = (
     "NodeList",
     "AllocTRES",
     "ExitCode",
+    "AdminComment",
     "Comment",
 )
 
@@ -248,6 +250,8 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         gpus=gpus,
         shards=shards,
         comment=str(job.get("comment") or ""),
+        admin_comment=str(job.get("admin_comment") or ""),
+        eligible_time=epoch(job.get("eligible_time")) if state == "PENDING" else None,
         submit_time=epoch(job.get("submit_time")),
         start_time=epoch(job.get("start_time")) if state != "PENDING" else None,
         end_time=epoch(job.get("end_time")) if finished else None,
@@ -263,13 +267,28 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
 
 
 def _load(text: str, what: str) -> Mapping[str, Any]:
+    """The JSON object a Slurm command printed. Slurm 22.05 exits 0 with an ``errors`` array (and an
+    empty job or node list) when slurmctld cannot be reached: that is an outage, never "no jobs"."""
+    command = what.split()
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise HivebatchError(f"{what} printed invalid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise SlurmUnavailable(command, f"printed invalid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, Mapping):
-        raise HivebatchError(f"{what} printed JSON that is not an object")
+        raise SlurmUnavailable(command, "printed JSON that is not an object")
+    errors = [e for e in data.get("errors") or [] if e]
+    if errors:
+        raise SlurmUnavailable(command, "; ".join(_error_text(e) for e in errors))
     return data
+
+
+def _error_text(error: Any) -> str:
+    """One entry of Slurm's ``errors`` array in words: its description, else its error, and the source."""
+    if not isinstance(error, Mapping):
+        return str(error)
+    text = str(error.get("description") or error.get("error") or "unspecified error")
+    source = error.get("source")
+    return f"{text} [{source}]" if source else text
 
 
 def parse_squeue_json(text: str) -> list[SlurmJob]:
@@ -377,10 +396,25 @@ def parse_sacct(text: str, fields: Iterable[str] = SACCT_FIELDS) -> list[AcctRec
                 nodes=nodes,
                 gpus=_gpus_from_tres(row["AllocTRES"], nodes),
                 comment=row["Comment"],
+                admin_comment=row.get("AdminComment", ""),
                 exit_code=row["ExitCode"] or None,
             )
         )
     return records
+
+
+_DETAIL_LINE = re.compile(r"^\s*Nodes=(?P<nodes>\S+)\s.*\bGRES=(?P<gres>\S*)", re.MULTILINE)
+
+
+def parse_job_gpus(text: str) -> dict[str, list[int]]:
+    """Whole-GPU indices per node from ``scontrol -d show job`` (its ``Nodes=… GRES=gpu:g0:1(IDX:0)`` lines)."""
+    out: dict[str, list[int]] = {}
+    for m in _DETAIL_LINE.finditer(text):
+        gpus, _shards = gpus_in_detail(m.group("gres"))
+        for node in expand_hostlist(m.group("nodes")):
+            if gpus:
+                out[node] = sorted(set(out.get(node, [])) | set(gpus))
+    return out
 
 
 def parse_job_id(stdout: str) -> int:

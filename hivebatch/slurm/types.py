@@ -61,6 +61,24 @@ class SlurmError(HivebatchError):
         return "invalid job id" in self.stderr.lower()
 
 
+class SlurmUnavailable(SlurmError):
+    """Slurm could not give a trustworthy answer: slurmctld unreachable, an ``errors`` array in its JSON,
+    a command that failed, no node heard from. Nothing Slurm said this cycle may change the ledger."""
+
+    def __init__(self, command: list[str], detail: str, returncode: int = 0) -> None:
+        super().__init__(command, returncode, detail)
+        self.detail = detail
+        HivebatchError.__init__(
+            self, f"Slurm is unavailable ({' '.join(command[:2])}: {detail}); nothing changed"
+        )
+
+
+#: what ``scontrol``, ``squeue`` … print on stderr while slurmctld is down (recorded on the lab)
+CONTROLLER_UNREACHABLE = "Unable to contact slurm controller (connect failure)"
+#: node state words of a node slurmctld has not heard from (just restarted, or the node is gone)
+UNRESPONSIVE_NODE_WORDS = frozenset({"UNKNOWN", "NOT_RESPONDING"})
+
+
 @dataclass
 class SlurmJob:
     job_id: int
@@ -74,6 +92,11 @@ class SlurmJob:
     gpus: dict[str, list[int]] = field(default_factory=dict)
     shards: dict[str, dict[int, int]] = field(default_factory=dict)
     comment: str = ""
+    # written only by the job_submit plugin (or SlurmUser/root): the trusted hivebatch request
+    admin_comment: str = ""
+    # a pending job's begin time (sbatch --begin); hivebatch's job_submit plugin sets a far one when an
+    # owner releases a GPU job that is still waiting for its placement
+    eligible_time: datetime | None = None
     submit_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
@@ -103,6 +126,12 @@ class SlurmNode:
     gpus_shared: list[int] = field(default_factory=list)
     reason: str = ""
 
+    @property
+    def responding(self) -> bool:
+        """False while slurmctld has not heard from the node (UNKNOWN after a restart, or ``*``)."""
+        words = self.state.upper().replace("*", "+NOT_RESPONDING").split("+")
+        return not any(w in UNRESPONSIVE_NODE_WORDS for w in words)
+
 
 @dataclass
 class AcctRecord:
@@ -120,3 +149,4 @@ class AcctRecord:
     comment: str
     exit_code: str | None
     name: str = ""
+    admin_comment: str = ""

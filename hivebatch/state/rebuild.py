@@ -11,7 +11,7 @@ import contextlib
 import datetime as dt
 from typing import Any
 
-from hivebatch.request import JobRequest
+from hivebatch.request import JobRequest, request_of
 
 _ALIVE = ("RUNNING", "COMPLETING", "SUSPENDED", "PENDING", "CONFIGURING")
 
@@ -25,7 +25,7 @@ def rebuild_from_slurm(spec: Any, jobs: list[Any], nodes: list[Any]) -> Any:
     ours: list[tuple[Any, JobRequest]] = []
     others: list[Any] = []
     for j in running:
-        req = JobRequest.from_comment(j.comment)
+        req = request_of(j)
         (ours.append((j, req)) if req is not None else others.append(j))
     ours.sort(key=lambda pair: -pair[1].priority)  # guaranteed work is counted first
     for j, req in ours:

@@ -15,7 +15,8 @@ from typing import Any
 
 from hivebatch.errors import HivebatchError
 from hivebatch.request import CLASSES, JobRequest
-from hivebatch.submit.checks import default_account, interpret_shape
+from hivebatch.slurmconf import SHARD_MIB
+from hivebatch.submit.checks import interpret_shape
 from hivebatch.submit.options import OPTIONS, Parsed, parse_args, parse_directives, parse_env
 from hivebatch.submit.script import decode_script
 from hivebatch.submit.timefmt import parse_time_limit
@@ -138,9 +139,9 @@ def read_script(
     return text, text_name, script_args
 
 
-def build_request(values: Mapping[str, str | bool]) -> JobRequest:
+def build_request(values: Mapping[str, str | bool], default_vc: str | None = None) -> JobRequest:
     """The JobRequest the options describe (shape arithmetic included), checked on its own."""
-    vc = values.get("account")
+    vc = values.get("account") or default_vc
     if not vc:
         raise HivebatchError("say which virtual cluster to use with -A VC (--account), as with sbatch")
     qos = str(values.get("qos") or "normal").strip().lower()
@@ -222,18 +223,34 @@ def submit_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in _ENV_DROPPED and not k.startswith(_GPU_ENV_PREFIXES)}
 
 
+def gpu_ask_arguments(req: JobRequest) -> list[str]:
+    """The GPU ask in sbatch's own options; Slurm's job_submit plugin turns it into the hivebatch request."""
+    kind = f"{req.gpu_type.lower()}:" if req.gpu_type else ""
+    if req.gpu_mem_mib and req.gpus == 1 and (req.nodes or 1) == 1:
+        # one shard = 1 GiB of one GPU's memory (a slice never spans GPUs); a whole job's --gpu-mem is a hint
+        return [f"--gres=shard:{kind}{-(-req.gpu_mem_mib // SHARD_MIB)}"]
+    per_node = req.gpus_per_node or (req.gpus // req.nodes if req.nodes else None)
+    if per_node:
+        return [f"--nodes={req.nodes or 1}", f"--gres=gpu:{kind}{per_node}"]
+    return [f"--gpus={kind}{req.gpus}"]
+
+
 def sbatch_arguments(
     req: JobRequest, values: Mapping[str, str | bool], passthrough: Mapping[str, list[str]], name: str
 ) -> list[str]:
-    """sbatch's arguments: held, no GPU gres, account = VC, qos = class, the request in the comment."""
-    args = [
-        "--hold",
-        f"--account={req.vc}",
-        f"--qos={req.qos}",
-        f"--job-name={name}",
-        f"--comment={req.to_comment()}",
-        "--open-mode=append",
-    ]
+    """sbatch's arguments: the GPU ask as Slurm options, account and class only where the user chose them
+    (Slurm applies the user's defaults otherwise), hsub's model hints in the comment."""
+    args = [*gpu_ask_arguments(req), f"--job-name={name}", "--open-mode=append"]
+    if values.get("account"):
+        args.append(f"--account={req.vc}")
+    if values.get("qos"):
+        args.append(f"--qos={req.qos}")
+    if values.get("hold"):
+        args.append("--hold")
+    hints = req.hints_comment()
+    user_comment = str(values.get("comment_user") or "")
+    if hints or user_comment:
+        args.append(f"--comment={' '.join(x for x in (hints, user_comment) if x)}")
     if values.get("no_requeue"):
         if req.qos == "opportunistic":
             raise HivebatchError(
@@ -258,11 +275,28 @@ def sbatch_arguments(
     return args
 
 
+def default_account(user: str | None = None) -> str:
+    """The user's default Slurm account, as sbatch would use it without -A."""
+    import getpass
+
+    from hivebatch.slurm import SlurmError, get_backend
+
+    who = user or getpass.getuser()
+    try:
+        account = get_backend().default_account(who)
+    except SlurmError as exc:
+        raise HivebatchError(f"cannot read your default account from Slurm ({exc}); give -A VC") from None
+    if not account:
+        raise HivebatchError(f"Slurm has no default account for {who}: give -A VC (your virtual cluster)")
+    return account
+
+
 def prepare(
     argv: list[str],
     environ: Mapping[str, str] | None = None,
     stdin_read: Callable[[], str] | None = None,
     check_config: bool = True,
+    default_vc: str | None = None,
 ) -> Submission:
     """Parse, read the script, merge option sources, build and check the request."""
     environ = os.environ if environ is None else environ
@@ -275,9 +309,9 @@ def prepare(
     values, problems = interpret_shape(merged.values)
     merged.problems += problems
     merged.raise_problems()
-    if check_config and not values.get("account"):
-        values["account"] = default_account() or ""  # as sbatch: the user's default account
-    req = build_request(values)
+    if default_vc is None and check_config and not values.get("account"):
+        default_vc = default_account()
+    req = build_request(values, default_vc)
     name = str(values.get("job_name") or script_name)
     sub = Submission(
         request=req,

@@ -141,18 +141,3 @@ def _task_count(values: dict[str, str | bool]) -> int | None:
     if not str(per_node).isdigit() or not str(nodes or "1").isdigit():
         return None
     return int(str(per_node)) * int(str(nodes or "1"))
-
-
-def default_account(run: Any = None) -> str | None:
-    """The submitting user's default Slurm account, which sbatch uses when no -A is given (None when
-    Slurm has none for the user or cannot be asked)."""
-    import getpass
-    import subprocess
-
-    argv = ["sacctmgr", "-nP", "show", "user", getpass.getuser(), "format=DefaultAccount"]
-    try:
-        proc = (run or subprocess.run)(argv, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = [ln.strip() for ln in str(proc.stdout).splitlines() if ln.strip()]
-    return lines[0] if proc.returncode == 0 and lines else None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from hivebatch.request import JobRequest
+from hivebatch.request import JobRequest, request_of
 from hivebatch.submit.build import Submission
 
 TEST_ID = "0"  # Slurm never uses job id 0: it cannot clash with a queued job
@@ -95,15 +95,14 @@ def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
     if is_slice(ctx.spec, req.gpus, req.gpu_mem_mib, req.gpu_type):
         return predict_slice(ctx, req, alloc, source, now)
 
-    builder = TaskBuilder(ctx)
-    builder.ctx_now = now
+    builder = TaskBuilder(ctx, now)
     requests: dict[str, JobRequest] = {}
     tasks = []
     for j, req in _waiting_requests(ledger.jobs):
-        tasks.append(builder.task(j, req, SimpleNamespace(time_limit_s=None)))
+        tasks.append(builder.task(j, req, None))
         requests[str(j.slurm_job_id)] = req
     mine = SimpleNamespace(slurm_job_id=TEST_ID, submit_time=now)
-    tasks.append(builder.task(mine, sub.request, SimpleNamespace(time_limit_s=sub.request.time_limit_s)))
+    tasks.append(builder.task(mine, sub.request, sub.request.time_limit_s))
     requests[TEST_ID] = sub.request
 
     outcomes = schedule_round(
@@ -152,7 +151,7 @@ def predict_slice(ctx: Any, req: JobRequest, alloc: Any, source: str, now: dt.da
 
     held: list[HeldSlice] = []
     for j in get_backend().list_jobs():
-        other = JobRequest.from_comment(j.comment)
+        other = request_of(j)
         if other is None or str(j.state).upper() not in ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING"):
             continue
         shards = [(n, g, c) for n, per in (j.shards or {}).items() for g, c in per.items() if c]

@@ -13,147 +13,17 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+from lab_controller import Ctl
 from sqlalchemy import select
 
-from hivebatch.controller.context import load_context
-from hivebatch.controller.cycle import CycleReport, run_cycle
-from hivebatch.db import Event, Job, make_engine, make_sessionmaker, migrate
-from hivebatch.request import JobRequest
+from hivebatch.db import Event
 
 pytestmark = pytest.mark.integration
 
 PROJECT = Path(__file__).resolve().parents[2]
-PROBE = """#!/bin/bash
-echo "run host=$(hostname) cvd=$CUDA_VISIBLE_DEVICES"
-sleep {sleep}
-"""
-
-
-class ScopedBackend:
-    """The lab's CLI backend as the Operator, showing the controller only this test's pending jobs."""
-
-    def __init__(self, inner: Any, mine: set[int]) -> None:
-        self.inner, self.mine = inner, mine
-
-    def list_jobs(self, job_ids: list[int] | None = None) -> list[Any]:
-        jobs = self.inner.list_jobs(job_ids)
-        return [j for j in jobs if j.job_id in self.mine or j.state in ("RUNNING", "COMPLETING")]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-@dataclass
-class Ctl:
-    lab: Any
-    ctx: Any
-    factory: Any
-    backend: ScopedBackend
-    mine: set[int]
-    jobs_dir: Path
-    tag: str
-    config: Path
-    db_url: str
-
-    def submit(self, user: str, vc: str, gpus: int, qos: str = "normal", sleep: int = 120) -> int:
-        req = JobRequest(vc=vc, qos=qos, gpus=gpus, time_limit_s=600)
-        name = f"{self.tag}-{user}"
-        args = [
-            "--hold",
-            "-A",
-            vc,
-            "-q",
-            qos,
-            "-J",
-            name,
-            "-t",
-            "10",
-            "--chdir",
-            str(self.jobs_dir),
-            "-o",
-            str(self.jobs_dir / f"{name}-%j.out"),
-            "--open-mode=append",
-            "--comment",
-            req.to_comment(),
-        ]
-        jid = self.lab.backend(user).submit(PROBE.format(sleep=sleep), args)
-        self.mine.add(jid)
-        return jid
-
-    def output(self, jid: int, user: str) -> Path:
-        return self.jobs_dir / f"{self.tag}-{user}-{jid}.out"
-
-    def cycle(self) -> CycleReport:
-        report = run_cycle(self.ctx, self.factory, self.backend)
-        assert report.ok, report.failures
-        return report
-
-    def job(self, jid: int) -> Job:
-        with self.factory() as s:
-            return s.scalars(select(Job).where(Job.slurm_job_id == jid)).one()
-
-    def until(self, check: Callable[[], bool], timeout_s: float = 45.0, what: Any = "") -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.cycle()
-            if check():
-                return
-            time.sleep(1.0)
-        raise AssertionError(f"not reached within {timeout_s:.0f} s: {what() if callable(what) else what}")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def ctl(
-    request: pytest.FixtureRequest, slurm_lab: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Ctl]:
-    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
-    data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
-    data["controller"] = {"lock_file": "ctl.lock", "interval_s": 1}
-    # The example VCs hold all 32 GPUs, so any GPU another test (or a stale Slurm shard count) keeps busy
-    # would cost some VC its guarantee; one node of slack keeps these tests independent of such noise.
-    data["virtual_clusters"]["nlp"] = {"cells": {"V100-NODE": 1}}
-    if request.param == "postgresql":
-        url = request.getfixturevalue("pg_database")
-    else:
-        url = f"sqlite:///{tmp_path / 'hb.db'}"
-    data["database"] = {"url": url}
-    cfg = tmp_path / "hivebatch.yaml"
-    cfg.write_text(yaml.safe_dump(data))
-    ctx = load_context(cfg)
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-    mine: set[int] = set()
-    backend = ScopedBackend(slurm_lab.backend(slurm_lab.operator), mine)
-    tag = f"hbc{uuid.uuid4().hex[:6]}"
-    c = Ctl(slurm_lab, ctx, make_sessionmaker(engine), backend, mine, slurm_lab.jobs_dir, tag, cfg, url)
-    try:
-        yield c
-    finally:
-        for jid in mine:
-            subprocess.run(["scancel", str(jid)], capture_output=True, check=False, timeout=30)
-        _wait_gone(backend.inner, mine)
-        engine.dispose()
-
-
-def _wait_gone(backend: Any, ids: set[int], timeout_s: float = 60.0) -> None:
-    """Cancelled jobs hold their GPUs until Slurm has cleaned up: the next test must not see them."""
-    deadline = time.monotonic() + timeout_s
-    while ids and time.monotonic() < deadline:
-        busy = [
-            j for j in backend.list_jobs(sorted(ids)) if j.state in ("RUNNING", "COMPLETING", "CONFIGURING")
-        ]
-        nodes_busy = any(n.gpus_used for n in backend.list_nodes())
-        if not busy and not nodes_busy:
-            return
-        time.sleep(0.5)
 
 
 def _running_on(ctl: Ctl, jid: int) -> dict[str, list[int]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hivebatch.request import JobRequest
+from hivebatch.request import request_of
 
 PROJECT = Path(__file__).resolve().parents[2]
 VENV_BIN = PROJECT / ".venv" / "bin"
@@ -85,14 +85,16 @@ def submit(site: Site, user: str, lab_jobs: list[int], *args: str) -> int:
     return job_id
 
 
-def test_hsub_submits_held_as_the_user_with_the_request_and_no_gres(site: Site, slurm_lab, lab_jobs) -> None:  # type: ignore[no-untyped-def]
+def test_hsub_job_is_held_by_slurm_with_the_request_in_its_admin_comment(
+    site: Site, slurm_lab, lab_jobs
+) -> None:  # type: ignore[no-untyped-def]
     script = write_script(site)
     job_id = submit(site, "alice", lab_jobs, "-A", "cv", "-q", "prior", "--gpus", "2", "-t", "5",
                     "-o", str(site.dir / "out-%j.txt"), str(script), "x y")  # fmt: skip
     job = slurm_lab.wait_for(job_id, ["PENDING"], held=True)
     assert job.user == "alice" and job.account == "cv" and job.qos == "prior"
     assert "gpu" not in job.tres_per_node and not job.gpus
-    req = JobRequest.from_comment(job.comment)
+    req = request_of(job)
     assert req is not None
     assert (req.vc, req.qos, req.gpus, req.time_limit_s) == ("cv", "prior", 2, 300)
 
@@ -153,53 +155,6 @@ def test_hq_before_the_controller_ran(site: Site, slurm_lab, lab_jobs) -> None: 
     )
     assert "controller" in row["reason"]
     assert not (site.dir / "db" / "never-created.db").exists()  # readers never create the ledger
-
-
-def test_sbatch_wrapper_passes_cpu_jobs_untouched_and_routes_gpu_jobs(
-    site: Site, slurm_lab, lab_jobs
-) -> None:  # type: ignore[no-untyped-def]
-    bindir = site.dir / "bin"
-    bindir.mkdir(exist_ok=True)
-    bindir.chmod(0o755)
-    (bindir / "sbatch").unlink(missing_ok=True)
-    (bindir / "sbatch").symlink_to(PROJECT / "scripts" / "sbatch-wrapper")
-    record = site.dir / "real-sbatch.log"
-    spy = site.dir / "spy-sbatch"
-    # stands in for the real sbatch: records exactly what it is given, then runs the real one
-    spy.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {record}\nexec {shutil.which("sbatch")} "$@"\n')
-    spy.chmod(0o755)
-    record.touch()
-    record.chmod(0o666)
-    python = site.user_bin / "python"
-    env = {
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "HIVEBATCH_REAL_SBATCH": str(spy),
-        "HIVEBATCH_PYTHON": str(python),
-    }
-    cpu_args = ["--parsable", "-A", "cv", "-J", "plain cpu", "--mem=100", "--wrap", "echo plain > /dev/null"]
-    proc = subprocess.run(["runuser", "-u", "alice", "--", str(bindir / "sbatch"), *cpu_args], capture_output=True,
-                          text=True, env={**site.env(), **env}, cwd=site.dir, timeout=120, check=False)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    job_id = int(proc.stdout.strip())
-    lab_jobs.append(job_id)
-    assert record.read_text().splitlines() == cpu_args  # the real sbatch got exactly the user's arguments
-    job = slurm_lab.wait_for(job_id, ["PENDING", "RUNNING", "COMPLETED", "COMPLETING"])
-    assert not job.held and JobRequest.from_comment(job.comment) is None and job.name == "plain cpu"
-
-    gpu_script = write_script(
-        site, "gpu.sh", "#!/bin/bash\n#SBATCH -A cv\n#SBATCH --gres=gpu:2\nnvidia-smi\n"
-    )
-    record.write_text("")
-    proc = subprocess.run(["runuser", "-u", "alice", "--", str(bindir / "sbatch"), "--parsable", str(gpu_script)],
-                          capture_output=True, text=True, env={**site.env(), **env}, cwd=site.dir, timeout=120,
-                          check=False)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    job_id = int(proc.stdout.strip())
-    lab_jobs.append(job_id)
-    job = slurm_lab.wait_for(job_id, ["PENDING"], held=True)
-    req = JobRequest.from_comment(job.comment)
-    assert req is not None and req.vc == "cv" and req.gpus == 2
-    assert "gpu" not in job.tres_per_node
 
 
 def test_full_path_alices_two_gpu_job_runs_on_the_chosen_gpus(site: Site, slurm_lab, lab_jobs) -> None:  # type: ignore[no-untyped-def]

@@ -125,14 +125,17 @@ def test_two_node_job_gets_the_same_indices_on_both_nodes(slurm_lab, lab_jobs):
 
 
 def test_finished_jobs_in_history(slurm_lab, lab_jobs):
-    alice = slurm_lab.backend("alice")
-    ok = alice.submit(
+    alice, root = slurm_lab.backend("alice"), slurm_lab.backend()
+    # typed GPUs straight from a user are hivebatch's to place (job_submit.lua): root submits for alice
+    ok = root.submit(
         "#!/bin/bash\nexit 0\n",
         [
             "--chdir",
             str(slurm_lab.jobs_dir),
             "-o",
             "/dev/null",
+            "--uid=alice",
+            "--account=cv",
             "--gres=gpu:g7:1",
             "-w",
             "node4",
@@ -215,12 +218,14 @@ def test_fake_backend_observes_what_the_lab_observes(slurm_lab, lab_jobs, fake_s
 
 
 def test_opportunistic_job_is_requeued_by_an_urgent_one(slurm_lab, lab_jobs):
-    bob, alice = slurm_lab.backend("bob"), slurm_lab.backend("alice")
+    # Slurm's own preemption between two users' pinned jobs; root submits them (as the controller pins),
+    # since GPUs asked by a user go through hivebatch's job_submit plugin instead
+    root = slurm_lab.backend()
     common = ["--chdir", str(slurm_lab.jobs_dir), "-o", "/dev/null", "-w", "node4", "--gres=gpu:g2:1"]
-    opp = bob.submit(PROBE, ["--qos=opportunistic", *common])
+    opp = root.submit(PROBE, ["--uid=bob", "--account=nlp", "--qos=opportunistic", *common])
     lab_jobs.append(opp)
     slurm_lab.wait_for(opp, {"RUNNING"})
-    urgent = alice.submit(PROBE, ["--qos=urgent", *common])
+    urgent = root.submit(PROBE, ["--uid=alice", "--account=cv", "--qos=urgent", *common])
     lab_jobs.append(urgent)
     assert slurm_lab.wait_for(urgent, {"RUNNING"}).gpus == {"node4": [2]}
     j = slurm_lab.wait_for(opp, {"PENDING"})

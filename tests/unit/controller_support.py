@@ -13,7 +13,9 @@ from hivebatch.controller.context import ControllerContext, load_context
 from hivebatch.controller.cycle import CycleReport, run_cycle
 from hivebatch.db import Base, Event, Job, open_database
 from hivebatch.request import JobRequest
-from hivebatch.slurm.fake import FakeSlurm
+from hivebatch.submit.build import gpu_ask_arguments
+from hivebatch.testing.fake_slurm import FakeSlurm
+from hivebatch.testing.lua_job_submit import LuaJobSubmit
 
 CONFIG = """
 cluster:
@@ -61,8 +63,14 @@ class Env:
         extra: list[str] | None = None,
         **fields: Any,
     ) -> int:
+        """Submit as ``user`` the way a student does (sbatch options); the job_submit plugin turns the GPU
+        ask into the hivebatch request and holds the job, as slurmctld does."""
         req = JobRequest(vc=vc, qos=qos, gpus=gpus, **fields)
-        args = ["--hold", "-A", account or vc, "-q", qos, "-J", f"{user}-job", "--comment", req.to_comment()]
+        args = ["-A", account or vc, "-q", qos, "-J", f"{user}-job", *gpu_ask_arguments(req)]
+        if req.hints_comment():
+            args += ["--comment", req.hints_comment()]
+        if req.time_limit_s:
+            args += ["-t", str(-(-req.time_limit_s // 60))]
         return self.slurm.as_user(user).submit(SCRIPT, args + list(extra or []))
 
     def job(self, slurm_id: int) -> Job:
@@ -85,5 +93,6 @@ def make_env(tmp_path: Path, config: str = CONFIG, **fake_args: Any) -> Env:
     ctx = load_context(cfg)
     engine, factory = open_database(cfg, ctx.data)
     Base.metadata.create_all(engine)
+    fake_args.setdefault("job_submit", LuaJobSubmit(ctx.data))
     fake = FakeSlurm(accounts={"alice": ["cv"], "bob": ["nlp"], "carol": ["sys"]}, **fake_args)
     return Env(ctx=ctx, factory=factory, slurm=fake)

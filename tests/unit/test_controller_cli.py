@@ -11,14 +11,15 @@ from click.testing import CliRunner
 from controller_support import CONFIG
 
 from hivebatch.cli.hivebatch.controller import controller
-from hivebatch.controller import AlreadyRunning, ControllerLock
+from hivebatch.controller import AlreadyRunning, ControllerLease, LeaseLost
 from hivebatch.db import migrate, open_database
+from hivebatch.testing.fake_slurm import FakeSlurm
 
 
 @pytest.fixture()
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
-    monkeypatch.setenv("HIVEBATCH_SLURM_BACKEND", "fake")
+    monkeypatch.setattr("hivebatch.slurm.get_backend", lambda name=None: FakeSlurm())
     cfg = tmp_path / "hivebatch.yaml"
     cfg.write_text(CONFIG)
     return cfg
@@ -32,23 +33,62 @@ def _migrate(cfg: Path) -> None:
     engine.dispose()
 
 
-def test_lock_is_exclusive_and_released(tmp_path: Path) -> None:
-    first = ControllerLock(tmp_path / "l" / "ctl.lock")
+def _engine(cfg: Path):  # noqa: ANN202
+    import yaml
+
+    engine, _ = open_database(cfg, yaml.safe_load(CONFIG))
+    return engine
+
+
+def test_lease_is_exclusive_and_given_back(config: Path) -> None:
+    _migrate(config)
+    engine = _engine(config)
+    first = ControllerLease(engine)
     first.acquire()
     with pytest.raises(AlreadyRunning) as exc:
-        ControllerLock(tmp_path / "l" / "ctl.lock").acquire()
-    assert "another controller is running" in str(exc.value)
+        ControllerLease(engine).acquire()
+    assert "another controller holds this database (pid" in str(exc.value)
     first.release()
-    with ControllerLock(tmp_path / "l" / "ctl.lock"):
+    with ControllerLease(engine):
         pass
 
 
-def test_lock_dies_with_its_process(tmp_path: Path) -> None:
-    lock = tmp_path / "ctl.lock"
-    code = f"from hivebatch.controller import ControllerLock; import os; ControllerLock(__import__('pathlib').Path({str(lock)!r})).acquire(); os._exit(0)"
+def test_lease_of_a_killed_controller_is_taken_over(config: Path) -> None:
+    _migrate(config)
+    code = (
+        "import os, yaml\nfrom hivebatch.controller import ControllerLease\n"
+        "from hivebatch.db import open_database\n"
+        f"engine, _ = open_database({str(config)!r}, yaml.safe_load(open({str(config)!r})))\n"
+        "ControllerLease(engine).acquire()\nos._exit(0)\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
-    with ControllerLock(lock):  # a killed holder leaves no stale lock
+    with ControllerLease(_engine(config)):  # its holder's pid is gone: no stale lock
         pass
+
+
+def test_expired_lease_is_taken_over_and_the_old_holder_stops(config: Path) -> None:
+    _migrate(config)
+    engine = _engine(config)
+    old = ControllerLease(engine, ttl_s=0)
+    old.acquire()
+    new = ControllerLease(engine)
+    new.acquire()
+    with pytest.raises(LeaseLost, match="taken over"):
+        old.renew()
+    new.renew()
+    new.release()
+
+
+def test_a_lock_file_held_by_anyone_does_not_stop_the_controller(config: Path) -> None:
+    import fcntl
+
+    _migrate(config)
+    lock = config.parent / "var" / "ctl.lock"  # the config's lock_file: ignored now
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        res = CliRunner().invoke(controller, ["run", "--once", "--config", str(config)])
+    assert res.exit_code == 0, res.output
 
 
 def test_run_once_on_an_empty_cluster(config: Path) -> None:
@@ -58,12 +98,12 @@ def test_run_once_on_an_empty_cluster(config: Path) -> None:
     assert "cycle done" in res.output
 
 
-def test_second_controller_exits_zero_saying_so(config: Path) -> None:
+def test_second_controller_exits_non_zero_saying_so(config: Path) -> None:
     _migrate(config)
-    with ControllerLock(config.parent / "var" / "ctl.lock"):
+    with ControllerLease(_engine(config)):
         res = CliRunner().invoke(controller, ["run", "--once", "--config", str(config)])
-    assert res.exit_code == 0
-    assert "another controller is running" in res.output
+    assert res.exit_code == 1
+    assert "another controller holds this database" in str(res.exception)
     assert "cycle done" not in res.output
 
 
@@ -108,4 +148,7 @@ def test_unreachable_slurm_is_exit_1_with_one_line(
         run_cli(controller, ["run", "--once", "--config", str(config)])
     assert exc.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: squeue failed (exit 1): slurm_load_jobs error: Unable to contact slurm controller"]
+    assert err == [
+        "error: Slurm is unavailable (squeue: slurm_load_jobs error: Unable to contact slurm controller); "
+        "nothing changed"
+    ]

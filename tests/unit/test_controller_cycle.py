@@ -9,6 +9,7 @@ from controller_support import Env, make_env
 from sqlalchemy import select
 
 from hivebatch.db import GpuBinding, GpuUsage, Job
+from hivebatch.slurm.types import SlurmError
 
 SCRIPT_FOREIGN = "#!/bin/sh\nsleep 100\n"
 
@@ -56,7 +57,7 @@ def test_finished_job_releases_its_cells_and_books_gpu_hours(env: Env) -> None:
     second = env.submit("alice", "cv", 8)
     env.cycle()
     assert env.job(second).state == "queued"
-    assert "cv" in (env.job(second).reason or "") or env.job(second).reason
+    assert env.job(second).reason == "waiting for VC cv's GPUs: it needs 8 of the VC's 12, fewer are free now"
     env.slurm.advance(3600)
     env.slurm.finish(first)
     env.cycle()
@@ -79,36 +80,43 @@ def test_failed_and_cancelled_jobs_end_in_their_states(env: Env) -> None:
     assert env.job(a).state == "failed" and env.job(b).state == "cancelled"
 
 
-def test_unknown_vc_gets_a_reason_and_stays_held(env: Env) -> None:
-    jid = env.submit("alice", "vision", 1, account="cv")
+def test_an_account_that_is_no_vc_is_refused_at_submit(env: Env) -> None:
+    env.slurm.accounts["alice"] = ["cv", "physics"]
+    with pytest.raises(SlurmError, match="'physics' is not a virtual cluster"):
+        env.submit("alice", "physics", 1)
+
+
+def test_a_forged_admin_comment_gets_a_reason_and_is_never_placed(env: Env) -> None:
+    jid = env.submit("alice", "cv", 1)
+    # only root could write this (scontrol update AdminComment=...): a JSON true is no GPU count
+    env.slurm.set_admin_comment(jid, 'hivebatch:v2:{"gpus":true,"qos":"normal","vc":"cv"}')
     env.cycle()
     env.cycle()
     job = env.job(jid)
-    assert job.state == "rejected" and "unknown VC 'vision'" in job.reason
-    assert env.slurm.job(jid).held
-    assert len(env.events(jid, "rejected")) == 1  # one event, not one per cycle
+    assert job.state == "rejected" and "gpus must be a positive whole number, got True" in job.reason
+    assert env.slurm.job(jid).held and not [c for c in env.slurm.calls if c[1] == "update_pending"]
 
 
-def test_request_naming_another_vc_than_the_slurm_account_is_rejected(env: Env) -> None:
-    jid = env.submit("alice", "nlp", 1, account="cv")
+def test_vc_and_class_are_the_jobs_slurm_account_and_qos(env: Env) -> None:
+    jid = env.submit("alice", "cv", 1, qos="normal")
+    env.slurm.set_qos(jid, "urgent")  # the owner may move a waiting job to another class they are granted
     env.cycle()
     job = env.job(jid)
-    assert job.state == "rejected" and "Slurm account is cv" in job.reason
-    assert env.slurm.job(jid).held
+    assert job.state == "placed" and (job.vc_name, job.qos) == ("cv", "urgent")
 
 
-def test_more_gpus_than_the_vc_holds_is_rejected(env: Env) -> None:
-    jid = env.submit("carol", "sys", 8)
-    env.cycle()
-    assert "holds only 4" in env.job(jid).reason
+def test_more_gpus_than_the_vc_holds_is_refused_at_submit(env: Env) -> None:
+    with pytest.raises(SlurmError, match="virtual cluster sys has 4"):
+        env.submit("carol", "sys", 8)
 
 
-def test_job_asking_slurm_for_gpus_itself_is_not_placed(env: Env) -> None:
-    jid = env.submit("alice", "cv", 1, extra=["--gres=gpu:g0:1"])
+def test_job_given_a_gres_hivebatch_did_not_grant_is_not_placed(env: Env) -> None:
+    jid = env.submit("alice", "cv", 1)
+    env.slurm.update_pending(jid, gres="gpu:g0:1")  # only an admin can; the plugin keeps owners off it
     env.cycle()
     job = env.job(jid)
     assert job.state == "rejected" and "asks Slurm for GPUs itself" in job.reason
-    assert not [c for c in env.slurm.calls if c[1] == "update_pending"]
+    assert not [c for c in env.slurm.calls if c[1] == "update_pending" and c[0] != "root"]
 
 
 def test_owner_releasing_their_own_hold_is_held_again(env: Env) -> None:
@@ -126,9 +134,7 @@ def test_owner_releasing_their_own_hold_is_held_again(env: Env) -> None:
 
 
 def test_foreign_gpu_job_is_recorded_and_its_gpus_avoided(env: Env) -> None:
-    fid = env.slurm.as_user("bob").submit(
-        SCRIPT_FOREIGN, ["-A", "nlp", "-w", "node1", "--gres=gpu:g0:1,gpu:g1:1"]
-    )
+    fid = env.slurm.submit(SCRIPT_FOREIGN, ["-A", "nlp", "-w", "node1", "--gres=gpu:g0:1,gpu:g1:1"])
     assert env.slurm.job(fid).state == "RUNNING"
     ids = [env.submit("alice", "cv", 1) for _ in range(6)]
     env.cycle()
@@ -177,12 +183,12 @@ def test_waiting_jobs_get_reason_and_predicted_start(env: Env) -> None:
     assert abs((waiting.predicted_start - first_job.start_time).total_seconds() - 600) < 120
 
 
-def test_zero_gpu_job_is_released_without_gres(env: Env) -> None:
-    jid = env.submit("alice", "cv", 0)
+def test_a_job_without_gpus_is_slurms_alone(env: Env) -> None:
+    jid = env.slurm.as_user("alice").submit(SCRIPT_FOREIGN, ["-A", "cv"])
+    assert env.slurm.job(jid).state == "RUNNING" and env.slurm.job(jid).admin_comment == ""
     env.cycle()
-    assert env.job(jid).state == "placed"
-    assert not [c for c in env.slurm.calls if c[1] == "update_pending"]
-    assert env.slurm.job(jid).state == "RUNNING"
+    with env.factory() as s:
+        assert s.scalars(select(Job).where(Job.slurm_job_id == jid)).first() is None
 
 
 def test_lost_ledger_adopts_running_hivebatch_jobs(env: Env, tmp_path: Path) -> None:
@@ -204,7 +210,7 @@ def test_lost_ledger_adopts_running_hivebatch_jobs(env: Env, tmp_path: Path) -> 
 
 def test_gpus_busy_without_a_visible_job_are_occupied(env: Env) -> None:
     # a shard job on GPU 2 of node3 (not through hsub): Slurm keeps whole-GPU use of that GPU apart
-    sid = env.slurm.as_user("bob").submit(SCRIPT_FOREIGN, ["-A", "nlp", "-w", "node3", "--gres=shard:g2:4"])
+    sid = env.slurm.submit(SCRIPT_FOREIGN, ["-A", "nlp", "-w", "node3", "--gres=shard:g2:4"])
     assert env.slurm.job(sid).state == "RUNNING"
     ids = [env.submit("bob", "nlp", 8), env.submit("alice", "cv", 8)]
     env.cycle()
@@ -215,7 +221,7 @@ def test_gpus_busy_without_a_visible_job_are_occupied(env: Env) -> None:
 
 
 def test_foreign_work_is_booked_as_foreign_gpu_time(env: Env) -> None:
-    fid = env.slurm.as_user("carol").submit(SCRIPT_FOREIGN, ["-A", "sys", "-w", "node4", "--gres=gpu:g7:1"])
+    fid = env.slurm.submit(SCRIPT_FOREIGN, ["-A", "sys", "-w", "node4", "--gres=gpu:g7:1"])
     env.cycle()
     env.slurm.advance(1800)
     env.slurm.finish(fid)
@@ -224,3 +230,26 @@ def test_foreign_work_is_booked_as_foreign_gpu_time(env: Env) -> None:
         rows = s.scalars(select(GpuUsage)).all()
     assert [(r.node, r.gpu_index, r.vc_name) for r in rows] == [("node4", 7, "")]
     assert rows[0].foreign_s == pytest.approx(1800, abs=5) and rows[0].guaranteed_s == 0
+
+
+def test_a_model_without_profile_is_planned_plain_and_its_owner_told(env: Env) -> None:
+    jid = env.submit("alice", "cv", 1, model="nosuchnet", batch_size=32, iters=1000)
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "placed"
+    assert job.reason and "no profile for model nosuchnet" in job.reason
+    assert job.reason.endswith("planned as a plain job")
+    (placed,) = env.events(jid, kind="placed")
+    assert placed.message.endswith("planned as a plain job")
+
+
+def test_a_waiting_job_is_told_its_model_is_planned_plain(env: Env) -> None:
+    env.submit("alice", "cv", 8)
+    env.submit("alice", "cv", 4)
+    env.cycle()
+    jid = env.submit("alice", "cv", 4, model="nosuchnet", batch_size=32, iters=1000)
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "queued"
+    assert job.reason is not None and job.reason.startswith("waiting for VC cv's GPUs")
+    assert job.reason.endswith("planned as a plain job)")

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fake_child import python_code
 
 from hivebatch.state.ledger import read_ledger
 
@@ -56,8 +57,9 @@ def write_ledger(db: Path) -> None:
 
 
 def hq(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"HIVEBATCH_CONFIG": str(config), "HIVEBATCH_SLURM_BACKEND": "fake", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "hivebatch.cli.hq.main", *args], capture_output=True, text=True, env=env,
+    env = {"HIVEBATCH_CONFIG": str(config), "PATH": "/usr/bin:/bin"}
+    code = python_code("from hivebatch.cli.hq.main import main\nmain()\n")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                           timeout=60, check=False)  # fmt: skip
 
 
@@ -137,12 +139,12 @@ def test_hq_without_a_ledger_or_with_bad_options(config: Path) -> None:
 
 def test_hq_on_a_sqlite_ledger_imports_nothing_heavy(config: Path) -> None:
     write_ledger(config.parent / "ledger.db")
-    code = (
+    code = python_code(
         "import sys\nfrom hivebatch.cli.hq import main as hq\n"
         "hq.run(['--json'])\n"
         "print('HEAVY', sorted(m for m in ('sqlalchemy', 'numpy', 'rich', 'click', 'jinja2') if m in sys.modules))\n"
     )
-    env = {"HIVEBATCH_CONFIG": str(config), "HIVEBATCH_SLURM_BACKEND": "fake", "PATH": "/usr/bin:/bin"}
+    env = {"HIVEBATCH_CONFIG": str(config), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False
     )

@@ -23,7 +23,8 @@ def sjob(
     base = dict(
         job_id=job_id, name=f"job{job_id}", user=user, account=req.vc if req else "cv", qos=req.qos if req else "normal",
         state=state, reason=reason, nodes=list((gpus or {}).keys()), gpus=gpus or {}, shards={},
-        comment=req.to_comment() if req else "", submit_time=NOW - dt.timedelta(minutes=10),
+        admin_comment=req.to_admin_comment() if req else "", comment=req.hints_comment() if req else "",
+        submit_time=NOW - dt.timedelta(minutes=10),
         start_time=NOW - dt.timedelta(minutes=5) if state == "RUNNING" else None, end_time=None,
         time_limit_s=3600, num_nodes=1, held=reason.startswith("JobHeld"), exit_code=None,
     )  # fmt: skip

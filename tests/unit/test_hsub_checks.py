@@ -84,8 +84,9 @@ def test_dry_run_prints_command_and_script_without_slurm(tmp_path: Path) -> None
     proc = run_hsub("-A", "cv", "--gpus", "2", "--dry-run", str(script), "it's")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[1].startswith("sbatch --parsable --hold --account=cv --qos=normal --job-name=named")
-    assert '\'--comment=hivebatch:v1:{"gpus":2,"qos":"normal","vc":"cv"}\'' in lines[1]
+    # the GPU ask goes to sbatch as sbatch's own option; Slurm's job_submit plugin holds the job
+    assert lines[1].startswith("sbatch --parsable --gpus=2 --job-name=named --open-mode=append --account=cv")
+    assert "--hold" not in lines[1] and "--comment" not in lines[1]
     assert "#!/bin/bash" in lines and "echo hi" in lines
     assert lines[-1] == "\"$hb_script\" 'it'\"'\"'s'"
 
@@ -140,19 +141,3 @@ def test_gpu_mem_with_several_gpus_means_whole_gpus(config) -> None:  # type: ig
     path, data = config
     _req, notes, env = check_request(JobRequest(vc="cv", gpus=2, gpu_mem_mib=20 * 1024), data, path)
     assert env == {} and "whole GPU" in notes[0]
-
-
-def test_default_account_is_the_users_slurm_default() -> None:
-    from types import SimpleNamespace
-
-    from hivebatch.submit.checks import default_account
-
-    asked: list[list[str]] = []
-
-    def sacctmgr(argv: list[str], **_: object) -> SimpleNamespace:
-        asked.append(argv)
-        return SimpleNamespace(returncode=0, stdout="cv\n")  # what the lab's sacctmgr prints for alice
-
-    assert default_account(sacctmgr) == "cv"
-    assert asked[0][:4] == ["sacctmgr", "-nP", "show", "user"] and asked[0][-1] == "format=DefaultAccount"
-    assert default_account(lambda argv, **_: SimpleNamespace(returncode=0, stdout="")) is None  # no such user

@@ -6,12 +6,14 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+import yaml
 
 import hivebatch.slurm
 from hivebatch.request import JobRequest
-from hivebatch.slurm.fake import FakeSlurm
-from hivebatch.submit.build import prepare
+from hivebatch.submit.build import gpu_ask_arguments, prepare
 from hivebatch.submit.testonly import predict, render_prediction
+from hivebatch.testing.fake_slurm import FakeSlurm
+from hivebatch.testing.lua_job_submit import LuaJobSubmit
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -21,16 +23,18 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, FakeSlu
     config = tmp_path / "hivebatch.yaml"
     text = (PROJECT / "etc" / "hivebatch.example.yaml").read_text()
     config.write_text(text.replace("sqlite:///var/hivebatch.db", f"sqlite:///{tmp_path / 'none.db'}"))
-    fake = FakeSlurm(accounts={"alice": ["cv"], "bob": ["nlp"], "carol": ["sys"]}, operators=["hbctl"])
+    fake = FakeSlurm(
+        accounts={"alice": ["cv"], "bob": ["nlp"], "carol": ["sys"]},
+        operators=["hbctl"],
+        job_submit=LuaJobSubmit(yaml.safe_load(text)),
+    )
     monkeypatch.setattr(hivebatch.slurm, "get_backend", lambda *a, **k: fake)
     (tmp_path / "job.sh").write_text("#!/bin/sh\ntrue\n")
     return tmp_path, fake
 
 
 def run_hivebatch_job(fake: FakeSlurm, user: str, req: JobRequest, node: str, gpus: list[int]) -> int:
-    jid = fake.as_user(user).submit(
-        "#!/bin/sh\n", ["--hold", "-A", req.vc, "-q", req.qos, f"--comment={req.to_comment()}"]
-    )
+    jid = fake.as_user(user).submit("#!/bin/sh\n", ["-A", req.vc, "-q", req.qos, *gpu_ask_arguments(req)])
     gres = ",".join(f"gpu:g{i}:1" for i in gpus)
     fake.as_user("hbctl").update_pending(jid, [node], 1, gres)
     fake.as_user("hbctl").release(jid)
@@ -78,9 +82,7 @@ def test_a_full_vc_makes_the_job_wait_with_a_reason(site) -> None:  # type: igno
 def test_a_gpu_slice_is_binpacked_onto_the_gpu_a_running_slice_uses(site) -> None:  # type: ignore[no-untyped-def]
     tmp, fake = site
     req = JobRequest(vc="sys", gpus=1, gpu_mem_mib=20 * 1024)
-    jid = fake.as_user("carol").submit(
-        "#!/bin/sh\n", ["--hold", "-A", "sys", "-q", "normal", f"--comment={req.to_comment()}"]
-    )
+    jid = fake.as_user("carol").submit("#!/bin/sh\n", ["-A", "sys", "-q", "normal", *gpu_ask_arguments(req)])
     fake.as_user("hbctl").update_pending(jid, ["node3"], 1, "shard:g5:20")
     fake.as_user("hbctl").release(jid)
     assert fake.job(jid).state == "RUNNING"

@@ -24,6 +24,7 @@ from hivebatch.qos.profiling import (
     read_run,
     samples_csv,
 )
+from hivebatch.testing.fake_slurm import FakeSlurm
 
 
 def test_job_script_quotes_every_word(tmp_path: Path) -> None:
@@ -115,7 +116,7 @@ def profiles_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     store = tmp_path / "store" / "profiles.json"
     monkeypatch.setenv("HIVEBATCH_PROFILES", str(store))
     monkeypatch.setenv("HIVEBATCH_CONFIG", str(tmp_path / "absent.yaml"))
-    monkeypatch.setenv("HIVEBATCH_SLURM_BACKEND", "fake")
+    monkeypatch.setattr("hivebatch.slurm.get_backend", lambda name=None: FakeSlurm())
     return store
 
 

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from report_scenario import make_db, write_config
 
 from hivebatch.cli.hadmin.main import cli
+from hivebatch.testing.fake_slurm import FakeSlurm
 
 WINDOW = ["--since", "2026-11-16", "--until", "2026-11-16T10:00"]
 
@@ -24,7 +25,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     make_db(tmp_path / "hivebatch.db")  # the config's database.url is relative to its directory
     monkeypatch.setenv("HIVEBATCH_CONFIG", str(path))
     monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
-    monkeypatch.setenv("HIVEBATCH_SLURM_BACKEND", "fake")
+    monkeypatch.setattr("hivebatch.slurm.get_backend", lambda name=None: FakeSlurm())
     return path
 
 

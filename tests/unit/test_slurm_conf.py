@@ -162,6 +162,7 @@ def test_cli_writes_files_once(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [
         "accounts.sh",
         "gres.conf",
+        "job_submit.lua",
         "slurm.conf",
         "slurmdbd.conf",
     ]

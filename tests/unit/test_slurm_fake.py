@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hivebatch.slurm.fake import FakeSlurm
 from hivebatch.slurm.types import SlurmError
+from hivebatch.testing.fake_slurm import FakeSlurm
 
 SCRIPT = "#!/bin/bash\nsleep 300\n"
 

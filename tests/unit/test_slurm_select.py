@@ -1,4 +1,4 @@
-"""get_backend(): CLI by default, pyslurm when it imports, fake on request."""
+"""get_backend(): CLI by default, pyslurm when it imports, never the tests' fake."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 from hivebatch.errors import HivebatchError
 from hivebatch.slurm import get_backend
 from hivebatch.slurm.cli import CliBackend
-from hivebatch.slurm.fake import FakeSlurm
 from hivebatch.slurm.pyslurm_backend import PyslurmBackend, job_from_pyslurm, node_from_pyslurm
 
 
@@ -24,9 +23,12 @@ def test_default_is_cli_without_pyslurm(no_pyslurm):
     assert isinstance(get_backend(), CliBackend) and get_backend().name == "cli"
 
 
-def test_fake_by_environment(no_pyslurm, monkeypatch):
+def test_fake_cannot_be_selected(no_pyslurm, monkeypatch):
     monkeypatch.setenv("HIVEBATCH_SLURM_BACKEND", "fake")
-    assert isinstance(get_backend(), FakeSlurm)
+    with pytest.raises(HivebatchError, match="not a Slurm backend: use one of cli, pyslurm"):
+        get_backend()
+    with pytest.raises(HivebatchError, match="not a Slurm backend"):
+        get_backend("fake")
 
 
 def test_unknown_backend_is_one_clear_error(no_pyslurm, monkeypatch):

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from hivebatch.config import load_config
+from hivebatch.jobsubmit import job_submit_lua
 from hivebatch.slurmconf import (
     AccountingPlan,
     LabOptions,
@@ -180,6 +181,7 @@ def slurm_config(
         "slurm.conf": (slurm_conf(layout, hw, shards=shards, lab=lab, tuned=tuned), 0o644),
         "gres.conf": (gres_conf(layout, hw, shards=shards, device_dir=devices), 0o644),
         "accounts.sh": (accounting_script(plan), 0o755),
+        "job_submit.lua": (job_submit_lua(data, operators), 0o644),
     }
     if lab:
         files["slurmdbd.conf"] = (slurmdbd_conf(lab), 0o600)

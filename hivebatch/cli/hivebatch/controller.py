@@ -44,52 +44,46 @@ def controller() -> None:
 def run(mode: str, interval: float | None, config: str | None, quiet: bool) -> None:
     """Observe Slurm, reconcile the database, place held jobs on their cells, preempt, record.
 
-    A second controller started while one runs exits at once with status 0.
+    One controller per database: a second one exits at once with status 1, naming the holder.
+    Status 1 also when Slurm or the database cannot be used; --loop retries with back-off instead.
     """
     from sqlalchemy.exc import OperationalError
 
-    from hivebatch.controller import AlreadyRunning, ControllerLock, run_cycle
+    from hivebatch.controller import ControllerLease
     from hivebatch.controller.context import load_context
     from hivebatch.controller.cycle import check_database
+    from hivebatch.controller.lease import lease_ttl
+    from hivebatch.controller.runner import one_line, run_loop, run_once
     from hivebatch.db.session import open_database
-    from hivebatch.slurm import SlurmError, get_backend
+    from hivebatch.slurm import get_backend
 
     _setup_logging(quiet)
     if interval is not None and mode != "loop":
         raise click.UsageError("--interval only makes sense with --loop")
     ctx = load_context(config)
-    lock = ControllerLock(ctx.settings.lock_file)
+    pause = interval if interval is not None else ctx.settings.interval_s
+    engine, factory = open_database(ctx.config_path, ctx.data)
+    check_database(engine)
+    lease = ControllerLease(engine, lease_ttl(pause))
     try:
-        lock.acquire()
-    except AlreadyRunning as exc:
-        click.echo(str(exc), err=True)
-        return
+        lease.acquire()
+    except OperationalError as exc:
+        raise HivebatchError(one_line(exc)) from None
     try:
-        engine, factory = open_database(ctx.config_path, ctx.data)
-        check_database(engine)
         backend = get_backend()
-        if mode == "once":
-            try:
-                report = run_cycle(ctx, factory, backend)
-            except OperationalError as exc:
-                raise HivebatchError(f"database error: {str(exc.orig or exc).splitlines()[0]}") from None
-            log.warning(report.summary()) if report.failures else log.info(report.summary())
-            if report.failures:
-                for failure in report.failures:
-                    click.echo(f"error: {failure}", err=True)
-                sys.exit(1)
+        if mode == "loop":
+            run_loop(ctx, factory, backend, lease, pause)
             return
-        pause = interval if interval is not None else ctx.settings.interval_s
-        while True:
-            t0 = time.monotonic()
-            try:
-                report = run_cycle(ctx, factory, backend)
-                log.info(report.summary())
-            except (SlurmError, HivebatchError, OperationalError) as exc:
-                # keep looping: Slurm or the database may be back by the next cycle
-                log.error("cycle failed: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-            time.sleep(max(0.0, pause - (time.monotonic() - t0)))
+        report = run_once(ctx, factory, backend, lease)
+        (log.warning if report.failures else log.info)(report.summary())
+        for failure in report.failures:
+            click.echo(f"error: {failure}", err=True)
+        if report.failures:
+            sys.exit(1)
     except KeyboardInterrupt:
         log.info("stopped")
     finally:
-        lock.release()
+        try:
+            lease.release()
+        except OperationalError as exc:  # left behind, it is taken over: its pid is gone
+            log.error("could not give the controller lease back: %s", one_line(exc))

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hivebatch.request import JobRequest
+from hivebatch.request import request_of
 from hivebatch.state.jobstates import FINAL_TO_SLURM, SLURM_ACTIVE_STATES, SLURM_STATE_CODES, WAITING_STATES
 
 STATE_CODES = SLURM_STATE_CODES
@@ -126,7 +126,7 @@ def _naive_utc(t: dt.datetime | None) -> dt.datetime | None:
 
 def row_from_slurm(job: Any) -> JobRow:
     """A row from a SlurmJob alone (the request in its comment fills in VC, class and GPUs)."""
-    req = JobRequest.from_comment(getattr(job, "comment", None))
+    req = request_of(job)
     gpus_map = {n: sorted(g) for n, g in (getattr(job, "gpus", None) or {}).items() if g}
     if not gpus_map:  # a job sharing GPUs holds shards of them: show the GPUs it shares
         gpus_map = {n: sorted(s) for n, s in (getattr(job, "shards", None) or {}).items() if s}

@@ -1,155 +1,33 @@
-"""An in-memory Slurm for unit tests that answers like the lab (same states, reasons and refusals).
-
-It is a real alternative backend, not a mock: it keeps a consistent cluster state, applies the same
-permission rules as Slurm with accounting (owners vs. Operators, admin holds), and reproduces the lab's
-quirks that hivebatch must live with (re-typing a typed GRES keeps the old GPUs too; a NodeList longer
-than the node count leaves the job in BadConstraints).
-
-Driving it from a test::
-
-    fake = FakeSlurm()                                  # node1..node4 × 8 GPUs, 32 shards each
-    jid = fake.as_user("alice").submit("#!/bin/sh\\n", ["--hold", "-A", "cv"])
-    fake.as_user("hbctl").update_pending(jid, ["node2"], 1, "gpu:g3:1,gpu:g5:1")
-    fake.as_user("hbctl").release(jid)                  # starts at once (auto_schedule=True)
-    fake.job(jid).gpus                                  # {"node2": [3, 5]}
-    fake.finish(jid)  /  fake.fail(jid, exit_code=2)    # → COMPLETED / FAILED
-    fake.set_node_state("node3", "DRAIN", "fan")        # sinfo shows it bad; "IDLE" resumes it
-    fake.advance(60)                                    # the fake clock moves on
-
-``auto_schedule=False`` leaves released jobs PENDING until ``fake.schedule()`` or ``fake.start(jid)``.
-
-Like the lab (preempt/qos, PreemptMode=REQUEUE), a job of another QOS that only fits on GPUs held by
-``opportunistic`` jobs requeues them: they go back to PENDING with reason ``BeginTime`` and may start again
-after REQUEUE_DELAY_S (also after a requeue-hold). Finished jobs leave ``list_jobs`` MIN_JOB_AGE_S after
-their end (``history`` keeps them).
-"""
+"""The fake Slurm's backend interface and test controls (see the package docstring)."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import expand_hostlist, split_gres
-from hivebatch.slurm.types import FINISHED_STATES, AcctRecord, SlurmError, SlurmJob, SlurmNode
-
-QOS_NAMES = ("urgent", "prior", "normal", "opportunistic")
-PREEMPTABLE_QOS = "opportunistic"
-#: seconds before a preempted (requeued) job may start again
-REQUEUE_DELAY_S = 10
-#: finished jobs stay visible in squeue this long (the lab's MinJobAge)
-MIN_JOB_AGE_S = 300
-_OPTS_WITH_VALUE = {
-    "-J": "name",
-    "--job-name": "name",
-    "-A": "account",
-    "--account": "account",
-    "-q": "qos",
-    "--qos": "qos",
-    "--comment": "comment",
-    "-N": "nodes",
-    "--nodes": "nodes",
-    "--gres": "gres",
-    "-w": "nodelist",
-    "--nodelist": "nodelist",
-    "-t": "time",
-    "--time": "time",
-    "-p": "partition",
-    "--partition": "partition",
-    "-o": None,
-    "--output": None,
-    "-e": None,
-    "--error": None,
-    "-D": None,
-    "--chdir": None,
-    "--open-mode": None,
-    "--export": None,
-    "--mem": None,
-    "-c": None,
-    "--cpus-per-task": None,
-    "-n": None,
-    "--ntasks": None,
-    "--ntasks-per-node": None,
-    "--signal": None,
-    "--mail-type": None,
-    "--begin": None,
-    "--dependency": None,
-    "-d": None,
-    "--wckey": None,
-    "--gpus": "gpus",
-    "-G": "gpus",
-}
-_FLAGS = {
-    "-H": "hold",
-    "--hold": "hold",
-    "--parsable": None,
-    "--requeue": None,
-    "--no-requeue": None,
-    "--exclusive": None,
-    "--test-only": "test_only",
-    "-Q": None,
-    "--quiet": None,
-}
-
-
-@dataclass
-class _Job:
-    job_id: int
-    user: str
-    name: str
-    account: str
-    qos: str
-    comment: str
-    num_nodes: int
-    tres_per_node: str
-    required_nodes: list[str]
-    time_limit_s: int | None
-    submit_time: datetime
-    state: str = "PENDING"
-    reason: str = "None"
-    nodes: list[str] = field(default_factory=list)
-    gpus: dict[str, list[int]] = field(default_factory=dict)
-    shards: dict[str, dict[int, int]] = field(default_factory=dict)
-    start_time: datetime | None = None
-    end_time: datetime | None = None
-    exit_code: str | None = None
-    restarts: int = 0
-    eligible_at: datetime | None = None
-    script: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def held(self) -> bool:
-        return self.state == "PENDING" and self.reason in (
-            "JobHeldUser",
-            "JobHeldAdmin",
-            "job_requeued_in_held_state",
-        )
-
-
-@dataclass
-class _Node:
-    name: str
-    gpus: int
-    shards_per_gpu: int
-    state: str = "IDLE"  # IDLE | DOWN | DRAIN
-    reason: str = ""
-
-
-class _State:
-    def __init__(self, nodes: list[_Node], clock: Callable[[], datetime] | None, auto_schedule: bool) -> None:
-        self.nodes = {n.name: n for n in nodes}
-        self.jobs: dict[int, _Job] = {}
-        self.next_id = 1
-        self._offset = timedelta()
-        self._clock = clock or (lambda: datetime.now(UTC))
-        self.auto_schedule = auto_schedule
-        self.calls: list[tuple[str, str, tuple[object, ...]]] = []
-
-    def now(self) -> datetime:
-        return (self._clock() + self._offset).replace(microsecond=0)
+from hivebatch.slurm.types import (
+    CONTROLLER_UNREACHABLE,
+    FINISHED_STATES,
+    AcctRecord,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    SlurmUnavailable,
+)
+from hivebatch.testing.fake_slurm.plugin import JobSubmit, park_owner_release, run_job_submit
+from hivebatch.testing.fake_slurm.sbatch import parse_sbatch, sbatch_lines, time_limit
+from hivebatch.testing.fake_slurm.scheduler import try_start
+from hivebatch.testing.fake_slurm.state import (
+    MIN_JOB_AGE_S,
+    QOS_NAMES,
+    REQUEUE_DELAY_S,
+    Job,
+    Node,
+    State,
+    refuse_finished,
+)
 
 
 class FakeSlurm(SlurmBackend):
@@ -167,7 +45,8 @@ class FakeSlurm(SlurmBackend):
         accounts: dict[str, list[str]] | None = None,
         clock: Callable[[], datetime] | None = None,
         auto_schedule: bool = True,
-        _state: _State | None = None,
+        job_submit: JobSubmit | None = None,
+        _state: State | None = None,
     ) -> None:
         if _state is None:
             spec = (
@@ -175,7 +54,9 @@ class FakeSlurm(SlurmBackend):
                 if isinstance(nodes, dict)
                 else {n: gpus_per_node for n in (nodes or [f"node{i}" for i in range(1, 5)])}
             )
-            _state = _State([_Node(n, g, shards_per_gpu) for n, g in spec.items()], clock, auto_schedule)
+            _state = State([Node(n, g, shards_per_gpu) for n, g in spec.items()], clock, auto_schedule)
+        if job_submit is not None:
+            _state.job_submit = job_submit
         self._s = _state
         self.user = user
         self.operators = set(operators)
@@ -194,6 +75,14 @@ class FakeSlurm(SlurmBackend):
 
     def job(self, job_id: int) -> SlurmJob:
         return self._view(self._get(job_id, "squeue"))
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        """What root can do with ``scontrol update AdminComment=`` (and only root or the plugin)."""
+        self._get(job_id, "scontrol").admin_comment = text
+
+    def set_qos(self, job_id: int, qos: str) -> None:
+        """An owner moving a pending job to another QOS they are granted (``scontrol update QOS=``)."""
+        self._get(job_id, "scontrol").qos = qos
 
     def advance(self, seconds: float) -> None:
         """Move the fake clock on (and let waiting jobs start, when auto_schedule)."""
@@ -215,7 +104,7 @@ class FakeSlurm(SlurmBackend):
             j.tres_per_node = ",".join(f"gres:gpu:g{i}:1" for i in gpus)
         if j.held:
             j.reason = "None"
-        if not self._try_start(j):
+        if not try_start(self._s, j):
             raise SlurmError(["start"], 1, f"job {job_id} does not fit: {j.reason}")
 
     def finish(self, job_id: int, exit_code: int = 0) -> None:
@@ -237,11 +126,33 @@ class FakeSlurm(SlurmBackend):
         n.reason = reason if n.state != "IDLE" else ""
         self._maybe_schedule()
 
+    def misplace(self, job_id: int, gpus: dict[str, list[int]]) -> None:
+        """Run a running job on other GPU indices than it was granted — seen once on the lab right after
+        a slurmctld restart ("gres count underflow" in its log)."""
+        self._get(job_id, "misplace").gpus = {n: sorted(v) for n, v in gpus.items()}
+
+    def stop_controller(self) -> None:
+        """slurmctld stops: squeue/sinfo answer with an error (as the lab's exit 0 + ``errors``), every
+        other command fails as on the lab; running jobs go on running."""
+        self._s.controller_up = False
+
+    def start_controller(self, register: bool = False) -> None:
+        """slurmctld is back; its nodes stay UNKNOWN, their GRES unused, until ``register_nodes()``
+        (the lab takes a few seconds), unless ``register``."""
+        self._s.controller_up = True
+        for n in self._s.nodes.values():
+            n.registered = register
+
+    def register_nodes(self) -> None:
+        for n in self._s.nodes.values():
+            n.registered = True
+        self._maybe_schedule()
+
     def schedule(self) -> list[int]:
         """Start every runnable pending job in submit order, like slurmctld's next pass; returns started ids."""
         started = []
         for j in sorted(self._s.jobs.values(), key=lambda x: x.job_id):
-            if j.state == "PENDING" and not j.held and j.reason != "BadConstraints" and self._try_start(j):
+            if j.state == "PENDING" and not j.held and j.reason != "BadConstraints" and try_start(self._s, j):
                 started.append(j.job_id)
         return started
 
@@ -251,7 +162,7 @@ class FakeSlurm(SlurmBackend):
         self._log("submit", tuple(sbatch_args))
         if not script_text.startswith("#!"):
             raise SlurmError(["sbatch"], 1, "sbatch: error: This does not look like a batch script.")
-        opts = self._parse_sbatch(_sbatch_lines(script_text) + list(sbatch_args))
+        opts = parse_sbatch(sbatch_lines(script_text) + list(sbatch_args))
         qos = opts.get("qos") or "normal"
         if qos not in QOS_NAMES:
             raise SlurmError(
@@ -272,11 +183,21 @@ class FakeSlurm(SlurmBackend):
         nodelist = expand_hostlist(opts.get("nodelist"))
         num_nodes = int(str(opts.get("nodes") or len(nodelist) or 1).split("-")[0])
         gres = opts.get("gres") or ""
-        if opts.get("gpus"):
-            gres = ",".join(x for x in (gres, f"gpu:{opts['gpus']}") if x)
+        if opts.get("gpus_per_node"):
+            gres = ",".join(x for x in (gres, f"gpu:{opts['gpus_per_node']}") if x)
+        tres_per_node = ",".join(f"gres:{g}" for g in gres.split(",") if g)
+        admin_comment, held = "", bool(opts.get("hold"))
+        if self._s.job_submit is not None and not self._is_admin():
+            default = allowed[0] if allowed else None
+            tres_per_node, admin_comment, by_plugin = run_job_submit(
+                self._s.job_submit, opts, self.user, default, tres_per_node
+            )
+            held = held or by_plugin
+        elif opts.get("gpus"):
+            tres_per_node = ",".join(x for x in (tres_per_node, f"gres:gpu:{opts['gpus']}") if x)
         jid = self._s.next_id
         self._s.next_id += 1
-        j = _Job(
+        j = Job(
             job_id=jid,
             user=self.user,
             name=opts.get("name") or "sbatch",
@@ -284,14 +205,16 @@ class FakeSlurm(SlurmBackend):
             qos=qos,
             comment=opts.get("comment") or "",
             num_nodes=num_nodes,
-            tres_per_node=",".join(f"gres:{g}" for g in gres.split(",") if g),
+            tres_per_node=tres_per_node,
+            admin_comment=admin_comment,
             required_nodes=nodelist,
-            time_limit_s=_time_limit(opts.get("time")),
+            time_limit_s=time_limit(opts.get("time")),
             submit_time=self._s.now(),
             script=script_text,
             env=dict(env or {}),
         )
-        if opts.get("hold"):
+        if held:
+            # a hold set at submit, by the user or by the job_submit plugin, is a user hold on 22.05
             j.reason = "JobHeldUser" if not self._is_admin() else "JobHeldAdmin"
         self._s.jobs[jid] = j
         self._maybe_schedule()
@@ -328,7 +251,7 @@ class FakeSlurm(SlurmBackend):
         self._log("release", (job_id,))
         cmd = ["scontrol", "release", str(job_id)]
         j = self._touchable(job_id, cmd)
-        _refuse_finished(j, cmd)
+        refuse_finished(j, cmd)
         if j.reason == "JobHeldAdmin" and not self._is_admin():
             raise SlurmError(
                 cmd,
@@ -338,13 +261,23 @@ class FakeSlurm(SlurmBackend):
         if j.held:
             bad = j.required_nodes and len(j.required_nodes) > j.num_nodes
             j.reason = "BadConstraints" if bad else "None"
+            if self._s.job_submit is not None and not self._is_admin():
+                park_owner_release(j)
+        self._maybe_schedule()
+
+    def clear_begin_time(self, job_id: int) -> None:
+        self._log("clear_begin_time", (job_id,))
+        cmd = ["scontrol", "update", f"JobId={job_id}", "StartTime=now"]
+        j = self._touchable(job_id, cmd)
+        refuse_finished(j, cmd)
+        j.eligible_at = None
         self._maybe_schedule()
 
     def hold(self, job_id: int) -> None:
         self._log("hold", (job_id,))
         cmd = ["scontrol", "hold", str(job_id)]
         j = self._touchable(job_id, cmd)
-        _refuse_finished(j, cmd)
+        refuse_finished(j, cmd)
         if j.state != "PENDING":
             raise SlurmError(cmd, 1, f"Job is no longer pending execution for job {job_id}")
         j.reason = "JobHeldAdmin" if self._is_admin() else "JobHeldUser"
@@ -380,7 +313,16 @@ class FakeSlurm(SlurmBackend):
             j.nodes, j.gpus, j.shards = [], {}, {}
         self._maybe_schedule()
 
+    def job_gpus(self, job_id: int) -> dict[str, list[int]]:
+        self._answering("scontrol -d show job", CONTROLLER_UNREACHABLE)
+        return {n: list(g) for n, g in self._get(job_id, "scontrol").gpus.items()}
+
+    def ping(self) -> None:
+        if not self._s.controller_up:
+            raise SlurmUnavailable(["scontrol", "ping"], "Slurmctld(primary) at fake is DOWN", 1)
+
     def list_jobs(self, job_ids: list[int] | None = None) -> list[SlurmJob]:
+        self._answering("squeue --json", "Failed while looking for jobs [slurm_load_jobs]")
         wanted = None if job_ids is None else {int(x) for x in job_ids}
         horizon = self._s.now() - timedelta(seconds=MIN_JOB_AGE_S)
         return [
@@ -390,8 +332,12 @@ class FakeSlurm(SlurmBackend):
         ]
 
     def list_nodes(self) -> list[SlurmNode]:
+        self._answering("sinfo --json", "Unspecified error")
         out = []
         for n in self._s.nodes.values():
+            if not n.registered:
+                out.append(SlurmNode(n.name, "UNKNOWN", True, list(range(n.gpus))))
+                continue
             used: set[int] = set()
             shared: set[int] = set()
             for j in self._s.jobs.values():
@@ -418,6 +364,10 @@ class FakeSlurm(SlurmBackend):
         if self.accounts is None:
             return ["root"]
         return sorted({a for accts in self.accounts.values() for a in accts} | {"root"})
+
+    def default_account(self, user: str) -> str:
+        allowed = (self.accounts or {}).get(user)
+        return allowed[0] if allowed else ""
 
     def list_qos(self) -> list[str]:
         return sorted(QOS_NAMES)
@@ -454,21 +404,28 @@ class FakeSlurm(SlurmBackend):
     # --- internals -------------------------------------------------------------------------------
 
     def _log(self, method: str, args: tuple[object, ...]) -> None:
+        if not self._s.controller_up:
+            raise SlurmError([method], 1, f"slurm_load_jobs error: {CONTROLLER_UNREACHABLE}")
         self._s.calls.append((self.user, method, args))
+
+    def _answering(self, command: str, error: str) -> None:
+        """What squeue/sinfo --json say while slurmctld is down (tests/fixtures/slurm/*_ctld_down.json)."""
+        if not self._s.controller_up:
+            raise SlurmUnavailable(command.split(), error)
 
     def _is_admin(self) -> bool:
         return self.user == "root" or self.user in self.operators
 
-    def _may_touch(self, j: _Job) -> bool:
+    def _may_touch(self, j: Job) -> bool:
         return self._is_admin() or j.user == self.user
 
-    def _get(self, job_id: int, what: str) -> _Job:
+    def _get(self, job_id: int, what: str) -> Job:
         j = self._s.jobs.get(int(job_id))
         if j is None:
             raise SlurmError([what, str(job_id)], 1, f"Invalid job id specified for job {job_id}")
         return j
 
-    def _touchable(self, job_id: int, cmd: list[str]) -> _Job:
+    def _touchable(self, job_id: int, cmd: list[str]) -> Job:
         j = self._s.jobs.get(int(job_id))
         if j is None:
             raise SlurmError(cmd, 1, f"Invalid job id specified for job {job_id}")
@@ -478,7 +435,7 @@ class FakeSlurm(SlurmBackend):
             )
         return j
 
-    def _retype(self, j: _Job, gres: str, cmd: list[str]) -> str:
+    def _retype(self, j: Job, gres: str, cmd: list[str]) -> str:
         old = split_gres(j.tres_per_node)
         new = split_gres(gres)
         old_typed = {(n, t) for n, t, _, _ in old if n == "gpu" and t}
@@ -501,106 +458,6 @@ class FakeSlurm(SlurmBackend):
         if self._s.auto_schedule:
             self.schedule()
 
-    def _busy(self, skip_qos: str | None = None) -> tuple[dict[str, set[int]], dict[str, dict[int, int]]]:
-        gpus: dict[str, set[int]] = {n: set() for n in self._s.nodes}
-        shards: dict[str, dict[int, int]] = {n: {} for n in self._s.nodes}
-        for j in self._s.jobs.values():
-            if j.state == "RUNNING" and j.qos != skip_qos:
-                for node, idx in j.gpus.items():
-                    gpus[node].update(idx)
-                for node, sh in j.shards.items():
-                    for i, c in sh.items():
-                        shards[node][i] = shards[node].get(i, 0) + c
-        return gpus, shards
-
-    def _fit(
-        self, j: _Job, node: str, gpus_busy: set[int], shards_busy: dict[int, int]
-    ) -> tuple[list[int], dict[int, int]] | None:
-        n = self._s.nodes[node]
-        if n.state != "IDLE":
-            return None
-        want_gpus: list[int] = []
-        want_shards: dict[int, int] = {}
-        untyped = 0
-        for name, gtype, count, _ in split_gres(j.tres_per_node):
-            idx = int(gtype[1:]) if gtype and gtype.startswith("g") and gtype[1:].isdigit() else None
-            if name == "gpu":
-                if idx is None:
-                    untyped += count
-                else:
-                    want_gpus.append(idx)
-            elif name == "shard" and idx is not None:
-                want_shards[idx] = want_shards.get(idx, 0) + count
-        for i in want_gpus:
-            if i >= n.gpus or i in gpus_busy or shards_busy.get(i):
-                return None
-        for i, c in want_shards.items():
-            if i >= n.gpus or i in gpus_busy or shards_busy.get(i, 0) + c > n.shards_per_gpu:
-                return None
-        free = [
-            i for i in range(n.gpus) if i not in gpus_busy and not shards_busy.get(i) and i not in want_gpus
-        ]
-        if untyped > len(free):
-            return None
-        return sorted(want_gpus + free[:untyped]), want_shards
-
-    def _placement(
-        self, j: _Job, skip_qos: str | None = None
-    ) -> dict[str, tuple[list[int], dict[int, int]]] | None:
-        gpus_busy, shards_busy = self._busy(skip_qos)
-        candidates = list(j.required_nodes) or list(self._s.nodes)
-        chosen: dict[str, tuple[list[int], dict[int, int]]] = {}
-        for node in candidates:
-            fit = self._fit(j, node, gpus_busy[node], shards_busy[node])
-            if fit is not None:
-                chosen[node] = fit
-            elif j.required_nodes:
-                break
-            if len(chosen) == j.num_nodes:
-                break
-        if len(chosen) < j.num_nodes or (j.required_nodes and set(chosen) != set(j.required_nodes)):
-            return None
-        return chosen
-
-    def _try_start(self, j: _Job) -> bool:
-        if j.required_nodes and len(j.required_nodes) > j.num_nodes:
-            j.reason = "BadConstraints"
-            return False
-        if j.eligible_at and j.eligible_at > self._s.now():
-            j.reason = "BeginTime"
-            return False
-        chosen = self._placement(j)
-        if chosen is None and j.qos != PREEMPTABLE_QOS:
-            # preempt/qos with PreemptMode=REQUEUE: opportunistic jobs in the way go back to the queue
-            chosen = self._placement(j, skip_qos=PREEMPTABLE_QOS)
-            if chosen is not None:
-                self._requeue_in_the_way(chosen)
-        if chosen is None:
-            j.reason = "Resources"
-            return False
-        j.state, j.reason = "RUNNING", "None"
-        j.nodes = list(chosen)
-        j.gpus = {n: g for n, (g, _) in chosen.items() if g}
-        j.shards = {n: s for n, (_, s) in chosen.items() if s}
-        j.start_time = self._s.now()
-        return True
-
-    def _requeue_in_the_way(self, chosen: dict[str, tuple[list[int], dict[int, int]]]) -> None:
-        for other in self._s.jobs.values():
-            if other.state != "RUNNING" or other.qos != PREEMPTABLE_QOS:
-                continue
-            clash = any(
-                set(other.gpus.get(node, [])) & (set(g) | set(s))
-                or set(other.shards.get(node, {})) & (set(g) | set(s))
-                for node, (g, s) in chosen.items()
-            )
-            if clash:
-                # a requeued job may start again only after a delay (the lab: AuthInfo=cred_expire=10)
-                other.state, other.reason = "PENDING", "BeginTime"
-                other.nodes, other.gpus, other.shards, other.start_time = [], {}, {}, None
-                other.restarts += 1
-                other.eligible_at = self._s.now() + timedelta(seconds=REQUEUE_DELAY_S)
-
     def _end(self, job_id: int, state: str, exit_code: str, reason: str = "None") -> None:
         j = self._get(job_id, "end")
         if j.state != "RUNNING":
@@ -608,7 +465,7 @@ class FakeSlurm(SlurmBackend):
         j.state, j.reason, j.exit_code, j.end_time = state, reason, exit_code, self._s.now()
         self._maybe_schedule()
 
-    def _view(self, j: _Job) -> SlurmJob:
+    def _view(self, j: Job) -> SlurmJob:
         return SlurmJob(
             job_id=j.job_id,
             name=j.name,
@@ -621,6 +478,8 @@ class FakeSlurm(SlurmBackend):
             gpus={k: list(v) for k, v in j.gpus.items()},
             shards={k: dict(v) for k, v in j.shards.items()},
             comment=j.comment,
+            admin_comment=j.admin_comment,
+            eligible_time=j.eligible_at if j.state == "PENDING" else None,
             submit_time=j.submit_time,
             start_time=j.start_time if j.state != "PENDING" else None,
             end_time=j.end_time if j.state in FINISHED_STATES else None,
@@ -632,76 +491,4 @@ class FakeSlurm(SlurmBackend):
             required_nodes=list(j.required_nodes),
             partition="gpu",
             priority=0 if j.held else 1000,
-        )
-
-    def _parse_sbatch(self, args: list[str]) -> dict[str, str]:
-        opts: dict[str, str] = {}
-        i = 0
-        while i < len(args):
-            a = args[i]
-            key, eq, val = a.partition("=") if a.startswith("--") else (a, "", "")
-            if key in _FLAGS and not eq:
-                if _FLAGS[key]:
-                    opts[_FLAGS[key] or ""] = "1"
-                i += 1
-                continue
-            if key in _OPTS_WITH_VALUE:
-                if not eq:
-                    if i + 1 >= len(args):
-                        raise SlurmError(["sbatch"], 1, f"sbatch: option '{key}' requires an argument")
-                    val = args[i + 1]
-                    i += 1
-                dest = _OPTS_WITH_VALUE[key]
-                if dest:
-                    opts[dest] = val
-                i += 1
-                continue
-            raise SlurmError(["sbatch"], 1, f"sbatch: unrecognized option '{a}'")
-        return opts
-
-
-def _sbatch_lines(script: str) -> list[str]:
-    """#SBATCH options at the top of a script, before the first command (as sbatch reads them)."""
-    out: list[str] = []
-    for line in script.splitlines()[1:]:
-        s = line.strip()
-        if s.startswith("#SBATCH"):
-            out += shlex.split(s[len("#SBATCH") :], comments=True)
-        elif s and not s.startswith("#"):
-            break
-    return out
-
-
-def _time_limit(text: str | None) -> int | None:
-    """Slurm time forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS → seconds."""
-    if not text or text.upper() in ("INFINITE", "UNLIMITED"):
-        return None
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-        parts = [int(p) for p in text.split(":")]
-        parts += [0] * (3 - len(parts))
-        h, m, s = parts
-    else:
-        parts = [int(p) for p in text.split(":")]
-        if len(parts) == 1:
-            h, m, s = 0, parts[0], 0
-        elif len(parts) == 2:
-            h, m, s = 0, parts[0], parts[1]
-        else:
-            h, m, s = parts
-    return ((days * 24 + h) * 60 + m) * 60 + s
-
-
-__all__ = ["FakeSlurm", "QOS_NAMES"]
-
-
-def _refuse_finished(j: _Job, cmd: list[str]) -> None:
-    """scontrol hold/release of a finished job, as 22.05 words it."""
-    if j.state in FINISHED_STATES:
-        raise SlurmError(
-            cmd,
-            1,
-            f"Job has already finished for job {j.job_id}\nslurm_suspend error: Job has already finished",
         )

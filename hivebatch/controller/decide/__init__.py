@@ -1,0 +1,73 @@
+"""Step 3 of a cycle: choose what to start, where, and what to preempt.
+
+The queue is every held hsub job of the ledger that waits (queued, preempted or rejected last time).
+``decide`` runs ``STEPS`` in order on one ``Round``; each step is its own module and reads or adds to
+the round's decisions:
+
+1. ``classify``       — check each request against the config and Slurm (a bad one gets its reason)
+                        and sort the queue: GPU slices, requeued jobs with a typed gres, the rest;
+2. ``resume_requeued``— requeued jobs resume on the GPU indices they had, before newer work;
+3. ``place_slices``   — GPU slices through the sharing ledger;
+4. ``screen_hopeless``— jobs that cannot start whatever the policy says wait without costing it;
+5. ``run_policy_round``— the rest through ``hivebatch.scheduler.schedule_round`` (the simulator's too);
+6. ``settle_gres``    — each placement's Slurm GRES;
+7. ``attach_notes``   — what the profile store said about a job's model reaches its owner;
+8. ``estimate_starts``— predicted starts of the jobs left waiting.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+from hivebatch.controller.context import ControllerContext
+from hivebatch.controller.decide.checks import check_request
+from hivebatch.controller.decide.classify import classify
+from hivebatch.controller.decide.estimate import estimate_starts
+from hivebatch.controller.decide.gres import gres_for, symmetric_indices
+from hivebatch.controller.decide.policy_round import run_policy_round
+from hivebatch.controller.decide.resume import resume_requeued
+from hivebatch.controller.decide.room import Room, screen_hopeless
+from hivebatch.controller.decide.settle import attach_notes, settle_gres
+from hivebatch.controller.decide.slices import place_slices
+from hivebatch.controller.decide.tasks import TaskBuilder, default_shape, plain_shape
+from hivebatch.controller.decide.types import Decisions, Place, Round, Wait
+from hivebatch.controller.ledger import Ledger
+
+Step = Callable[[Round], None]
+
+STEPS: tuple[Step, ...] = (
+    classify,
+    resume_requeued,
+    place_slices,
+    screen_hopeless,
+    run_policy_round,
+    settle_gres,
+    attach_notes,
+    estimate_starts,
+)
+
+
+def decide(ctx: ControllerContext, ledger: Ledger, now: dt.datetime) -> Decisions:
+    r = Round.start(ctx, ledger, now)
+    for step in STEPS:
+        step(r)
+    return r.out
+
+
+__all__ = [
+    "STEPS",
+    "Decisions",
+    "Place",
+    "Room",
+    "Round",
+    "Step",
+    "TaskBuilder",
+    "Wait",
+    "check_request",
+    "decide",
+    "default_shape",
+    "gres_for",
+    "plain_shape",
+    "symmetric_indices",
+]

@@ -1,0 +1,54 @@
+"""Step 1: the queue — held hsub jobs waiting to be placed — checked, then sorted by how each is placed."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from hivebatch.controller.decide.checks import check_request
+from hivebatch.controller.decide.isolate import isolated
+from hivebatch.controller.decide.types import Place, Round, Wait
+from hivebatch.db.models import Job
+from hivebatch.request import owner_holds
+from hivebatch.sharing.integration import is_slice
+
+
+def classify(r: Round) -> None:
+    """Bad requests are rejected with their reason, GPU-less jobs placed at once; the rest go to
+    ``r.slices`` (a part of one GPU), ``r.typed`` (requeued, with a typed gres) or ``r.untyped``."""
+    ledger = r.ledger
+    candidates = [
+        j
+        for j in ledger.jobs.values()
+        if not j.foreign
+        and j.intent is None
+        and j.state in ("queued", "preempted", "rejected")
+        and j.slurm_job_id in ledger.slurm
+        and ledger.slurm[j.slurm_job_id].held
+    ]
+    candidates.sort(key=lambda j: (j.submit_time or r.now, j.slurm_job_id))
+    for job in candidates:
+        isolated(r, job, partial(_sort_one, r, job))
+
+
+def _sort_one(r: Round, job: Job) -> None:
+    ledger, spec = r.ledger, r.ctx.spec
+    sj = ledger.slurm[job.slurm_job_id]
+    if owner_holds(sj):
+        r.out.waits.append(
+            Wait(
+                job,
+                f"held by its owner (--hold): scontrol release {job.slurm_job_id} lets hivebatch place it",
+            )
+        )
+        return
+    req, problem = check_request(job, sj, spec, r.ctx.limits)
+    if req is None:
+        r.out.waits.append(Wait(job, problem or "invalid request", rejected=True))
+    elif req.gpus == 0:
+        r.out.places.append(Place(job, {}, None, None, predicted_end=None))
+    elif ledger.sharing is not None and is_slice(spec, req.gpus, req.gpu_mem_mib, req.gpu_type):
+        r.slices.append((job, req, sj))
+    elif job.gres and job.placement:
+        r.typed.append((job, req))
+    else:
+        r.untyped.append((job, req, sj))

@@ -1,0 +1,92 @@
+"""Step 2: requeued jobs resume first, each only on the GPU indices it had.
+
+They ran before, so newer work must not starve them; and they already carry a typed GPU gres
+(``gpu:g3:1,…``) that Slurm cannot re-type safely, so they are never given other indices: they resume
+on any node(s) where the same indices are free (first the nodes they ran on), or keep waiting. A
+guaranteed job of the policy round may still preempt them before they start.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from hivebatch.cells import GpuUse
+from hivebatch.controller.decide.gres import gres_for, symmetric_indices
+from hivebatch.controller.decide.isolate import isolated
+from hivebatch.controller.decide.types import GpuMap, Place, Round, Wait
+from hivebatch.controller.decide.whole import note_whole
+from hivebatch.db.models import Job
+from hivebatch.request import JobRequest
+
+
+def _waits_for(idx: list[int], nodes: int) -> str:
+    return f"requeued with GPUs {idx} per node; waits until {nodes} node(s) have those indices free"
+
+
+def _free_on(gmap: GpuMap, node: str, idx: list[int], req: JobRequest) -> bool:
+    gpus = gmap.get(node, {})
+    for i in idx:
+        use = gpus.get(i)
+        if use is None or use.bad or use.foreign or use.job is not None:
+            return False
+        if use.vc is not None and (req.priority < 0 or use.vc != req.vc):
+            return False  # bound to another VC's cell (or to any cell: opportunistic work keeps off)
+    return True
+
+
+def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
+    """Place a requeued job on the same GPU indices it had (any nodes), or say why it waits."""
+    old = {n: sorted(v) for n, v in (job.placement or {}).items()}
+    idx = symmetric_indices(old)
+    if idx is None:
+        return "its earlier placement had different GPU indices per node; it cannot be re-placed"
+    want_nodes = len(old)
+    node_type = {n.name: n.gpu_type for n in r.ctx.spec.nodes}
+    order = sorted(old) + sorted(n for n in r.gmap if n not in old)
+    chosen = [
+        n
+        for n in order
+        if n not in r.ledger.bad_nodes
+        and (req.gpu_type is None or node_type.get(n) == req.gpu_type)
+        and _free_on(r.gmap, n, idx, req)
+    ][:want_nodes]
+    if len(chosen) < want_nodes:
+        return _waits_for(idx, want_nodes)
+    placement = {n: list(idx) for n in chosen}
+    decision = r.alloc.adopt(str(job.slurm_job_id), req.vc, req.priority, placement)
+    if decision.result != "placed":
+        return f"requeued with GPUs {idx} per node; {decision.reason or decision.error or 'its VC has no room now'}"
+    for n in chosen:  # keep the map current for the next requeued job
+        for i in idx:
+            r.gmap[n][i] = GpuUse(
+                vc=req.vc, job=str(job.slurm_job_id), opportunistic=False, bad=False, foreign=False
+            )
+    return Place(job, placement, gres_for(idx), (want_nodes, len(idx)), resumed=True)
+
+
+def resume_requeued(r: Round) -> None:
+    """Guaranteed work first, then arrival order; a job needing more GPUs than are idle waits at once."""
+    r.typed.sort(key=lambda jr: (-jr[1].priority, jr[0].submit_time or r.now, jr[0].slurm_job_id))
+    idle = [
+        sum(1 for g in r.gmap.values() for u in g.values() if u.job is None and not u.bad and not u.foreign)
+    ]
+    for job, req in r.typed:
+        isolated(r, job, partial(_resume_one, r, job, req, idle))
+
+
+def _resume_one(r: Round, job: Job, req: JobRequest, idle: list[int]) -> None:
+    """``idle``: GPUs still idle, in a one-item list the jobs resumed before this one update."""
+    if req.gpus > idle[0]:
+        old = job.placement or {}
+        r.out.waits.append(Wait(job, _waits_for(symmetric_indices(old) or [], len(old))))
+        return
+    placed = resume_typed(r, job, req)
+    if isinstance(placed, str):
+        r.out.waits.append(Wait(job, placed))
+        return
+    if str(job.gres or "").startswith("shard:"):
+        # it held its GPU as shards before (Slurm keeps that gres): it leaves the rest again
+        placed.gres = job.gres
+        note_whole(r.ledger.sharing, job, req, placed.placement)
+    idle[0] -= req.gpus
+    r.add_place(placed)

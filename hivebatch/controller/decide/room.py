@@ -1,0 +1,91 @@
+"""Step 4: spare the policy and the cells the jobs that cannot start this cycle whatever they decide."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from hivebatch.cells import CellAllocator, ClusterSpec
+from hivebatch.controller.decide.isolate import isolated
+from hivebatch.controller.decide.tasks import gpus_per_node, plain_shape
+from hivebatch.controller.decide.times import from_epoch
+from hivebatch.controller.decide.types import GpuMap, Round, Wait
+from hivebatch.db.models import Job
+from hivebatch.qos import Shape, task_ect, task_latency
+from hivebatch.request import JobRequest
+from hivebatch.slurm.types import SlurmJob
+
+
+class Room:
+    """A quick upper bound on what could start now.
+
+    A guaranteed job can use its VC's free cells plus the GPUs of lower-priority jobs of its VC
+    (which it may preempt); an opportunistic job only free GPUs that no VC cell holds.
+    """
+
+    def __init__(self, alloc: CellAllocator, spec: ClusterSpec, gmap: GpuMap) -> None:
+        self.free = {vc: int(alloc.vc_view(vc).gpus_free) for vc in spec.vcs}
+        self.total = {vc: int(spec.vc_gpus(vc)) for vc in spec.vcs}
+        self.by_prio: dict[str, dict[int, int]] = {}
+        for st in alloc.jobs().values():
+            if st.priority >= 0:
+                d = self.by_prio.setdefault(st.vc, {})
+                d[st.priority] = d.get(st.priority, 0) + int(st.gpus)
+        self.unbound = sum(
+            1
+            for gpus in gmap.values()
+            for use in gpus.values()
+            if use.vc is None and use.job is None and not use.bad and not use.foreign
+        )
+
+    def preemptible(self, vc: str, priority: int) -> int:
+        return sum(g for p, g in self.by_prio.get(vc, {}).items() if p < priority)
+
+    def may_fit(self, req: JobRequest) -> bool:
+        if req.priority < 0:
+            return req.gpus <= self.unbound
+        return req.gpus <= self.free.get(req.vc, 0) + self.preemptible(req.vc, req.priority)
+
+    def reason(self, req: JobRequest) -> str:
+        # no live counts in the text: a reason that changed with every start and finish would
+        # make an event (and a log line) per waiting job per cycle
+        if req.priority < 0:
+            return f"waiting for idle GPUs: it needs {req.gpus}, fewer are free outside the VCs' cells now"
+        return (
+            f"waiting for VC {req.vc}'s GPUs: it needs {req.gpus} of the VC's {self.total.get(req.vc, 0)}, "
+            "fewer are free now"
+        )
+
+
+def hopeless_wait(r: Round, room: Room, job: Job, req: JobRequest, sj: SlurmJob) -> Wait:
+    """A job that cannot start this cycle: its reason, and its ECT and latency (computed once, then kept)."""
+    lat: float | None = job.latency_s
+    ect = job.expected_completion
+    if lat is None or ect is None:
+        try:
+            task = r.builder.task(job, req, sj.time_limit_s)
+            spec = r.ctx.spec
+            shape = task.shape or Shape(*(plain_shape(req.gpus, gpus_per_node(spec, req.gpu_type)) or (1, 1)))
+            lat = float(task_latency(task, shape, r.ctx.platform))
+            ect = from_epoch(task_ect(task, r.ctx.platform))
+        except Exception:  # noqa: BLE001 - no prediction possible: the job still waits, without figures
+            pass
+    slack = (ect - r.now).total_seconds() - lat if ect is not None and lat is not None else None
+    shape_now = (job.shape_nodes, job.shape_gpn) if job.shape_nodes and job.shape_gpn else None
+    return Wait(job, room.reason(req), shape=shape_now, slack_s=slack, ect=ect, latency_s=lat)
+
+
+def screen_hopeless(r: Round) -> None:
+    """Jobs that may fit become tasks for the policy round; the others wait with the reason why."""
+    gmap = r.alloc.gpu_map() if r.typed or r.slices else r.gmap
+    room = Room(r.alloc, r.ctx.spec, gmap)
+    for job, req, sj in r.untyped:
+        isolated(r, job, partial(_screen_one, r, room, job, req, sj))
+
+
+def _screen_one(r: Round, room: Room, job: Job, req: JobRequest, sj: SlurmJob) -> None:
+    if room.may_fit(req):
+        task = r.builder.task(job, req, sj.time_limit_s)
+        r.tasks.append(task)
+        r.reqs[task.job_id] = (job, req)
+    else:
+        r.out.waits.append(hopeless_wait(r, room, job, req, sj))

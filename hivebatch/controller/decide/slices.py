@@ -1,0 +1,84 @@
+"""Step 3: GPU slices go through the sharing ledger.
+
+Binpacked inside the VC's cells, opportunistic ones also co-located where the config allows.
+Requeued slices keep their GPU index (Slurm keeps the typed ``shard:gN:k``), guaranteed work goes
+first, then arrival order. Their predictions are a one-GPU job's (a plain job: its time limit).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from functools import partial
+
+from hivebatch.controller.decide.isolate import isolated
+from hivebatch.controller.decide.times import after, from_epoch
+from hivebatch.controller.decide.types import Place, Round, Wait
+from hivebatch.controller.decide.victims import take_victims
+from hivebatch.db.models import Job
+from hivebatch.qos import Shape, task_ect, task_latency
+from hivebatch.request import JobRequest
+from hivebatch.sharing.gres import parse_shard_gres
+from hivebatch.sharing.ledger import SharingLedger
+from hivebatch.slurm.types import SlurmJob
+
+Prediction = tuple[float | None, dt.datetime | None, float | None]  # (latency s, ECT, slack s)
+
+
+def slice_prediction(r: Round, job: Job, req: JobRequest, sj: SlurmJob) -> Prediction:
+    """(latency s, ECT, slack s) of a slice started now: the same QoS figures as a one-GPU job, so a
+    plain slice's duration is its time limit (else the platform's default)."""
+    platform = r.ctx.platform
+    try:
+        task = r.builder.task(job, req, sj.time_limit_s)
+        lat = float(task_latency(task, Shape(1, 1), platform))
+        ect = from_epoch(task_ect(task, platform))
+    except Exception:  # noqa: BLE001 - no prediction possible: the slice is still placed, without figures
+        return None, None, None
+    slack = (ect - r.now).total_seconds() - lat if ect is not None else None
+    return lat, ect, slack
+
+
+def _place_one(r: Round, led: SharingLedger, job: Job, req: JobRequest, sj: SlurmJob) -> None:
+    lat, ect, slack = slice_prediction(r, job, req, sj)
+    mem = int(req.gpu_mem_mib or 0)
+    old = parse_shard_gres(job.gres or "") if job.placement else {}
+    sid = str(job.slurm_job_id)
+    if len(old) == 1:
+        ((gpu_index, _count),) = old.items()
+        d = led.resume(sid, req.vc, mem, req.priority, gpu_index, nodes_first=sorted(job.placement or {}))
+    else:
+        d = led.place(sid, req.vc, mem, req.priority, req.gpu_type)
+    if d.result != "placed":
+        rejected = d.result == "rejected"
+        r.out.waits.append(
+            Wait(
+                job,
+                d.error or d.reason or "no GPU has room for the slice",
+                rejected=rejected,
+                shape=None if rejected else (1, 1),
+                slack_s=None if rejected else slack,
+                ect=None if rejected else ect,
+                latency_s=None if rejected else lat,
+            )
+        )
+        return
+    end = after(r.now, lat)
+    p = Place(job, d.placement, d.gres, (1, 1), predicted_end=end, slack_s=slack, ect=ect, resumed=bool(old))
+    take_victims(r, p, d.preempted)
+    r.add_place(p)
+
+
+def place_slices(r: Round) -> None:
+    led = r.ledger.sharing
+    if not r.slices or led is None:
+        return
+    r.slices.sort(
+        key=lambda x: (
+            not (x[0].gres and x[0].placement),
+            -x[1].priority,
+            x[0].submit_time or r.now,
+            x[0].slurm_job_id,
+        )
+    )
+    for job, req, sj in r.slices:
+        isolated(r, job, partial(_place_one, r, led, job, req, sj))

@@ -1,0 +1,33 @@
+"""The cycle's working set, shared by reconcile, decide and act."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hivebatch.cells import CellAllocator
+from hivebatch.db.models import Job
+from hivebatch.sharing.ledger import SharingLedger
+from hivebatch.slurm.types import SlurmJob
+
+
+@dataclass
+class Ledger:
+    """Ledger rows of unfinished jobs, their Slurm records, the rebuilt allocator.
+
+    ``alloc`` and ``sharing`` are filled in by ``rebuild_allocator``; until then ``alloc`` is None.
+    """
+
+    jobs: dict[int, Job]
+    slurm: dict[int, SlurmJob]
+    alloc: CellAllocator | None = None
+    redo_place: list[Job] = field(default_factory=list)  # intent "place", Slurm job still held: act again
+    redo_preempt: list[Job] = field(default_factory=list)  # intent "preempt", Slurm job still running
+    bad_nodes: set[str] = field(default_factory=set)
+    sharing: SharingLedger | None = None  # GPU slices booked on top of ``alloc``
+
+    @property
+    def cells(self) -> CellAllocator:
+        """The rebuilt allocator (decide and act run only after ``rebuild_allocator``)."""
+        if self.alloc is None:
+            raise RuntimeError("the cell allocator is used before reconcile rebuilt it")
+        return self.alloc

@@ -1,0 +1,30 @@
+"""The one place a job's run is booked as cut short: by our own preemption, by Slurm's, by a requeue."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from hivebatch.controller.record import Recorder, account_run
+from hivebatch.db.models import Job
+
+
+def book_preemption(
+    session: Session,
+    rec: Recorder,
+    job: Job,
+    end: dt.datetime | None,
+    kind: str,
+    message: str,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """Book the run that ended at ``end`` as lost GPU-hours (None: it never started), count the
+    preemption, clear any intent and leave the job ``preempted`` — waiting to be placed again."""
+    if end is not None:
+        account_run(session, job, end, preempted=True)
+    job.intent = None
+    job.state = "preempted"
+    job.preemptions = (job.preemptions or 0) + 1
+    rec.event(session, job, kind, message, data)

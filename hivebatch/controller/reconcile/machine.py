@@ -1,0 +1,226 @@
+"""The job state machine: one hsub job's ledger state × its Slurm phase → its new ledger state.
+
+Every transition writes one event. A job is finished here only on a final state Slurm reports
+(``_finish``); jobs Slurm no longer lists at all are resolved in ``jobs.resolve_missing``.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+
+from sqlalchemy.orm import Session
+
+from hivebatch.controller.ledger import Ledger
+from hivebatch.controller.observe import to_utc
+from hivebatch.controller.preemption import book_preemption
+from hivebatch.controller.reconcile.slurm_view import gpus_of
+from hivebatch.controller.record import Recorder, account_run, placement_text
+from hivebatch.db.models import Job
+from hivebatch.request import released_by_owner
+from hivebatch.slurm.base import SlurmBackend
+from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob
+
+
+def finish(
+    session: Session, rec: Recorder, job: Job, state: str, sj: SlurmJob | AcctRecord | None, why: str
+) -> None:
+    """Close a job: book its last run, set the final state, one event."""
+    end = (to_utc(sj.end_time) if sj is not None else None) or rec.now
+    if state == "preempted":
+        # Slurm preempted it itself (PreemptMode=REQUEUE shows PREEMPTED briefly); it will come back pending
+        book_preemption(session, rec, job, end, "preempted", why)
+        return
+    account_run(session, job, end)
+    job.state = state
+    job.intent = None
+    job.end_time = end
+    if sj is not None and sj.exit_code:
+        job.exit_code = str(sj.exit_code)
+    if state == "done" and job.expected_completion is not None:
+        job.meets_qos = end <= job.expected_completion
+    job.reason = None if state == "done" else why
+    rec.event(session, job, "finished", f"{state}: {why}", {"state": state, "exit_code": job.exit_code})
+
+
+def start(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> None:
+    begun = to_utc(sj.start_time) or rec.now
+    actual = gpus_of(sj)
+    if job.start_time is None:
+        job.start_time = begun
+    job.segment_start = begun
+    job.state = "running"
+    job.reason = None
+    if actual and job.placement and actual != job.placement:
+        # started by Slurm without a placement of ours (or adopted): where it runs is where it is
+        rec.event(
+            session,
+            job,
+            "placement_mismatch",
+            f"Slurm runs it on {placement_text(actual)}, not on the earlier {placement_text(job.placement)}",
+            {"granted": job.placement, "actual": actual},
+        )
+    if actual:
+        job.placement = actual
+    rec.event(
+        session, job, "started", f"running on {placement_text(job.placement)}", {"placement": job.placement}
+    )
+
+
+def granted_kept(session: Session, rec: Recorder, job: Job, sj: SlurmJob, backend: SlurmBackend) -> bool:
+    """Does Slurm run the job on the GPU indices it was granted (IDX in squeue's gres detail, confirmed
+    by ``scontrol -d show job``)? If not, that
+    is an incident, never accepted: the job is requeued and held, to be placed again on its granted
+    GPUs (Slurm keeps its typed gres). Until the requeue succeeds the ledger keeps the granted GPUs
+    and the ones really in use are held as foreign from the nodes' GPU use."""
+    actual = gpus_of(sj)
+    granted = {n: sorted(int(i) for i in v) for n, v in (job.placement or {}).items()}
+    if not actual or not granted or actual == granted:
+        return True
+    with suppress(
+        SlurmError
+    ):  # squeue's IDX differs: ask for the job's own record before calling it an incident
+        actual = backend.job_gpus(job.slurm_job_id) or actual
+    if actual == granted:
+        return True
+    what = f"Slurm runs it on {placement_text(actual)}, not on the granted {placement_text(granted)}"
+    try:
+        backend.requeue_hold(job.slurm_job_id)
+    except SlurmError as exc:
+        rec.event(session, job, "placement_incident", f"{what}; requeue failed, tried again next cycle: {exc}",
+                  {"granted": granted, "actual": actual})  # fmt: skip
+        return False
+    book_preemption(session, rec, job, rec.now, "placement_incident", f"{what}; requeued and held to be placed again",
+                    {"granted": granted, "actual": actual})  # fmt: skip
+    job.reason = "Slurm ran it on other GPUs than granted; requeued, it starts again on its granted GPUs"
+    return False
+
+
+def hold(session: Session, rec: Recorder, job: Job, backend: SlurmBackend) -> None:
+    try:
+        backend.hold(job.slurm_job_id)
+    except SlurmError as exc:
+        rec.event(session, job, "act_failed", f"hold failed: {exc}")
+
+
+def _confirmed_place(session: Session, rec: Recorder, job: Job) -> None:
+    job.intent = None
+    rec.event(
+        session, job, "placed", f"released on {placement_text(job.placement)} (confirmed after restart)"
+    )
+
+
+def _follow_place_intent(
+    session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
+) -> None:
+    """The controller stopped between recording a placement and seeing it carried out."""
+    if ph == "pending" and sj.held:
+        ledger.redo_place.append(job)  # update/release may not have happened: do it again, same placement
+    elif ph == "pending":
+        _confirmed_place(session, rec, job)
+        job.state = "placed"
+    elif ph == "running":
+        _confirmed_place(session, rec, job)
+        if granted_kept(session, rec, job, sj, backend):
+            start(session, rec, job, sj)
+    else:
+        finish(session, rec, job, ph, sj, f"Slurm state {sj.state}")
+
+
+def _follow_preempt_intent(
+    session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
+) -> None:
+    """The controller stopped between recording a preemption and seeing it carried out."""
+    if ph == "running":
+        ledger.redo_preempt.append(job)
+    elif ph == "pending":
+        book_preemption(
+            session, rec, job, rec.now, "preempted", "requeued and held (confirmed after restart)"
+        )
+        if not sj.held:
+            hold(session, rec, job, backend)
+    else:
+        finish(session, rec, job, ph, sj, f"Slurm state {sj.state}")
+
+
+def _follow_waiting(
+    session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
+) -> None:
+    if ph == "running":
+        rec.event(session, job, "started_unplaced", "Slurm started it although hivebatch had not placed it")
+        start(session, rec, job, sj)
+    elif not sj.held:
+        # the owner released their own hold: it would run without GPUs chosen by the cells
+        rec.event(session, job, "held", "released without a placement; held again until hivebatch places it")
+        hold(session, rec, job, backend)
+        if released_by_owner(sj):
+            # held by the Operator now, so the job_submit plugin's far begin time can go
+            try:
+                backend.clear_begin_time(job.slurm_job_id)
+            except SlurmError as exc:
+                rec.event(session, job, "act_failed", f"could not clear its begin time: {exc}")
+
+
+def _follow_placed(
+    session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
+) -> None:
+    if ph == "running":
+        if granted_kept(session, rec, job, sj, backend):
+            start(session, rec, job, sj)
+    elif sj.held:
+        job.state = "queued"
+        rec.event(session, job, "held", "held again in Slurm after it was placed; its cells are given back")
+
+
+def _follow_running(
+    session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
+) -> None:
+    if ph == "running":
+        granted_kept(session, rec, job, sj, backend)
+        return
+    # running → pending: Slurm requeued it (its own preemption, node failure, an admin)
+    book_preemption(
+        session,
+        rec,
+        job,
+        rec.now,
+        "requeued",
+        f"Slurm requeued it ({sj.reason or sj.state}); it waits to be placed again",
+    )
+    if not sj.held:
+        hold(session, rec, job, backend)
+
+
+def follow(
+    session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
+) -> None:
+    """One hsub job: ledger state × Slurm phase → new ledger state (see the table in the README section)."""
+    if job.intent == "place":
+        _follow_place_intent(session, rec, ledger, job, sj, ph, backend)
+    elif job.intent == "preempt":
+        _follow_preempt_intent(session, rec, ledger, job, sj, ph, backend)
+    elif ph not in ("pending", "running"):
+        finish(
+            session, rec, job, ph, sj, f"Slurm state {sj.state}" + (f" ({sj.reason})" if sj.reason else "")
+        )
+    elif job.state in ("queued", "preempted", "rejected"):
+        _follow_waiting(session, rec, job, sj, ph, backend)
+    elif job.state == "placed":
+        _follow_placed(session, rec, job, sj, ph, backend)
+    elif job.state == "running":
+        _follow_running(session, rec, job, sj, ph, backend)
+
+
+def follow_foreign(session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str) -> None:
+    """A job not submitted through hsub: only its GPUs matter, they count as occupied while it runs."""
+    if ph == "running":
+        actual = gpus_of(sj)
+        if actual and actual != job.placement:
+            job.placement = actual
+        if job.state != "running":
+            job.state = "running"
+            job.segment_start = to_utc(sj.start_time) or rec.now
+    elif ph == "pending":
+        account_run(session, job, rec.now)
+        job.state = "queued"
+    else:
+        finish(session, rec, job, ph, sj, f"Slurm state {sj.state}")

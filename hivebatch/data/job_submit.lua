@@ -1,0 +1,416 @@
+-- hivebatch's job_submit plugin logic (Slurm job_submit/lua, Lua 5.1).
+--
+-- `hadmin slurm-config` writes job_submit.lua next to slurm.conf: the site table HIVEBATCH_SITE
+-- (GPU types, VCs, classes, Operator uids; generated from the hivebatch config) followed by this file.
+--
+-- Every job from a non-Operator user that asks for GPUs in any form Slurm accepts becomes a hivebatch
+-- request: the GPU ask is taken off the job, written into the admin comment (only SlurmUser/root and
+-- this plugin can set it) and the job is held with priority 0, an admin hold only an Operator can
+-- release. The controller later pins the job to the GPU indices its cells chose and releases it.
+-- Any error inside this file refuses the job (fail closed): slurmctld itself would let a job through
+-- when the Lua function raises, so every entry point runs under pcall.
+
+local SITE = HIVEBATCH_SITE
+local PREFIX = "hivebatch:v2:"
+-- begin time a job gets when its owner releases their own hold: far enough that Slurm never starts
+-- it, so the controller sees "released by the owner" and takes the job back under its own hold
+local RELEASED_BEGIN = 4102444800 -- 2100-01-01
+local INFINITE = 4294967295
+local NO_VAL = 4294967294
+local NO_VAL16 = 65534
+
+local M = {}
+
+local function is_set(n)
+  return n ~= nil and n ~= NO_VAL and n ~= INFINITE and n ~= NO_VAL16 and n ~= 65535
+end
+
+local function fail(msg)
+  error({ hivebatch = msg }, 0)
+end
+
+-- "gres:gpu:v100:2,gres:shard:8,license/x:1" -> list of {name=, type=, count=, text=}
+-- Slurm 22.05 writes "gres:NAME[:TYPE][:COUNT]" (older clients "gres/NAME"); a bare "NAME[:TYPE][:COUNT]"
+-- is accepted too, as "gres" would be written through the old field.
+function M.parse_tres(text)
+  local items = {}
+  if text == nil or text == "" then
+    return items
+  end
+  for part in string.gmatch(text, "[^,]+") do
+    local body = part:gsub("^gres[:/]", "")
+    local fields = {}
+    for f in string.gmatch(body, "[^:]+") do
+      fields[#fields + 1] = f
+    end
+    local name, typ, count = fields[1], nil, 1
+    if #fields == 2 then
+      if fields[2]:match("^%d+$") then
+        count = tonumber(fields[2])
+      else
+        typ = fields[2]
+      end
+    elseif #fields >= 3 then
+      typ = fields[2]
+      if not fields[3]:match("^%d+$") then
+        fail("cannot read the GPU count in '" .. part .. "': write gpu[:TYPE]:COUNT")
+      end
+      count = tonumber(fields[3])
+    end
+    if #fields > 3 then
+      fail("cannot read '" .. part .. "': write gpu[:TYPE]:COUNT")
+    end
+    items[#items + 1] = { name = name, type = typ, count = count, text = part }
+  end
+  return items
+end
+
+local function is_gpu(item)
+  return item.name == "gpu" or item.name == "shard"
+end
+
+-- split a TRES list into its GPU items and the text of the others (kept on the job)
+local function split_gpu(text)
+  local gpu, rest = {}, {}
+  for _, item in ipairs(M.parse_tres(text)) do
+    if is_gpu(item) then
+      gpu[#gpu + 1] = item
+    else
+      rest[#rest + 1] = item.text
+    end
+  end
+  return gpu, table.concat(rest, ",")
+end
+
+-- one GPU figure (name=gpu) and one memory slice (name=shard) per field, one GPU type for the job
+local function sum_items(items, where, req)
+  local gpus, shards = nil, nil
+  for _, item in ipairs(items) do
+    if item.type ~= nil then
+      local t = SITE.gpu_types[string.lower(item.type)]
+      if t == nil then
+        fail("GPU type '" .. item.type .. "' in " .. where .. " is not on this cluster (types: " .. SITE.type_list .. ")")
+      end
+      if req.gpu_type ~= nil and req.gpu_type ~= t.name then
+        fail("a job can ask for one GPU type only, not " .. req.gpu_type .. " and " .. t.name)
+      end
+      req.gpu_type = t.name
+    end
+    if item.name == "gpu" then
+      gpus = (gpus or 0) + item.count
+    else
+      shards = (shards or 0) + item.count
+    end
+  end
+  return gpus, shards
+end
+
+local function json_value(v)
+  if type(v) == "number" then
+    return string.format("%d", v)
+  end
+  return '"' .. tostring(v):gsub('[%c"\\|]', function(c)
+    return string.format("\\u%04x", string.byte(c))
+  end) .. '"'
+end
+
+-- a flat table as JSON with sorted keys, so the same request always reads the same
+function M.encode(req)
+  local keys = {}
+  for k in pairs(req) do
+    keys[#keys + 1] = k
+  end
+  table.sort(keys)
+  local parts = {}
+  for _, k in ipairs(keys) do
+    parts[#parts + 1] = '"' .. k .. '":' .. json_value(req[k])
+  end
+  return PREFIX .. "{" .. table.concat(parts, ",") .. "}"
+end
+
+local function get(job_desc, name)
+  local ok, v = pcall(function()
+    return job_desc[name]
+  end)
+  if ok then
+    return v
+  end
+  return nil
+end
+
+local function gpu_fields(job_desc)
+  local found = {}
+  for _, f in ipairs({ "tres_per_job", "tres_per_node", "tres_per_task", "tres_per_socket" }) do
+    local items = split_gpu(get(job_desc, f))
+    if #items > 0 then
+      found[f] = items
+    end
+  end
+  return found
+end
+
+-- the per-node GPU count and node count of an ask, where Slurm's fields fix them
+local function shape(job_desc, found, req)
+  local min_nodes, max_nodes = get(job_desc, "min_nodes"), get(job_desc, "max_nodes")
+  local nodes = nil
+  if is_set(min_nodes) and (not is_set(max_nodes) or max_nodes == min_nodes) then
+    nodes = min_nodes
+  end
+  local per_node, total, shards = nil, nil, nil
+  if found.tres_per_node then
+    per_node, shards = sum_items(found.tres_per_node, "--gres/--gpus-per-node", req)
+  end
+  if found.tres_per_job then
+    local g, s = sum_items(found.tres_per_job, "--gpus", req)
+    total, shards = g, shards or s
+  end
+  if found.tres_per_task then
+    local g = sum_items(found.tres_per_task, "--gpus-per-task", req)
+    local ntasks, per_node_tasks = get(job_desc, "num_tasks"), get(job_desc, "ntasks_per_node")
+    if g ~= nil and is_set(per_node_tasks) then
+      per_node = g * per_node_tasks
+    elseif g ~= nil and is_set(ntasks) then
+      total = g * ntasks
+    elseif g ~= nil then
+      total = g
+    end
+  end
+  if found.tres_per_socket then
+    local g = sum_items(found.tres_per_socket, "--gpus-per-socket", req)
+    local sockets = get(job_desc, "sockets_per_node")
+    if g ~= nil then
+      per_node = g * (is_set(sockets) and sockets or 1)
+    end
+  end
+  return nodes, per_node, total, shards
+end
+
+local function check_size(req)
+  local t = req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest
+  if req.gpus_per_node ~= nil and req.gpus_per_node > t.max_per_node then
+    fail(req.gpus_per_node .. " GPUs per node asked, but a node has at most " .. t.max_per_node)
+  end
+  if req.nodes ~= nil and req.nodes > t.nodes then
+    fail(req.nodes .. " nodes with GPUs asked, but the cluster has " .. t.nodes)
+  end
+  if req.gpus ~= nil and req.gpus < 1 then
+    fail("a GPU job needs at least one GPU")
+  end
+  local vc = SITE.vcs[req.vc]
+  if vc == nil then
+    fail("account '" .. req.vc .. "' is not a virtual cluster of hivebatch (VCs: " .. SITE.vc_list .. ")")
+  end
+  local limit = req.qos == SITE.opportunistic and t.total or vc.gpus
+  if req.gpus ~= nil and req.gpus > limit then
+    fail(req.gpus .. " GPUs asked, but " .. (req.qos == SITE.opportunistic and "the cluster" or "virtual cluster " .. req.vc) .. " has " .. limit)
+  end
+  if req.gpu_mem_mib ~= nil and req.gpu_mem_mib > t.mem_mib then
+    fail(req.gpu_mem_mib / SITE.shard_mib .. " GiB of GPU memory asked, but one GPU has " .. t.mem_mib / SITE.shard_mib)
+  end
+end
+
+-- the hivebatch request for a GPU ask, with the job's account and QOS (or their defaults)
+function M.request(job_desc, found)
+  local req = {}
+  req.vc = get(job_desc, "account") or get(job_desc, "default_account")
+  if req.vc == nil or req.vc == "" then
+    fail("no account: give -A ACCOUNT or ask your admin for a default account")
+  end
+  req.qos = get(job_desc, "qos") or get(job_desc, "default_qos") or SITE.default_class
+  if SITE.classes[req.qos] == nil then
+    fail("QOS '" .. req.qos .. "' is not a hivebatch class (classes: " .. SITE.class_list .. ")")
+  end
+  local nodes, per_node, total, shards = shape(job_desc, found, req)
+  if shards ~= nil then
+    if (per_node or 0) > 0 or (total or 0) > 0 then
+      fail("ask for whole GPUs or for a GPU memory slice (shard), not both")
+    end
+    if nodes ~= nil and nodes > 1 then
+      fail("a GPU memory slice (shard) runs on one node: drop -N or ask for whole GPUs")
+    end
+    req.gpu_mem_mib = shards * SITE.shard_mib
+    req.gpus = 1
+    req.nodes = 1
+    req.gpus_per_node = 1
+  elseif per_node ~= nil then
+    req.nodes = nodes or 1
+    req.gpus_per_node = per_node
+    req.gpus = per_node * req.nodes
+  else
+    req.gpus = total
+    if nodes ~= nil then
+      if total % nodes ~= 0 then
+        fail(total .. " GPUs do not split evenly over " .. nodes .. " nodes: hivebatch places the same GPUs on every node")
+      end
+      req.nodes = nodes
+      req.gpus_per_node = total / nodes
+    end
+  end
+  local tl = get(job_desc, "time_limit")
+  if is_set(tl) then
+    req.time_limit_s = tl * 60
+  end
+  check_size(req)
+  return req
+end
+
+local function is_operator(uid)
+  return SITE.operator_uids[uid] == true
+end
+
+-- Slurm's per-GPU options refer to the GPUs this plugin takes off; turn them into plain per-node figures
+local function translate_per_gpu(job_desc, req)
+  for _, f in ipairs({ "cpus_per_tres", "mem_per_tres" }) do
+    local items, rest = split_gpu(get(job_desc, f))
+    if #items > 0 then
+      local each = items[1].count
+      local per_node = req.gpus_per_node or req.gpus
+      if f == "cpus_per_tres" then
+        req.cpus_per_gpu = each
+        job_desc.pn_min_cpus = each * per_node
+      else
+        req.mem_per_gpu_mb = each
+        job_desc.min_mem_per_node = each * per_node
+      end
+      job_desc[f] = rest
+    end
+  end
+  local ntasks_per_gpu = get(job_desc, "ntasks_per_tres")
+  if is_set(ntasks_per_gpu) then
+    req.ntasks_per_gpu = ntasks_per_gpu
+    if not is_set(get(job_desc, "num_tasks")) then
+      job_desc.num_tasks = ntasks_per_gpu * req.gpus
+    end
+    job_desc.ntasks_per_tres = NO_VAL16
+  end
+  for _, f in ipairs({ "tres_bind", "tres_freq" }) do
+    local v = get(job_desc, f)
+    if v ~= nil and v ~= "" then
+      req[f] = v
+      job_desc[f] = ""
+    end
+  end
+end
+
+-- sbatch copies its GPU options into the job's environment (SLURM_GPUS_PER_NODE=2 for --gpus-per-node=2),
+-- and an srun inside the job reads them back as its step's ask; against the per-index GRES the
+-- controller grants (gpu:g0:1,gpu:g1:1), Slurm 22.05 refuses "gpu:2 per node" for the step (recorded on
+-- the lab). An empty value makes the step take the job's GPUs, as a plain srun does. Batch jobs only:
+-- srun and salloc keep their environment on the client.
+local GPU_ENV = { "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_SOCKET" }
+
+local function clear_gpu_env(job_desc)
+  local ok, env = pcall(function()
+    return job_desc.environment
+  end)
+  if not ok or env == nil then
+    return
+  end
+  for _, name in ipairs(GPU_ENV) do
+    local has, value = pcall(function()
+      return env[name]
+    end)
+    if has and value ~= nil and value ~= "" then
+      env[name] = ""
+    end
+  end
+end
+
+local function submit(job_desc, part_list, submit_uid)
+  if is_operator(submit_uid) then
+    return slurm.SUCCESS
+  end
+  local found = gpu_fields(job_desc)
+  if next(found) == nil then
+    return slurm.SUCCESS
+  end
+  local req = M.request(job_desc, found)
+  if get(job_desc, "priority") == 0 then
+    req.user_hold = 1
+  end
+  translate_per_gpu(job_desc, req)
+  local admin_comment = M.encode(req)
+  for f in pairs(found) do
+    local _, rest = split_gpu(get(job_desc, f))
+    job_desc[f] = rest
+  end
+  clear_gpu_env(job_desc)
+  job_desc.admin_comment = admin_comment
+  job_desc.priority = 0
+  slurm.log_info("hivebatch: %s's GPU job held for placement: %s", tostring(get(job_desc, "user_name")), admin_comment)
+  return slurm.SUCCESS
+end
+
+local GUARDED = {
+  tres_per_job = "the GPU ask",
+  tres_per_node = "the GPU ask",
+  tres_per_task = "the GPU ask",
+  tres_per_socket = "the GPU ask",
+  cpus_per_tres = "CPUs per GPU",
+  mem_per_tres = "memory per GPU",
+  req_nodes = "the node list",
+  exc_nodes = "the excluded nodes",
+  min_nodes = "the node count",
+  max_nodes = "the node count",
+}
+
+local function modify(job_desc, job_rec, part_list, submit_uid)
+  if is_operator(submit_uid) then
+    return slurm.SUCCESS
+  end
+  local managed = string.sub(job_rec.admin_comment or "", 1, #PREFIX) == PREFIX
+  if not managed then
+    if next(gpu_fields(job_desc)) ~= nil then
+      fail("GPUs cannot be added to job " .. tostring(job_rec.job_id) .. " by an update: submit a new job that asks for them")
+    end
+    return slurm.SUCCESS
+  end
+  for f, what in pairs(GUARDED) do
+    local v = get(job_desc, f)
+    if (type(v) == "string" and v ~= "") or (type(v) == "number" and is_set(v)) then
+      fail(what .. " of hivebatch job " .. tostring(job_rec.job_id) .. " is set by hivebatch: cancel and resubmit to change it")
+    end
+  end
+  -- until the controller has pinned it (its GPUs back on the job), Slurm must not start the job:
+  -- a plugin-set priority 0 is a *user* hold on 22.05, so the owner may release it; it then stays
+  -- pending behind a far begin time, which the controller reads as "released by the owner"
+  local waiting = #split_gpu(job_rec.tres_per_node) == 0
+  if waiting and job_rec.priority == 0 and get(job_desc, "priority") == INFINITE then
+    job_desc.begin_time = RELEASED_BEGIN
+    slurm.log_info("hivebatch: owner released job %s; waiting for the controller", tostring(job_rec.job_id))
+  elseif waiting and (get(job_desc, "begin_time") or 0) > 0 then
+    fail("the start time of hivebatch job " .. tostring(job_rec.job_id) .. " is set by hivebatch while it waits for GPUs")
+  end
+  return slurm.SUCCESS
+end
+
+-- pcall wrapper: an error refuses the job with one line instead of letting it through unmanaged
+-- (slurmctld passes the submit message to sbatch, but drops it on modify: the error code is all the user sees)
+local function guarded(name, refusal, fn, ...)
+  local ok, rc = pcall(fn, ...)
+  if ok then
+    return rc
+  end
+  local msg
+  if type(rc) == "table" and rc.hivebatch then
+    msg = "hivebatch: " .. rc.hivebatch
+    slurm.log_info("%s refused: %s", name, msg)
+  else
+    msg = "hivebatch: internal error in the job_submit plugin; the job was not accepted (admins: see slurmctld.log)"
+    slurm.log_error("hivebatch %s: %s", name, tostring(rc))
+  end
+  if refusal == slurm.ERROR then
+    slurm.log_user("%s", msg)
+  end
+  return refusal
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  return guarded("job_submit", slurm.ERROR, submit, job_desc, part_list, submit_uid)
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, submit_uid)
+  return guarded("job_modify", slurm.ESLURM_ACCESS_DENIED, modify, job_desc, job_rec, part_list, submit_uid)
+end
+
+HIVEBATCH = M

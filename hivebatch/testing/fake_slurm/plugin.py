@@ -1,0 +1,44 @@
+"""slurmctld's job_submit plugin as the fake Slurm runs it: hivebatch's own job_submit.lua, through Lua.
+
+A fake built with ``job_submit=LuaJobSubmit(config)`` turns a student's GPU ask into the held request
+exactly as slurmctld does on the lab; without it, the fake behaves like a Slurm with no plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from hivebatch.request import RELEASED_BEGIN
+from hivebatch.slurm.types import SlurmError
+from hivebatch.testing.fake_slurm.state import Job
+
+
+class JobSubmit(Protocol):
+    """The plugin's submit hook: a job_desc in, a verdict (accepted, message, fields) out."""
+
+    def __call__(self, desc: Mapping[str, Any]) -> Any: ...
+
+
+def run_job_submit(
+    plugin: JobSubmit, opts: Mapping[str, str], user: str, default_account: str | None, tres_per_node: str
+) -> tuple[str, str, bool]:
+    """What the plugin makes of a submission: (GRES left on the job, admin comment, held by it)."""
+    from hivebatch.testing.lua_job_submit import job_desc
+
+    verdict = plugin(job_desc(opts, user, default_account, tres_per_node))
+    if not verdict.accepted:
+        raise SlurmError(
+            ["sbatch"],
+            1,
+            f"sbatch: error: {verdict.message}\nsbatch: error: Batch job submission failed: Unspecified error",
+        )
+    comment = verdict.fields.get("admin_comment", "")
+    return verdict.fields.get("tres_per_node", tres_per_node), comment, bool(comment)
+
+
+def park_owner_release(j: Job) -> None:
+    """job_modify: an owner releasing an unplaced GPU job leaves it behind the plugin's far begin time."""
+    if j.admin_comment and "gpu" not in j.tres_per_node and "shard" not in j.tres_per_node:
+        j.eligible_at = datetime.fromtimestamp(RELEASED_BEGIN, tz=UTC)

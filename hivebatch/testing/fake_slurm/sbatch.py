@@ -1,0 +1,121 @@
+"""sbatch's command line and #SBATCH lines, read the way the fake Slurm needs them."""
+
+from __future__ import annotations
+
+import shlex
+
+from hivebatch.slurm.types import SlurmError
+
+OPTS_WITH_VALUE = {
+    "-J": "name",
+    "--job-name": "name",
+    "-A": "account",
+    "--account": "account",
+    "-q": "qos",
+    "--qos": "qos",
+    "--comment": "comment",
+    "-N": "nodes",
+    "--nodes": "nodes",
+    "--gres": "gres",
+    "-w": "nodelist",
+    "--nodelist": "nodelist",
+    "-t": "time",
+    "--time": "time",
+    "-p": "partition",
+    "--partition": "partition",
+    "-o": None,
+    "--output": None,
+    "-e": None,
+    "--error": None,
+    "-D": None,
+    "--chdir": None,
+    "--open-mode": None,
+    "--export": None,
+    "--mem": None,
+    "-c": None,
+    "--cpus-per-task": None,
+    "-n": "ntasks",
+    "--ntasks": "ntasks",
+    "--ntasks-per-node": "ntasks_per_node",
+    "--gpus-per-node": "gpus_per_node",
+    "--gpus-per-task": "gpus_per_task",
+    "--signal": None,
+    "--mail-type": None,
+    "--begin": None,
+    "--dependency": None,
+    "-d": None,
+    "--wckey": None,
+    "--gpus": "gpus",
+    "-G": "gpus",
+}
+FLAGS = {
+    "-H": "hold",
+    "--hold": "hold",
+    "--parsable": None,
+    "--requeue": None,
+    "--no-requeue": None,
+    "--exclusive": None,
+    "--test-only": "test_only",
+    "-Q": None,
+    "--quiet": None,
+}
+
+
+def parse_sbatch(args: list[str]) -> dict[str, str]:
+    opts: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        key, eq, val = a.partition("=") if a.startswith("--") else (a, "", "")
+        if key in FLAGS and not eq:
+            if FLAGS[key]:
+                opts[FLAGS[key] or ""] = "1"
+            i += 1
+            continue
+        if key in OPTS_WITH_VALUE:
+            if not eq:
+                if i + 1 >= len(args):
+                    raise SlurmError(["sbatch"], 1, f"sbatch: option '{key}' requires an argument")
+                val = args[i + 1]
+                i += 1
+            dest = OPTS_WITH_VALUE[key]
+            if dest:
+                opts[dest] = val
+            i += 1
+            continue
+        raise SlurmError(["sbatch"], 1, f"sbatch: unrecognized option '{a}'")
+    return opts
+
+
+def sbatch_lines(script: str) -> list[str]:
+    """#SBATCH options at the top of a script, before the first command (as sbatch reads them)."""
+    out: list[str] = []
+    for line in script.splitlines()[1:]:
+        s = line.strip()
+        if s.startswith("#SBATCH"):
+            out += shlex.split(s[len("#SBATCH") :], comments=True)
+        elif s and not s.startswith("#"):
+            break
+    return out
+
+
+def time_limit(text: str | None) -> int | None:
+    """Slurm time forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS → seconds."""
+    if not text or text.upper() in ("INFINITE", "UNLIMITED"):
+        return None
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+        parts = [int(p) for p in text.split(":")]
+        parts += [0] * (3 - len(parts))
+        h, m, s = parts
+    else:
+        parts = [int(p) for p in text.split(":")]
+        if len(parts) == 1:
+            h, m, s = 0, parts[0], 0
+        elif len(parts) == 2:
+            h, m, s = 0, parts[0], parts[1]
+        else:
+            h, m, s = parts
+    return ((days * 24 + h) * 60 + m) * 60 + s

@@ -1,0 +1,112 @@
+"""Where the fake Slurm starts a job: free GPUs and shards per node, typed GRES, and the lab's
+preemption of opportunistic jobs (PreemptMode=REQUEUE)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hivebatch.slurm.parse import split_gres
+from hivebatch.testing.fake_slurm.state import PREEMPTABLE_QOS, REQUEUE_DELAY_S, Job, State
+
+
+def busy(state: State, skip_qos: str | None = None) -> tuple[dict[str, set[int]], dict[str, dict[int, int]]]:
+    gpus: dict[str, set[int]] = {n: set() for n in state.nodes}
+    shards: dict[str, dict[int, int]] = {n: {} for n in state.nodes}
+    for j in state.jobs.values():
+        if j.state == "RUNNING" and j.qos != skip_qos:
+            for node, idx in j.gpus.items():
+                gpus[node].update(idx)
+            for node, sh in j.shards.items():
+                for i, c in sh.items():
+                    shards[node][i] = shards[node].get(i, 0) + c
+    return gpus, shards
+
+
+def fit(
+    state: State, j: Job, node: str, gpus_busy: set[int], shards_busy: dict[int, int]
+) -> tuple[list[int], dict[int, int]] | None:
+    n = state.nodes[node]
+    if n.state != "IDLE" or not n.registered or not state.controller_up:
+        return None
+    want_gpus: list[int] = []
+    want_shards: dict[int, int] = {}
+    untyped = 0
+    for name, gtype, count, _ in split_gres(j.tres_per_node):
+        idx = int(gtype[1:]) if gtype and gtype.startswith("g") and gtype[1:].isdigit() else None
+        if name == "gpu":
+            if idx is None:
+                untyped += count
+            else:
+                want_gpus.append(idx)
+        elif name == "shard" and idx is not None:
+            want_shards[idx] = want_shards.get(idx, 0) + count
+    for i in want_gpus:
+        if i >= n.gpus or i in gpus_busy or shards_busy.get(i):
+            return None
+    for i, c in want_shards.items():
+        if i >= n.gpus or i in gpus_busy or shards_busy.get(i, 0) + c > n.shards_per_gpu:
+            return None
+    free = [i for i in range(n.gpus) if i not in gpus_busy and not shards_busy.get(i) and i not in want_gpus]
+    if untyped > len(free):
+        return None
+    return sorted(want_gpus + free[:untyped]), want_shards
+
+
+def placement(
+    state: State, j: Job, skip_qos: str | None = None
+) -> dict[str, tuple[list[int], dict[int, int]]] | None:
+    gpus_busy, shards_busy = busy(state, skip_qos)
+    candidates = list(j.required_nodes) or list(state.nodes)
+    chosen: dict[str, tuple[list[int], dict[int, int]]] = {}
+    for node in candidates:
+        room = fit(state, j, node, gpus_busy[node], shards_busy[node])
+        if room is not None:
+            chosen[node] = room
+        elif j.required_nodes:
+            break
+        if len(chosen) == j.num_nodes:
+            break
+    if len(chosen) < j.num_nodes or (j.required_nodes and set(chosen) != set(j.required_nodes)):
+        return None
+    return chosen
+
+
+def try_start(state: State, j: Job) -> bool:
+    if j.required_nodes and len(j.required_nodes) > j.num_nodes:
+        j.reason = "BadConstraints"
+        return False
+    if j.eligible_at and j.eligible_at > state.now():
+        j.reason = "BeginTime"
+        return False
+    chosen = placement(state, j)
+    if chosen is None and j.qos != PREEMPTABLE_QOS:
+        # preempt/qos with PreemptMode=REQUEUE: opportunistic jobs in the way go back to the queue
+        chosen = placement(state, j, skip_qos=PREEMPTABLE_QOS)
+        if chosen is not None:
+            requeue_in_the_way(state, chosen)
+    if chosen is None:
+        j.reason = "Resources"
+        return False
+    j.state, j.reason = "RUNNING", "None"
+    j.nodes = list(chosen)
+    j.gpus = {n: g for n, (g, _) in chosen.items() if g}
+    j.shards = {n: s for n, (_, s) in chosen.items() if s}
+    j.start_time = state.now()
+    return True
+
+
+def requeue_in_the_way(state: State, chosen: dict[str, tuple[list[int], dict[int, int]]]) -> None:
+    for other in state.jobs.values():
+        if other.state != "RUNNING" or other.qos != PREEMPTABLE_QOS:
+            continue
+        clash = any(
+            set(other.gpus.get(node, [])) & (set(g) | set(s))
+            or set(other.shards.get(node, {})) & (set(g) | set(s))
+            for node, (g, s) in chosen.items()
+        )
+        if clash:
+            # a requeued job may start again only after a delay (the lab: AuthInfo=cred_expire=10)
+            other.state, other.reason = "PENDING", "BeginTime"
+            other.nodes, other.gpus, other.shards, other.start_time = [], {}, {}, None
+            other.restarts += 1
+            other.eligible_at = state.now() + timedelta(seconds=REQUEUE_DELAY_S)

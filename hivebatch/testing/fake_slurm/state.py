@@ -1,0 +1,90 @@
+"""The fake Slurm's cluster: its jobs, nodes and clock, shared by every user's view of it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hivebatch.slurm.types import FINISHED_STATES, SlurmError
+
+QOS_NAMES = ("urgent", "prior", "normal", "opportunistic")
+PREEMPTABLE_QOS = "opportunistic"
+#: seconds before a preempted (requeued) job may start again
+REQUEUE_DELAY_S = 10
+#: finished jobs stay visible in squeue this long (the lab's MinJobAge)
+MIN_JOB_AGE_S = 300
+
+
+@dataclass
+class Job:
+    job_id: int
+    user: str
+    name: str
+    account: str
+    qos: str
+    comment: str
+    num_nodes: int
+    tres_per_node: str
+    required_nodes: list[str]
+    time_limit_s: int | None
+    submit_time: datetime
+    state: str = "PENDING"
+    reason: str = "None"
+    nodes: list[str] = field(default_factory=list)
+    gpus: dict[str, list[int]] = field(default_factory=dict)
+    shards: dict[str, dict[int, int]] = field(default_factory=dict)
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    exit_code: str | None = None
+    restarts: int = 0
+    eligible_at: datetime | None = None
+    script: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    admin_comment: str = ""
+
+    @property
+    def held(self) -> bool:
+        return self.state == "PENDING" and self.reason in (
+            "JobHeldUser",
+            "JobHeldAdmin",
+            "job_requeued_in_held_state",
+        )
+
+
+@dataclass
+class Node:
+    name: str
+    gpus: int
+    shards_per_gpu: int
+    state: str = "IDLE"  # IDLE | DOWN | DRAIN
+    reason: str = ""
+    registered: bool = True  # False from a slurmctld restart until its slurmd registers again
+
+
+class State:
+    def __init__(self, nodes: list[Node], clock: Callable[[], datetime] | None, auto_schedule: bool) -> None:
+        self.nodes = {n.name: n for n in nodes}
+        self.jobs: dict[int, Job] = {}
+        self.next_id = 1
+        self._offset = timedelta()
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self.auto_schedule = auto_schedule
+        self.calls: list[tuple[str, str, tuple[object, ...]]] = []
+        self.controller_up = True  # False: slurmctld stopped (slurmdbd, hence history, still answers)
+        #: slurmctld's job_submit plugin (hivebatch's, run by Lua); None = no plugin configured
+        self.job_submit: Any = None
+
+    def now(self) -> datetime:
+        return (self._clock() + self._offset).replace(microsecond=0)
+
+
+def refuse_finished(j: Job, cmd: list[str]) -> None:
+    """scontrol hold/release of a finished job, as 22.05 words it."""
+    if j.state in FINISHED_STATES:
+        raise SlurmError(
+            cmd,
+            1,
+            f"Job has already finished for job {j.job_id}\nslurm_suspend error: Job has already finished",
+        )

@@ -1,0 +1,222 @@
+"""Every submission path reaches the cells on the real lab: plain sbatch, srun, salloc, and the job
+commands of real workflow tools (submitit, dask-jobqueue, Snakemake's Slurm executor).
+
+A controller runs in a background thread every second, as `hivebatch controller run --loop` would; each
+client runs as a lab user without SLURM_CONF and reports, from inside its job, the GPUs it was given,
+which must be the GPUs the cells chose (the ledger's placement).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab_controller import Ctl
+
+# one database is enough here: the controller's SQLite/PostgreSQL parity is test_controller_lab's
+pytestmark = [pytest.mark.integration, pytest.mark.parametrize("ctl", ["sqlite"], indirect=True)]
+
+PROJECT = Path(__file__).resolve().parents[2]
+TOOLS = ("submitit==1.5.4", "dask-jobqueue==0.9.0")
+
+
+class Loop:
+    """The controller's loop mode in a thread: a cycle a second until stopped."""
+
+    def __init__(self, ctl: Ctl) -> None:
+        self.ctl, self.stop, self.errors = ctl, threading.Event(), []  # type: ignore[var-annotated]
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.ctl.cycle()
+            except Exception as exc:  # reported by the test, not lost in the thread
+                self.errors.append(exc)
+            self.stop.wait(1.0)
+
+
+@pytest.fixture
+def loop(ctl: Ctl) -> Iterator[Loop]:
+    lp = Loop(ctl)
+    lp.thread.start()
+    yield lp
+    lp.stop.set()
+    lp.thread.join(timeout=30)
+    assert not lp.errors, lp.errors
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "PYTHONPATH", "VIRTUAL_ENV")}
+
+
+def _as(
+    user: str, argv: list[str], timeout: float = 120, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["runuser", "-u", user, "--", *argv], capture_output=True, text=True, env=_env(),
+                          timeout=timeout, check=False, cwd=cwd)  # fmt: skip
+
+
+def _adopt(ctl: Ctl, name: str, timeout_s: float = 30) -> int:
+    """Let the scoped controller see the lab's pending job(s) of this name (submitted by a client)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ids = [j.job_id for j in ctl.backend.inner.list_jobs() if j.name == name]
+        if ids:
+            ctl.mine.update(ids)
+            return ids[0]
+        time.sleep(0.3)
+    raise AssertionError(f"no job named {name} appeared in squeue")
+
+
+def _placed(ctl: Ctl, jid: int) -> dict[str, list[int]]:
+    job = ctl.job(jid)
+    assert job.placement, (job.state, job.reason)
+    return {n: sorted(g) for n, g in job.placement.items()}
+
+
+def _gpus_line(host: str, cvd: str) -> dict[str, list[int]]:
+    return {host: sorted(int(x) for x in cvd.split(","))}
+
+
+def test_plain_sbatch_gres_job_runs_on_the_cells_choice(ctl: Ctl, loop: Loop) -> None:
+    name = f"{ctl.tag}-sbatch"
+    out = ctl.jobs_dir / f"{name}.out"
+    proc = _as("bob", ["sbatch", "--parsable", "-J", name, "--gres=gpu:2", "-o", str(out), "-t", "5",
+                       "--wrap", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"; sleep 30'])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    text = ctl.lab.wait_for_file(out, "gpus ", timeout_s=60)
+    host, cvd = text.split("gpus ", 1)[1].split()[:2]
+    assert _gpus_line(host, cvd) == _placed(ctl, jid)
+
+
+def test_srun_gets_cell_placed_gpus_within_seconds(ctl: Ctl, loop: Loop) -> None:
+    name = f"{ctl.tag}-srun"
+    t0 = time.monotonic()
+    proc = subprocess.Popen(["runuser", "-u", "alice", "--", "srun", "-J", name, "--gpus=1", "-t", "5",
+                             "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())  # fmt: skip
+    jid = _adopt(ctl, name)
+    out, err = proc.communicate(timeout=90)
+    waited = time.monotonic() - t0
+    assert proc.returncode == 0, err
+    host, cvd = out.split("gpus ", 1)[1].split()[:2]
+    assert _gpus_line(host, cvd) == _placed(ctl, jid)
+    assert waited < 30, f"srun waited {waited:.0f} s for a free GPU"
+
+
+def test_salloc_allocation_and_its_own_srun_use_the_cells_gpus(ctl: Ctl, loop: Loop) -> None:
+    name = f"{ctl.tag}-salloc"
+    proc = subprocess.Popen(["runuser", "-u", "carol", "--", "salloc", "-J", name, "--gres=gpu:2", "-t", "5",
+                             "srun", "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())  # fmt: skip
+    jid = _adopt(ctl, name)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    host, cvd = out.split("gpus ", 1)[1].split()[:2]
+    assert _gpus_line(host, cvd) == _placed(ctl, jid)
+
+
+def test_snakemake_style_sbatch_line_runs_on_the_cells_choice(ctl: Ctl, loop: Loop) -> None:
+    # the command line snakemake-executor-plugin-slurm builds for a rule with gpu=1 (one job per rule run)
+    name = f"{ctl.tag}-smk"
+    log = ctl.jobs_dir / f"{name}.log"
+    argv = ["sbatch", "--parsable", "--job-name", name, "--output", str(log), "--export=ALL",
+            "--comment", "rule_train_wildcards_seed=1", "-A", "cv", "-p", "gpu", "-t", "5", "--mem", "1000",
+            "--ntasks=1", "--cpus-per-task=1", "--gpus=1", "-D", str(ctl.jobs_dir),
+            "--wrap", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"']  # fmt: skip
+    proc = _as("alice", argv)
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    text = ctl.lab.wait_for_file(log, "gpus ", timeout_s=60)
+    host, cvd = text.split("gpus ", 1)[1].split()[:2]
+    assert _gpus_line(host, cvd) == _placed(ctl, jid)
+
+
+@pytest.fixture(scope="session")
+def tools_python(slurm_lab: Any) -> str:
+    """A Python every lab user can run, with submitit and dask-jobqueue installed (built once)."""
+    venv = Path(slurm_lab.dir) / "venv-tools"
+    stamp = venv / ".tools"
+    if not stamp.exists() or stamp.read_text() != " ".join(TOOLS):
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--clear", str(venv)], check=True, timeout=120)
+        pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *TOOLS], capture_output=True, text=True,
+                             timeout=600, check=False)  # fmt: skip
+        assert pip.returncode == 0, f"installing {TOOLS} failed: {pip.stderr[-800:]}"
+        subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
+        stamp.write_text(" ".join(TOOLS))
+    return str(venv / "bin" / "python")
+
+
+SUBMITIT = """
+import os, socket, sys, submitit
+def where():
+    return socket.gethostname(), os.environ.get("CUDA_VISIBLE_DEVICES", "")
+ex = submitit.AutoExecutor(folder=sys.argv[1], cluster="slurm")
+ex.update_parameters(name=sys.argv[2], slurm_gpus_per_node=2, timeout_min=5, slurm_mem="1G")
+job = ex.submit(where)
+print("job", job.job_id, flush=True)
+host, cvd = job.result()
+print("gpus", host, cvd)
+"""
+
+
+def test_submitit_job_runs_on_the_cells_choice(ctl: Ctl, loop: Loop, tools_python: str) -> None:
+    name = f"{ctl.tag}-submitit"
+    folder = ctl.jobs_dir / name
+    folder.mkdir()
+    folder.chmod(0o777)  # the client runs as bob
+    proc = subprocess.Popen(["runuser", "-u", "bob", "--", tools_python, "-c", SUBMITIT, str(folder), name],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                            cwd=ctl.jobs_dir)  # fmt: skip
+    jid = _adopt(ctl, name)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-2000:]
+    host, cvd = out.split("gpus ", 1)[1].split()[:2]
+    assert _gpus_line(host, cvd) == _placed(ctl, jid)
+
+
+DASK = """
+import os, socket, sys
+from dask.distributed import Client
+from dask_jobqueue import SLURMCluster
+cluster = SLURMCluster(cores=1, memory="1GB", processes=1, walltime="00:05:00", job_name=sys.argv[1],
+                       log_directory=sys.argv[2], job_extra_directives=["--gres=gpu:1"],
+                       scheduler_options={"host": "127.0.0.1"}, worker_extra_args=["--nthreads", "1"])
+cluster.scale(jobs=1)
+client = Client(cluster)
+client.wait_for_workers(1, timeout=120)
+host, cvd = client.submit(lambda: (socket.gethostname(), os.environ.get("CUDA_VISIBLE_DEVICES", ""))).result()
+print("gpus", host, cvd, flush=True)
+client.close()
+cluster.close()
+"""
+
+
+def test_dask_jobqueue_worker_runs_on_the_cells_choice(ctl: Ctl, loop: Loop, tools_python: str) -> None:
+    name = f"{ctl.tag}-dask"
+    logs = ctl.jobs_dir / name
+    logs.mkdir()
+    logs.chmod(0o777)  # the client runs as carol
+    proc = subprocess.Popen(["runuser", "-u", "carol", "--", tools_python, "-c", DASK, name, str(logs)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                            cwd=ctl.jobs_dir)  # fmt: skip
+    jid = _adopt(ctl, name, timeout_s=60)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-2000:]
+    host, cvd = out.split("gpus ", 1)[1].split()[:2]
+    assert _gpus_line(host, cvd) == _placed(ctl, jid)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))

@@ -1,0 +1,223 @@
+"""Every GPU job goes through the cells: the job_submit plugin on the real lab, path by path.
+
+Each test submits as a lab user with Slurm's own clients (no hivebatch code on the submitting side) and
+checks what slurmctld made of the job: GPU ask gone, the request in the admin comment, held; or a
+one-line refusal. The clients run without SLURM_CONF, as on a real cluster (the lab's config is where
+Slurm looks by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from hivebatch.request import ADMIN_PREFIX, RELEASED_BEGIN, request_from_slurm
+
+pytestmark = pytest.mark.integration
+
+
+def _as(user: str, argv: list[str], check: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    return subprocess.run(
+        ["runuser", "-u", user, "--", *argv], capture_output=True, text=True, env=env, timeout=60, check=check
+    )
+
+
+def _sbatch(lab, user: str, *opts: str) -> int:
+    out = _as(
+        user,
+        [
+            "sbatch",
+            "--parsable",
+            "-o",
+            "/dev/null",
+            "--chdir",
+            str(lab.jobs_dir),
+            *opts,
+            "--wrap",
+            "sleep 60",
+        ],
+    )
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.strip().split(";")[0])
+
+
+def _admin_request(job) -> dict:
+    assert job.admin_comment.startswith(ADMIN_PREFIX), job.admin_comment
+    return json.loads(job.admin_comment[len(ADMIN_PREFIX) :])
+
+
+ASKS = [
+    ("alice", ["--gres=gpu:2"], {"gpus": 2, "gpus_per_node": 2, "nodes": 1, "vc": "cv"}),
+    ("alice", ["--gres=gpu:v100:1"], {"gpus": 1, "gpu_type": "V100", "vc": "cv"}),
+    ("bob", ["--gpus=3"], {"gpus": 3, "vc": "nlp"}),
+    (
+        "bob",
+        ["-N", "2", "--gpus-per-node=2", "-q", "prior"],
+        {"gpus": 4, "nodes": 2, "gpus_per_node": 2, "qos": "prior"},
+    ),
+    ("bob", ["-n", "2", "--gpus-per-task=1"], {"gpus": 2}),
+    ("alice", ["--sockets-per-node=2", "--gpus-per-socket=1"], {"gpus_per_node": 2}),
+    ("carol", ["--gres=shard:8"], {"gpu_mem_mib": 8192, "gpus": 1, "vc": "sys"}),
+    ("carol", ["--gpus=2", "--cpus-per-gpu=2", "--mem-per-gpu=1000"], {"gpus": 2, "cpus_per_gpu": 2}),
+    ("alice", ["--gpus=2", "--ntasks-per-gpu=2"], {"gpus": 2, "ntasks_per_gpu": 2}),
+    ("carol", ["-q", "opportunistic", "--gpus=6"], {"gpus": 6, "qos": "opportunistic"}),
+]
+
+
+@pytest.mark.parametrize(("user", "opts", "expect"), ASKS, ids=[" ".join(a[1]) for a in ASKS])
+def test_every_gpu_form_becomes_a_held_request(slurm_lab, lab_jobs, user, opts, expect):
+    jid = _sbatch(slurm_lab, user, *opts)
+    lab_jobs.append(jid)
+    job = slurm_lab.wait_for(jid, {"PENDING"}, held=True)
+    assert job.tres_per_node == "" and job.gpus == {}
+    raw = _admin_request(job)
+    assert {k: raw[k] for k in expect} == expect
+    assert raw["vc"] == slurm_lab.users[user]  # the user's default account, as sbatch uses it
+    req = request_from_slurm(job.admin_comment, job.comment, job.account, job.qos)
+    assert req is not None and req.vc == job.account and req.qos == job.qos
+
+
+REFUSED = [
+    ("alice", ["--gres=gpu:a100:1"], "GPU type 'a100'"),
+    ("alice", ["--gres=gpu:9"], "a node has at most 8"),
+    ("carol", ["--gpus=5"], "virtual cluster sys has 4"),
+    ("alice", ["--gres=gpu:1", "-N", "5"], "cluster has 4"),
+    ("carol", ["--gres=shard:40"], "one GPU has 32"),
+]
+
+
+@pytest.mark.parametrize(("user", "opts", "why"), REFUSED, ids=[" ".join(a[1]) for a in REFUSED])
+def test_impossible_asks_are_refused_at_submit_with_one_line(slurm_lab, user, opts, why):
+    out = _as(user, ["sbatch", "-o", "/dev/null", *opts, "--wrap", "true"])
+    assert out.returncode != 0
+    first = out.stderr.splitlines()[0]
+    assert first.startswith("sbatch: error: hivebatch: ") and why in first, out.stderr
+
+
+def test_srun_and_salloc_gpu_jobs_are_held_for_the_cells(slurm_lab, lab_jobs):
+    # interactive clients wait for their allocation: start them, look at the job, then let them go
+    procs = [
+        subprocess.Popen(
+            ["runuser", "-u", "alice", "--", *cmd],
+            env={k: v for k, v in os.environ.items() if k != "SLURM_CONF"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for cmd in (
+            ["srun", "--gres=gpu:1", "-J", "srun-gpu", "hostname"],
+            ["salloc", "--gpus=2", "-J", "salloc-gpu", "true"],
+        )
+    ]
+    try:
+        be = slurm_lab.backend()
+        deadline = time.monotonic() + 20
+        seen = {}
+        while time.monotonic() < deadline and len(seen) < 2:
+            seen = {
+                j.name: j
+                for j in be.list_jobs()
+                if j.name in ("srun-gpu", "salloc-gpu") and j.state == "PENDING"
+            }
+            time.sleep(0.3)
+        assert set(seen) == {"srun-gpu", "salloc-gpu"}
+        lab_jobs.extend(j.job_id for j in seen.values())
+        assert all(j.held and j.tres_per_node == "" for j in seen.values())
+        assert _admin_request(seen["srun-gpu"])["gpus"] == 1
+        assert _admin_request(seen["salloc-gpu"])["gpus"] == 2
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_the_operator_and_cpu_jobs_pass_untouched(slurm_lab, lab_jobs):
+    cpu = _sbatch(slurm_lab, "alice", "-J", "cpu-only")
+    lab_jobs.append(cpu)
+    job = slurm_lab.wait_for(cpu, {"RUNNING", "COMPLETED"})
+    assert job.admin_comment == ""
+    out = _as(
+        slurm_lab.operator,
+        [
+            "sbatch",
+            "--parsable",
+            "-A",
+            "hivebatch",
+            "--hold",
+            "-o",
+            "/dev/null",
+            "--gres=gpu:g2:1",
+            "--wrap",
+            "true",
+        ],
+    )
+    assert out.returncode == 0, out.stderr
+    op_job = int(out.stdout.strip())
+    lab_jobs.append(op_job)
+    job = slurm_lab.wait_for(op_job, {"PENDING"}, held=True)
+    assert job.admin_comment == "" and "gpu:g2:1" in job.tres_per_node
+
+
+TAMPER = [
+    ["Gres=gpu:4"],
+    ["TresPerJob=gres:gpu:4"],
+    ["NodeList=node1"],
+    ["NumNodes=2"],
+    ['AdminComment=hivebatch:v2:{"gpus":8}'],
+    ["StartTime=now"],
+]
+
+
+def test_the_owner_cannot_tamper_with_a_waiting_gpu_job(slurm_lab, lab_jobs):
+    jid = _sbatch(slurm_lab, "alice", "--gres=gpu:1")
+    lab_jobs.append(jid)
+    before = slurm_lab.wait_for(jid, {"PENDING"}, held=True)
+    for change in TAMPER:
+        out = _as("alice", ["scontrol", "update", f"JobId={jid}", *change])
+        assert out.returncode != 0, change
+    # what Slurm normally allows still works, and a comment changes nothing for the cells
+    for change in (["Name=renamed"], ["TimeLimit=30"], ['Comment=hivebatch:hints:{"model":"x"}']):
+        out = _as("alice", ["scontrol", "update", f"JobId={jid}", *change])
+        assert out.returncode == 0, (change, out.stderr)
+    after = slurm_lab.wait_for(jid, {"PENDING"}, held=True)
+    assert after.admin_comment == before.admin_comment and after.tres_per_node == ""
+    assert after.name == "renamed" and after.time_limit_s == 1800
+
+
+def test_an_owner_release_keeps_the_job_waiting_for_the_controller(slurm_lab, lab_jobs):
+    jid = _sbatch(slurm_lab, "bob", "--gres=gpu:1")
+    lab_jobs.append(jid)
+    slurm_lab.wait_for(jid, {"PENDING"}, held=True)
+    assert _as("bob", ["scontrol", "release", str(jid)]).returncode == 0
+    job = slurm_lab.wait_for(jid, {"PENDING"}, held=False)
+    assert job.eligible_time is not None and int(job.eligible_time.timestamp()) == RELEASED_BEGIN
+    assert _as("bob", ["scontrol", "update", f"JobId={jid}", "StartTime=now"]).returncode != 0
+    time.sleep(3)  # longer than the lab's sched_interval: Slurm has looked at it and left it alone
+    job = slurm_lab.wait_for(jid, {"PENDING"})
+    assert job.reason == "BeginTime" and job.gpus == {}
+
+
+def test_gpus_cannot_be_added_to_a_plain_job_by_update(slurm_lab, lab_jobs):
+    out = _as("carol", ["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"])
+    jid = int(out.stdout.strip())
+    lab_jobs.append(jid)
+    slurm_lab.wait_for(jid, {"PENDING"}, held=True)
+    for change in (["Gres=gpu:1"], ["TresPerNode=gres:gpu:1"]):
+        assert _as("carol", ["scontrol", "update", f"JobId={jid}", *change]).returncode != 0
+
+
+def test_another_users_gpu_job_is_out_of_reach(slurm_lab, lab_jobs):
+    jid = _sbatch(slurm_lab, "alice", "--gres=gpu:1")
+    lab_jobs.append(jid)
+    slurm_lab.wait_for(jid, {"PENDING"}, held=True)
+    for argv in (
+        ["scontrol", "release", str(jid)],
+        ["scancel", str(jid)],
+        ["scontrol", "update", f"JobId={jid}", "Name=x"],
+    ):
+        assert _as("bob", argv).returncode != 0

@@ -1,0 +1,262 @@
+-- Unit tests of hivebatch's job_submit plugin logic, run with Lua 5.1 (the Lua slurmctld links) and busted:
+--   lua5.1 /usr/bin/busted tests/lua
+-- job_desc tables mimic what slurmctld 22.05 hands the plugin (recorded on the lab, see
+-- tests/fixtures/slurm/job_submit_lua.log): unset numbers are NO_VAL, unset strings nil.
+
+local NO_VAL, NO_VAL16, INFINITE = 4294967294, 65534, 4294967295
+
+local function load_plugin()
+  _G.slurm = {
+    SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002,
+    logged = {}, user_msgs = {},
+    log_info = function(fmt, ...) table.insert(slurm.logged, string.format(fmt, ...)) end,
+    log_error = function(fmt, ...) table.insert(slurm.logged, "ERROR " .. string.format(fmt, ...)) end,
+    log_user = function(fmt, ...) table.insert(slurm.user_msgs, string.format(fmt, ...)) end,
+  }
+  _G.HIVEBATCH_SITE = {
+    gpu_types = { v100 = { name = "V100", max_per_node = 8, nodes = 4, total = 32, mem_mib = 32768 } },
+    type_list = "v100",
+    largest = { name = "V100", max_per_node = 8, nodes = 4, total = 32, mem_mib = 32768 },
+    vcs = { cv = { gpus = 12 }, nlp = { gpus = 16 }, sys = { gpus = 4 } },
+    vc_list = "cv, nlp, sys",
+    classes = { urgent = true, prior = true, normal = true, opportunistic = true },
+    class_list = "urgent, prior, normal, opportunistic",
+    default_class = "normal",
+    opportunistic = "opportunistic",
+    shard_mib = 1024,
+    operator_uids = { [0] = true, [990] = true },
+  }
+  dofile("hivebatch/data/job_submit.lua")
+  return HIVEBATCH
+end
+
+local function desc(fields)
+  local d = {
+    user_name = "alice", default_account = "cv", default_qos = "normal", priority = NO_VAL,
+    min_nodes = NO_VAL, max_nodes = NO_VAL, num_tasks = NO_VAL, ntasks_per_node = NO_VAL16,
+    ntasks_per_tres = NO_VAL16, sockets_per_node = NO_VAL16, time_limit = NO_VAL,
+  }
+  for k, v in pairs(fields) do d[k] = v end
+  return d
+end
+
+local function request_of(d)
+  local prefix = "hivebatch:v2:"
+  assert.are.equal(prefix, string.sub(d.admin_comment, 1, #prefix))
+  local r = {}
+  for k, v in string.gmatch(d.admin_comment, '"([%w_]+)":("?[^,"}]*"?)') do
+    r[k] = tonumber(v) or v:gsub('"', "")
+  end
+  return r
+end
+
+describe("slurm_job_submit", function()
+  before_each(load_plugin)
+
+  it("takes a --gres GPU ask off the job, records it and holds the job", function()
+    local d = desc({ tres_per_node = "gres:gpu:2" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    assert.are.equal("", d.tres_per_node)
+    assert.are.equal(0, d.priority)
+    local r = request_of(d)
+    assert.are.same({ vc = "cv", qos = "normal", gpus = 2, gpus_per_node = 2, nodes = 1 }, r)
+  end)
+
+  it("keeps other GRES and licenses on the job", function()
+    local d = desc({ tres_per_node = "gres:gpu:1,gres:nic:1" })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.equal("gres:nic:1", d.tres_per_node)
+  end)
+
+  it("reads --gpus as a job total and leaves the shape open", function()
+    local d = desc({ tres_per_job = "gres:gpu:3" })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.same({ vc = "cv", qos = "normal", gpus = 3 }, request_of(d))
+    assert.are.equal("", d.tres_per_job)
+  end)
+
+  it("splits --gpus over a fixed -N evenly or refuses", function()
+    local d = desc({ tres_per_job = "gres:gpu:4", min_nodes = 2, max_nodes = 2 })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.same({ vc = "cv", qos = "normal", gpus = 4, nodes = 2, gpus_per_node = 2 }, request_of(d))
+    local odd = desc({ tres_per_job = "gres:gpu:3", min_nodes = 2, max_nodes = 2 })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(odd, {}, 1001))
+    assert.matches("do not split evenly", slurm.user_msgs[1])
+  end)
+
+  it("multiplies --gpus-per-node by -N", function()
+    local d = desc({ tres_per_node = "gres:gpu:2", min_nodes = 2, max_nodes = 2 })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.same({ vc = "cv", qos = "normal", gpus = 4, nodes = 2, gpus_per_node = 2 }, request_of(d))
+  end)
+
+  it("counts --gpus-per-task by tasks, per node when --ntasks-per-node is given", function()
+    local d = desc({ tres_per_task = "gres:gpu:1", num_tasks = 4 })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.equal(4, request_of(d).gpus)
+    local p = desc({ tres_per_task = "gres:gpu:1", ntasks_per_node = 2, min_nodes = 2, max_nodes = 2 })
+    slurm_job_submit(p, {}, 1001)
+    assert.are.same({ vc = "cv", qos = "normal", gpus = 4, nodes = 2, gpus_per_node = 2 }, request_of(p))
+  end)
+
+  it("counts --gpus-per-socket by sockets per node", function()
+    local d = desc({ tres_per_socket = "gres:gpu:2", sockets_per_node = 2 })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.equal(4, request_of(d).gpus_per_node)
+  end)
+
+  it("keeps the GPU model the user chose, in the config's spelling", function()
+    local d = desc({ tres_per_node = "gres:gpu:v100:1" })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.equal("V100", request_of(d).gpu_type)
+  end)
+
+  it("turns a shard ask into a GPU memory slice", function()
+    local d = desc({ tres_per_node = "gres:shard:8" })
+    slurm_job_submit(d, {}, 1001)
+    local r = request_of(d)
+    assert.are.equal(8192, r.gpu_mem_mib)
+    assert.are.equal(1, r.gpus)
+  end)
+
+  it("turns per-GPU CPUs and memory into per-node figures", function()
+    local d = desc({ tres_per_node = "gres:gpu:2", cpus_per_tres = "gres:gpu:4", mem_per_tres = "gres:gpu:1000" })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.equal(8, d.pn_min_cpus)
+    assert.are.equal(2000, d.min_mem_per_node)
+    assert.are.equal("", d.cpus_per_tres)
+    assert.are.equal("", d.mem_per_tres)
+  end)
+
+  it("uses the account and QOS given, else the user's defaults", function()
+    local d = desc({ tres_per_node = "gres:gpu:1", account = "nlp", qos = "urgent" })
+    slurm_job_submit(d, {}, 1001)
+    local r = request_of(d)
+    assert.are.equal("nlp", r.vc)
+    assert.are.equal("urgent", r.qos)
+  end)
+
+  it("records the user's own --hold", function()
+    local d = desc({ tres_per_node = "gres:gpu:1", priority = 0 })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.equal(1, request_of(d).user_hold)
+  end)
+
+  local refusals = {
+    { "an unknown GPU model", { tres_per_node = "gres:gpu:a100:1" }, "GPU type 'a100'" },
+    { "more GPUs per node than a node has", { tres_per_node = "gres:gpu:9" }, "at most 8" },
+    { "more GPUs than the VC holds", { tres_per_job = "gres:gpu:13" }, "virtual cluster cv has 12" },
+    { "more nodes than the cluster has", { tres_per_node = "gres:gpu:1", min_nodes = 5, max_nodes = 5 }, "cluster has 4" },
+    { "an account that is no VC", { tres_per_node = "gres:gpu:1", account = "physics" }, "not a virtual cluster" },
+    { "a QOS that is no class", { tres_per_node = "gres:gpu:1", qos = "debug" }, "not a hivebatch class" },
+    { "two GPU models", { tres_per_node = "gres:gpu:v100:1", tres_per_job = "gres:gpu:p100:1" }, "not on this cluster" },
+    { "a shard and whole GPUs", { tres_per_node = "gres:gpu:1,gres:shard:4" }, "not both" },
+    { "a shard over two nodes", { tres_per_node = "gres:shard:4", min_nodes = 2, max_nodes = 2 }, "one node" },
+    { "more GPU memory than one GPU has", { tres_per_node = "gres:shard:40" }, "one GPU has 32" },
+    { "a count that is no number", { tres_per_node = "gres:gpu:v100:two" }, "cannot read" },
+  }
+  for _, case in ipairs(refusals) do
+    it("refuses " .. case[1] .. " with one line", function()
+      local d = desc(case[2])
+      assert.are.equal(slurm.ERROR, slurm_job_submit(d, {}, 1001))
+      assert.are.equal(1, #slurm.user_msgs)
+      assert.matches(case[3], slurm.user_msgs[1], 1, true)
+      assert.is_nil(d.admin_comment)
+    end)
+  end
+
+  it("lets an opportunistic job ask for more than its VC holds, up to the cluster", function()
+    local d = desc({ tres_per_job = "gres:gpu:20", qos = "opportunistic" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    assert.are.equal(20, request_of(d).gpus)
+  end)
+
+  it("passes jobs without GPUs untouched", function()
+    local d = desc({ tres_per_node = "gres:nic:1" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    assert.is_nil(d.admin_comment)
+    assert.are.equal(NO_VAL, d.priority)
+  end)
+
+  it("passes the Operator's jobs untouched", function()
+    local d = desc({ tres_per_node = "gres:gpu:g3:1" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 990))
+    assert.are.equal("gres:gpu:g3:1", d.tres_per_node)
+  end)
+
+  it("fails closed: an internal error refuses the job", function()
+    local d = setmetatable({}, { __index = desc({ tres_per_node = "gres:gpu:1" }),
+      __newindex = function() error("job_desc is NULL") end })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(d, {}, 1001))
+    assert.matches("not accepted", slurm.user_msgs[1])
+  end)
+end)
+
+describe("slurm_job_modify", function()
+  before_each(load_plugin)
+  local managed = { job_id = 7, admin_comment = 'hivebatch:v2:{"gpus":1,"qos":"normal","vc":"cv"}', priority = 0, tres_per_node = "" }
+  local function upd(fields)
+    local d = { priority = NO_VAL, min_nodes = NO_VAL, max_nodes = NO_VAL, begin_time = 0 }
+    for k, v in pairs(fields) do d[k] = v end
+    return d
+  end
+
+  local guarded = {
+    { "the GPU ask", { tres_per_node = "gres:gpu:4" } },
+    { "the GPU ask", { tres_per_job = "gres:gpu:4" } },
+    { "the node list", { req_nodes = "node1" } },
+    { "the node count", { min_nodes = 2 } },
+    { "CPUs per GPU", { cpus_per_tres = "gres:gpu:8" } },
+  }
+  for _, case in ipairs(guarded) do
+    it("refuses the owner changing " .. case[1], function()
+      assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd(case[2]), managed, {}, 1001))
+    end)
+  end
+
+  it("lets the owner change name, time limit and comment", function()
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ name = "x", time_limit = 30, comment = "c" }), managed, {}, 1001))
+  end)
+
+  it("keeps a job the owner releases behind a far begin time", function()
+    local d = upd({ priority = INFINITE })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, managed, {}, 1001))
+    assert.are.equal(4102444800, d.begin_time)
+  end)
+
+  it("refuses the owner moving the start time of a waiting job", function()
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ begin_time = 1700000000 }), managed, {}, 1001))
+  end)
+
+  it("lets the Operator change anything", function()
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ tres_per_node = "gres:gpu:g1:1", req_nodes = "node2", min_nodes = 1 }), managed, {}, 990))
+  end)
+
+  it("refuses adding GPUs to a job hivebatch does not manage", function()
+    local plain = { job_id = 8, priority = 100, tres_per_node = "" }
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ tres_per_node = "gres:gpu:1" }), plain, {}, 1001))
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ name = "y" }), plain, {}, 1001))
+  end)
+
+  it("never writes to the user: slurmctld drops such messages on modify", function()
+    slurm_job_modify(upd({ req_nodes = "node1" }), managed, {}, 1001)
+    assert.are.equal(0, #slurm.user_msgs)
+  end)
+end)
+
+describe("the job's GPU environment", function()
+  before_each(load_plugin)
+
+  it("empties the GPU variables sbatch copied into a batch job, so its own srun takes the job's GPUs", function()
+    local d = desc({ tres_per_node = "gres:gpu:2", environment = { SLURM_GPUS_PER_NODE = "2", HOME = "/home/a" } })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    assert.are.equal("", d.environment.SLURM_GPUS_PER_NODE)
+    assert.are.equal("/home/a", d.environment.HOME)
+    assert.is_nil(d.environment.SLURM_GPUS)
+  end)
+
+  it("leaves interactive jobs, which have no environment on the controller, alone", function()
+    local d = desc({ tres_per_job = "gres:gpu:1" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+  end)
+end)

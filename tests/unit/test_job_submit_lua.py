@@ -1,0 +1,54 @@
+"""The job_submit plugin: its Lua unit tests (busted, Lua 5.1 as slurmctld links) and the rendered file."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from hivebatch.jobsubmit import job_submit_lua, site_table
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "etc" / "hivebatch.example.yaml"
+
+
+def _lua() -> str:
+    lua = shutil.which("lua5.1")
+    assert lua, "lua5.1 is missing: install Debian's lua5.1 and lua-busted (scripts/test does)"
+    return lua
+
+
+def test_busted_specs_pass() -> None:
+    busted = shutil.which("busted")
+    assert busted, "busted is missing: install Debian's lua-busted (scripts/test does)"
+    out = subprocess.run(
+        [_lua(), busted, "--output=plainTerminal", "tests/lua"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert " 0 failures / 0 errors" in out.stdout
+
+
+def test_rendered_plugin_loads_and_knows_the_site(tmp_path: Path) -> None:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    path = tmp_path / "job_submit.lua"
+    path.write_text(job_submit_lua(data, []))
+    probe = (
+        "slurm = {SUCCESS=0, ERROR=-1, ESLURM_ACCESS_DENIED=2002, log_info=function() end,"
+        " log_error=function() end, log_user=function() end}\n"
+        f"dofile({str(path)!r})\n"
+        "assert(type(slurm_job_submit) == 'function' and type(slurm_job_modify) == 'function')\n"
+        "for _, vc in ipairs({'cv', 'nlp', 'sys'}) do io.write(vc, '=', HIVEBATCH_SITE.vcs[vc].gpus, ' ') end\n"
+        "io.write(HIVEBATCH_SITE.gpu_types.v100.max_per_node, ' ', tostring(HIVEBATCH_SITE.operator_uids[0]))\n"
+    )
+    out = subprocess.run([_lua(), "-e", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "cv=12 nlp=16 sys=4 8 true"
+
+
+def test_site_table_names_vcs_and_types_from_the_config() -> None:
+    site = site_table(yaml.safe_load(EXAMPLE.read_text()), [])
+    assert site["vcs"] == {"cv": {"gpus": 12}, "nlp": {"gpus": 16}, "sys": {"gpus": 4}}
+    assert site["gpu_types"]["v100"]["name"] == "V100"
+    assert site["gpu_types"]["v100"]["mem_mib"] == 32768

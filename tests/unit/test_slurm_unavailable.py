@@ -1,0 +1,69 @@
+"""What Slurm prints while slurmctld is down or has just restarted (recorded on the lab) is an outage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hivebatch.slurm.cli import CliBackend, Completed
+from hivebatch.slurm.parse import parse_sinfo_json, parse_squeue_json
+from hivebatch.slurm.types import SlurmUnavailable
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+
+
+def _answer(name: str) -> Completed:
+    """A recorded command output whose last line is ``rc=N``."""
+    lines = (FIXTURES / name).read_text().splitlines()
+    rc = int(lines[-1].removeprefix("rc="))
+    text = "\n".join(lines[:-1]) + "\n"
+    return Completed(rc, text if rc == 0 else "", text if rc != 0 else "")
+
+
+def test_squeue_exit_0_with_errors_is_an_outage_not_an_empty_queue() -> None:
+    with pytest.raises(SlurmUnavailable) as exc:
+        parse_squeue_json((FIXTURES / "squeue_ctld_down.json").read_text())
+    assert str(exc.value) == (
+        "Slurm is unavailable (squeue --json: Failed while looking for jobs [slurm_load_jobs]); nothing changed"
+    )
+
+
+def test_sinfo_exit_0_with_errors_is_an_outage() -> None:
+    with pytest.raises(SlurmUnavailable, match=r"sinfo --json: Unspecified error"):
+        parse_sinfo_json((FIXTURES / "sinfo_ctld_down.json").read_text())
+
+
+def test_nodes_just_after_a_restart_do_not_respond() -> None:
+    nodes = parse_sinfo_json((FIXTURES / "sinfo_after_restart.json").read_text())
+    assert len(nodes) == 4 and not any(n.responding for n in nodes)
+    assert all(n.bad and n.gpus_used == [] for n in nodes)  # GPU use is unknown, not zero
+
+
+def test_healthy_nodes_respond() -> None:
+    nodes = parse_sinfo_json((FIXTURES / "sinfo.json").read_text())
+    assert nodes and all(n.responding for n in nodes)
+
+
+def test_ping_up_and_down() -> None:
+    CliBackend(lambda argv, stdin, env: _answer("scontrol_ping_up.txt")).ping()
+    with pytest.raises(SlurmUnavailable, match=r"Slurmctld\(primary\) at ctlhost is DOWN"):
+        CliBackend(lambda argv, stdin, env: _answer("scontrol_ping_down.txt")).ping()
+
+
+def test_listing_through_the_cli_backend_raises_on_the_recorded_outage() -> None:
+    down = Completed(0, (FIXTURES / "squeue_ctld_down.json").read_text(), "")
+    with pytest.raises(SlurmUnavailable):
+        CliBackend(lambda argv, stdin, env: down).list_jobs()
+
+
+def test_scontrol_detail_and_squeue_agree_on_the_gpu_indices() -> None:
+    """The indices the controller checks a grant against: squeue's gres detail, confirmed by
+    ``scontrol -d show job`` (both recorded for the same running job 3 of the lab)."""
+    from hivebatch.slurm.parse import parse_job_gpus
+
+    squeue = {j.job_id: j for j in parse_squeue_json((FIXTURES / "squeue.json").read_text())}
+    scontrol = parse_job_gpus((FIXTURES / "scontrol_show_job_multinode.txt").read_text())
+    assert scontrol == squeue[3].gpus == {"node3": [0, 1], "node4": [0, 1]}
+    recorded = Completed(0, (FIXTURES / "scontrol_show_job_multinode.txt").read_text(), "")
+    assert CliBackend(lambda argv, stdin, env: recorded).job_gpus(3) == scontrol
