@@ -1,8 +1,9 @@
-"""Finding and reading etc/hivebatch.yaml.
+"""Finding and reading the hivebatch config (/etc/hivebatch/hivebatch.yaml on a site).
 
 Each section is parsed by the module that owns it (``cluster``/``virtual_clusters`` by
-``hivebatch.cells.config``, ``qos`` by ``hivebatch.qos``, ``database`` by ``hivebatch.db``);
-this module only locates the file and returns its raw mapping.
+``hivebatch.cells.config``, ``qos`` by ``hivebatch.qos``, ``database`` by ``hivebatch.db``); this
+module locates the file, refuses duplicate keys, unknown sections and unknown keys with their line
+(every command loads the config through here, so a typo never passes silently) and returns the mapping.
 """
 
 from __future__ import annotations
@@ -35,15 +36,78 @@ def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
     )
 
 
-def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Parse a YAML mapping, turning every I/O or syntax problem into one ConfigError line."""
+class Lined(dict[Any, Any]):
+    """A YAML mapping that remembers the line of each key (1-based), for messages."""
+
+    lines: dict[Any, int]
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping and records the line of every key."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)
+        out = Lined()
+        out.lines = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            if key in out.lines:
+                raise ConfigError(
+                    f"line {line}: duplicate key {key!r} (first given at line {out.lines[key]})"
+                )
+            out.lines[key] = line
+            out[key] = self.construct_object(value_node, deep=deep)  # type: ignore[no-untyped-call]
+        return out
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _Loader.construct_mapping)  # type: ignore[arg-type]
+# a config read here can be written back (tests and tools dump it): as the plain mapping it is
+yaml.SafeDumper.add_representer(Lined, yaml.SafeDumper.represent_dict)
+
+_ANY = None  # a value the owning section's parser checks itself
+# every section and key the config may hold; nested dicts are checked further down
+SCHEMA: dict[str, Any] = {
+    "cluster": {"cell_types": _ANY, "physical_cells": _ANY},
+    "virtual_clusters": _ANY,
+    "database": {"url": _ANY},
+    "qos": {"classes": _ANY, "theta": _ANY, "startup_overhead_s": _ANY, "profiles": _ANY},
+    "controller": {"lock_file": _ANY, "interval_s": _ANY, "policy": _ANY},
+    "sharing": {
+        "enabled": _ANY,
+        "allow_mixed_nodes": _ANY,
+        "colocate": {"vcs": _ANY, "nodes": _ANY, "headroom_mib": _ANY, "max_jobs_per_gpu": _ANY},
+    },
+}
+
+
+def schema_problems(data: dict[str, Any], schema: dict[str, Any] = SCHEMA, where: str = "") -> list[str]:
+    """Unknown sections and keys, each with its line: ``line 12: sharing: unknown key 'enabeld' (known: …)``."""
+    problems: list[str] = []
+    lines = getattr(data, "lines", {})
+    for key, value in data.items():
+        at = f"line {lines[key]}: " if key in lines else ""
+        if key not in schema:
+            what = "section" if not where else "key"
+            known = ", ".join(schema)
+            problems.append(f"{at}{where}unknown {what} {key!r} (known: {known})")
+        elif isinstance(schema[key], dict) and isinstance(value, dict):
+            problems += schema_problems(value, schema[key], f"{where}{key}: ")
+    return problems
+
+
+def read_yaml(path: str | os.PathLike[str], check: bool = False) -> dict[str, Any]:
+    """Parse a YAML mapping, turning every I/O or syntax problem into one ConfigError line; with
+    ``check``, also refuse unknown sections and keys (duplicate keys are always refused)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -55,9 +119,13 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(
             f"{p}: the top level must be a mapping of sections (cluster:, virtual_clusters:, ...)"
         )
+    problems = schema_problems(data) if check else []
+    if problems:
+        raise ConfigError(f"{p}: " + "; ".join(problems))
     return data
 
 
 def load_config(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, dict[str, Any]]:
+    """The config every command reads: found, parsed and its sections and keys checked."""
     path = find_config_path(explicit)
-    return path, read_yaml(path)
+    return path, read_yaml(path, check=True)

@@ -1,7 +1,7 @@
 """Alembic, driven from Python: ``hivebatch db upgrade|downgrade|current`` and the tests use this.
 
-The migration scripts live in the project's top-level ``migrations/`` directory (next to the
-``hivebatch`` package in a checkout or an editable install).
+The migration scripts ship inside the package (``hivebatch/migrations/``), so a wheel install can
+create and upgrade its database.
 """
 
 from __future__ import annotations
@@ -16,16 +16,14 @@ from sqlalchemy import Engine
 
 from hivebatch.errors import HivebatchError
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
 
 
 def alembic_config(
     engine: Engine | None = None, url: str | None = None, out: io.TextIOBase | None = None
 ) -> Config:
     if not (MIGRATIONS_DIR / "env.py").exists():
-        raise HivebatchError(
-            f"the migrations directory {MIGRATIONS_DIR} is missing: reinstall hivebatch from its checkout"
-        )
+        raise HivebatchError(f"the migrations directory {MIGRATIONS_DIR} is missing: reinstall hivebatch")
     cfg = Config(stdout=out) if out is not None else Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if url is not None:

@@ -99,7 +99,12 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
     connect_args: dict[str, Any] = {"connect_timeout": 10}
     if read_only:
         connect_args["options"] = "-c default_transaction_read_only=on"
-    return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+    try:
+        return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+    except ModuleNotFoundError as exc:  # psycopg is an optional extra
+        raise HivebatchError(
+            f"database.url names PostgreSQL but {exc.name} is not installed: pip install 'hivebatch[postgres]'"
+        ) from None
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -136,6 +136,25 @@ def _names(names: list[str], what: str) -> tuple[str, str]:
     return f"{len(names)} VCs", ", ".join(names)
 
 
+def honest(cards: list[dict[str, str]], bad_gpus: int) -> list[dict[str, str]]:
+    """A cluster with bad GPUs or a starved VC never shows green: a red card names the bad GPUs and no
+    other card keeps its "ok" colour (its value stays, read on its own it would say all is well)."""
+    starved = any(c["label"] == "Starved VCs" and c["cls"] == "bad" for c in cards)
+    if bad_gpus:
+        cards = [
+            {
+                "label": "Bad GPUs",
+                "value": str(bad_gpus),
+                "detail": "on DOWN/DRAIN nodes or marked bad",
+                "cls": "bad",
+            },
+            *cards,
+        ]
+    if bad_gpus or starved:
+        cards = [{**c, "cls": "" if c["cls"] == "ok" else c["cls"]} for c in cards]
+    return cards
+
+
 def _headline(quota: QuotaReport, frag: Fragmentation | None) -> list[dict[str, str]]:
     t = quota.totals
     overall = t.qos_overall
@@ -296,7 +315,9 @@ def render_html(inputs: ReportInputs) -> str:
         until=fmt_time(quota.until),
         window_hours=f"{quota.totals.window_hours:.1f}",
         generated=fmt_time(quota.until),
-        cards=_headline(quota, frag),
+        cards=honest(
+            _headline(quota, frag), inputs.cluster.counts()["bad"] if inputs.cluster is not None else 0
+        ),
         usage=_table_ctx(usage_t),
         wait=_table_ctx(wait_t),
         users=_table_ctx(users_table(inputs.users[:USERS_LIMIT])),

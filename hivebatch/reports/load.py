@@ -45,7 +45,11 @@ class ReportData:
             )
 
 
-def load_report_data(config: str | None, since: datetime | None = None, with_jobs: bool = True) -> ReportData:
+def load_report_data(
+    config: str | None, since: datetime | None = None, with_jobs: bool = True, need_ledger: bool = False
+) -> ReportData:
+    """The config and what the ledger holds; with ``need_ledger`` a missing or unmigrated ledger is an
+    error (a report of nothing would read as an idle, healthy cluster)."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from hivebatch.db.session import read_only_session
@@ -55,6 +59,13 @@ def load_report_data(config: str | None, since: datetime | None = None, with_job
     out = ReportData(config_path=path, config=data, vcs=vc_infos(data), layouts=node_layouts(data))
     with read_only_session(path, data) as session:
         if session is None:
+            if need_ledger:
+                from hivebatch.db.session import database_url
+
+                raise HivebatchError(
+                    f"no hivebatch ledger at {database_url(path, data)}: check database.url in {path} "
+                    "(or run `hivebatch db upgrade` and the controller first)"
+                )
             return out
         out.has_db = True
         _note_gpu_memory(session, data)

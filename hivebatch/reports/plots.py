@@ -5,7 +5,14 @@ from __future__ import annotations
 import io
 from typing import Any
 
-import matplotlib
+from hivebatch.errors import HivebatchError
+
+try:
+    import matplotlib
+except ModuleNotFoundError:  # an optional extra: login nodes do without it
+    raise HivebatchError(
+        "the HTML report draws its plots with matplotlib: install it with pip install 'hivebatch[reports]'"
+    ) from None
 
 matplotlib.use("Agg")
 

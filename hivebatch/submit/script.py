@@ -1,5 +1,5 @@
 """The job script: how hsub reads the user's (its ``#SBATCH`` lines, as sbatch reads them) and the
-``templates/job.sh.j2`` wrapper hsub submits around it.
+``hivebatch/templates/job.sh.j2`` wrapper hsub submits around it.
 
 The user's script travels verbatim inside a quoted here-document (no expansion), and every other
 value the user typed is put through ``shlex.quote`` (the ``q`` filter), so nothing reaches a shell

@@ -182,7 +182,7 @@ def test_full_path_alices_two_gpu_job_runs_on_the_chosen_gpus(site: Site, slurm_
     assert len(row["placement"]) == 1 and sorted(row["placement"][host]) == [int(g) for g in gpus.split(",")]
     assert row["vc"] == "cv" and row["user"] == "alice" and row["gpus"] == 2
 
-    plain = site.as_user("alice", "hq", "-t", "all", "-j", str(job_id), "-o", "%i %u %a %N")
+    plain = site.as_user("alice", "hq", "-t", "all", "-j", str(job_id), "-o", "%i %u %{vc} %{placement}")
     placed = " ".join(f"{n}:[{','.join(map(str, sorted(g)))}]" for n, g in row["placement"].items())
     assert plain.stdout.splitlines()[1].split() == [str(job_id), "alice", "cv", placed]
     vc = site.as_user("alice", "hq", "vc", "cv", "--json")
@@ -281,3 +281,68 @@ def test_hsub_and_sbatch_agree_on_real_job_scripts(
         assert set(ours) - {"verbose"} == set(live["options"])
         for option in set(live["options"]) & FIDELITY.VERBATIM:
             assert ours[option] == live["options"][option], option
+
+
+# --- hq answers squeue's options with squeue's bytes, plus hivebatch's columns ---
+
+SQUEUE_CASES = [
+    ["-o", "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"],
+    ["-O", "JobID,Partition,Name,UserName,StateCompact,NumNodes,ReasonList"],
+    ["-l"],
+    ["--start"],
+    ["-p", "gpu", "-o", "%i %P %t"],
+    ["-t", "PD", "-o", "%A %i %r"],
+    ["-S", "-i", "-o", "%i %Q"],
+    ["-n", "hq-fidelity-held", "-o", "%i %j"],
+    ["-w", "node1,node2", "-o", "%i %N"],
+    ["-r", "-o", "%i %K"],
+    ["-u", "alice", "-A", "cv", "-q", "normal", "-o", "%i %u %a %q"],
+    ["-a", "-h", "-o", "%i"],
+    ["--array-unique", "--noheader", "--format=%i"],
+    ["--me", "-o", "%i %u"],
+]
+
+
+@pytest.fixture(scope="module")
+def squeue_jobs(site: Site, slurm_lab) -> Iterator[list[int]]:  # type: ignore[no-untyped-def]
+    """A held array, a held job and a running CPU job of alice's, submitted with plain sbatch."""
+    path = write_script(site, "sleep.sh", "#!/bin/bash\nsleep 300\n")
+    ids = []
+    for args in (["-H", "-a", "1-3"], ["-H", "-J", "hq-fidelity-held"], ["-J", "hq-fidelity-cpu"]):
+        proc = subprocess.run(["runuser", "-u", "alice", "--", "sbatch", "--parsable", "-A", "cv", *args, str(path)],
+                              capture_output=True, text=True, env=site.env(), cwd=site.dir, timeout=60, check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        ids.append(int(proc.stdout.strip().split(";")[0]))
+    time.sleep(1)
+    yield ids
+    for jid in ids:
+        subprocess.run(["scancel", str(jid)], capture_output=True, check=False, timeout=30)
+
+
+def _both(site: Site, args: list[str]) -> tuple[str, str]:
+    hq = site.as_user("alice", "hq", *args)
+    squeue = subprocess.run(["runuser", "-u", "alice", "--", "squeue", *args], capture_output=True, text=True,
+                            env=site.env(), cwd=site.dir, timeout=60, check=False)  # fmt: skip
+    assert hq.returncode == squeue.returncode == 0, hq.stderr + squeue.stderr
+    return hq.stdout, squeue.stdout
+
+
+@pytest.mark.parametrize("args", SQUEUE_CASES, ids=lambda a: " ".join(a))
+def test_hq_output_is_squeues_byte_for_byte(args: list[str], site: Site, squeue_jobs: list[int]) -> None:
+    for _ in range(3):  # a clock field (TIME, the -l date) may tick between the two calls
+        ours, theirs = _both(site, args)
+        if ours == theirs:
+            break
+        time.sleep(0.3)
+    assert ours == theirs
+
+
+def test_hq_adds_hivebatch_columns_to_squeues(site: Site, squeue_jobs: list[int]) -> None:
+    ours, _ = _both(site, ["-o", "%.10i|%{vc}|%.8u|%.12{placement}|%t"])
+    _, theirs = _both(site, ["-o", "%.10i|%.8u|%t"])
+    lines = [line.split("|") for line in ours.splitlines()]
+    assert [[c[0], c[2], c[4]] for c in lines] == [line.split("|") for line in theirs.splitlines()]
+    assert lines[0][1] == "VC" and {c[1] for c in lines[1:]} == {"cv"}
+    assert lines[0][3].strip() == "PLACEMENT"  # filled for placed GPU jobs (test_full_path_… checks one)
+    array = site.as_user("alice", "hq", "-h", "-j", f"{squeue_jobs[0]}_2", "-o", "%i %{vc}")
+    assert array.stdout == f"{squeue_jobs[0]}_2 cv\n"

@@ -258,7 +258,7 @@ def test_students_gpu_mem_jobs_binpack_onto_one_gpu_and_see_their_limit(
         assert f"slice host={node} cvd={gpu} mem=8192 frac=0.250" in out
         row = site.hq_row("carol", jid)
         assert row["gpu_mem_mib"] == 8192 and row["placement"] == {node: [gpu]}
-    plain = site.run("carol", "hq", "-j", str(first), "-o", "%i %N")
+    plain = site.run("carol", "hq", "-j", str(first), "-o", "%i %{placement}")
     assert plain.stdout.splitlines()[1].split(maxsplit=1) == [str(first), f"{node}:[{gpu}] 8G/32G"]
     cluster = site.run(None, "hadmin", "cluster", "--format", "json")
     assert cluster.returncode == 0, cluster.stderr

@@ -231,3 +231,23 @@ def test_vc_check_against_slurm_prints_fixes_and_fails(config: Path, monkeypatch
     assert lines[i + 1] == "       fix: sacctmgr -i add account sys && sacctmgr -i add user USER account=sys"
     assert "ok     every class is a Slurm QOS (urgent, prior, normal, opportunistic)" in lines
     assert lines[-1].startswith("1 error(s), 1 warning(s) in ")
+
+
+def test_bad_gpus_or_a_starved_vc_never_show_green() -> None:
+    from hivebatch.reports.html import honest
+
+    cards = [
+        {"label": "Starved VCs", "value": "none", "detail": "", "cls": "ok"},
+        {"label": "Idle VCs", "value": "none", "detail": "", "cls": "ok"},
+    ]
+    assert honest(cards, 0) == cards  # a healthy cluster keeps its green
+    dead = honest(cards, 32)
+    assert dead[0] == {
+        "label": "Bad GPUs",
+        "value": "32",
+        "detail": "on DOWN/DRAIN nodes or marked bad",
+        "cls": "bad",
+    }
+    assert [c["cls"] for c in dead] == ["bad", "", ""]
+    starved = honest([{**cards[0], "value": "cv", "cls": "bad"}, cards[1]], 0)
+    assert [c["cls"] for c in starved] == ["bad", ""]

@@ -179,3 +179,31 @@ def test_cli_bad_config_one_line(tmp_path):
         run_cli(hadmin, ["slurm-config", "--config", str(bad), "--out", str(tmp_path / "o")])
     assert ex.value.code == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_site_output_has_no_lab_tuning_unless_asked(tmp_path):
+    args = ["slurm-config", "--config", str(_write(tmp_path, CONFIG))]
+    site = CliRunner().invoke(hadmin, args).output
+    assert "sched_interval" not in site and "cred_expire" not in site and "Default=YES" not in site
+    lab = CliRunner().invoke(hadmin, [*args, "--lab"]).output
+    assert "sched_interval=2" in lab and "cred_expire=10" in lab and "Default=YES" in lab
+
+
+def test_diff_against_a_sites_slurm_conf_warns_before_retyping_gpus(tmp_path):
+    site = Path(__file__).resolve().parents[1] / "fixtures" / "slurmconf" / "site-typed-v100.conf"
+    before = site.read_text()
+    res = CliRunner().invoke(
+        hadmin, ["slurm-config", "--config", str(_write(tmp_path, CONFIG)), "--diff", str(site)]
+    )
+    assert res.exit_code == 0, res.output
+    assert "warning: NodeName=node[1-4]: its GPUs typed v100 become one type per index" in res.stderr
+    out = res.stdout
+    assert "-SelectType=select/cons_res\n+SelectType=select/cons_tres\n" in out
+    assert (
+        "-GresTypes=gpu\n" in out
+        and "+NodeName=node[1-4] CPUs=32 RealMemory=256000 State=UNKNOWN Gres=gpu:g0:1," in out
+    )
+    assert " PartitionName=main Nodes=node[1-4] Default=YES" in out  # the site's default partition stays
+    assert "+PartitionName=gpu Nodes=node1,node2,node3,node4 MaxTime=INFINITE State=UP" in out
+    assert " SchedulerParameters=bf_continue\n" in out  # the site's timing stays
+    assert site.read_text() == before  # --diff writes nothing

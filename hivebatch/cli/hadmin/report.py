@@ -32,7 +32,7 @@ def _compute(config: str | None, since_text: str | None, until_text: str | None,
     from hivebatch.reports.users import users_report
 
     since, until = resolve_window(since_text, until_text)
-    data = load_report_data(config, since)
+    data = load_report_data(config, since, need_ledger=True)
     data.check_vc(vc)
     if since is None:
         since = default_since(data.jobs, until)

@@ -48,6 +48,25 @@ def _write_all(out: Path, files: dict[str, tuple[str, int]]) -> list[str]:
     return changed
 
 
+def _show_diff(site: Path, generated: str) -> None:
+    """Warnings first (GPUs re-typed), then the unified diff of the site's slurm.conf after merging."""
+    import difflib
+
+    from hivebatch.slurmconf import merge_into
+
+    current = site.read_text(encoding="utf-8", errors="replace")
+    merged, warnings = merge_into(current, generated)
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    diff = difflib.unified_diff(
+        current.splitlines(keepends=True),
+        merged.splitlines(keepends=True),
+        str(site),
+        f"{site} (with hivebatch)",
+    )
+    click.echo("".join(diff), nl=False)
+
+
 @click.command("slurm-config")
 @click.option(
     "--config",
@@ -104,6 +123,19 @@ def _write_all(out: Path, files: dict[str, tuple[str, int]]) -> list[str]:
 @click.option(
     "--device-dir", default=None, help="Directory of the nvidiaN device files (default /dev, lab: DIR/dev)."
 )
+@click.option(
+    "--lab",
+    "tuned",
+    is_flag=True,
+    help="Add the lab's timing (sched_interval=2, cred_expire=10) and default partition.",
+)
+@click.option(
+    "--diff",
+    "diff_with",
+    type=click.Path(dir_okay=False, exists=True),
+    metavar="SLURM_CONF",
+    help="Show what merging hivebatch's lines changes in this slurm.conf (a unified diff); writes nothing.",
+)
 def slurm_config(
     config_path: str | None,
     out: str | None,
@@ -116,6 +148,8 @@ def slurm_config(
     cores_per_socket: int,
     real_memory: int,
     device_dir: str | None,
+    tuned: bool,
+    diff_with: str | None,
 ) -> None:
     """Generate Slurm node/GRES lines and the accounts/QOS/users commands from the cell config.
 
@@ -144,13 +178,16 @@ def slurm_config(
         operators=list(operators),
     )
     files: dict[str, tuple[str, int]] = {
-        "slurm.conf": (slurm_conf(layout, hw, shards=shards, lab=lab), 0o644),
+        "slurm.conf": (slurm_conf(layout, hw, shards=shards, lab=lab, tuned=tuned), 0o644),
         "gres.conf": (gres_conf(layout, hw, shards=shards, device_dir=devices), 0o644),
         "accounts.sh": (accounting_script(plan), 0o755),
         "job_submit.lua": (job_submit_lua(data, operators), 0o644),
     }
     if lab:
         files["slurmdbd.conf"] = (slurmdbd_conf(lab), 0o600)
+    if diff_with:
+        _show_diff(Path(diff_with), files["slurm.conf"][0])
+        return
     if out is None:
         for name, (text, _) in files.items():
             click.echo(f"# ==> {name} <==")

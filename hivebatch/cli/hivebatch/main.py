@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, str] = {
     "controller": "hivebatch.cli.hivebatch.controller:controller",
     "simulate": "hivebatch.cli.hivebatch.simulate:simulate",
     "db": "hivebatch.cli.hivebatch.db:db",
+    "config": "hivebatch.cli.hivebatch.config:config",
 }
 
 

@@ -1,14 +1,16 @@
-"""``hq``: squeue with hivebatch's view — VC, class, exact GPUs, predicted start/finish, slack, why pending.
+"""``hq``: squeue plus hivebatch's view — VC, class, exact GPUs, predicted start/finish, slack, why pending.
 
-``hq vc [NAME]`` shows a virtual cluster's cells: bound, used and free. hq only reads (Slurm and the
-controller's ledger) and still answers, with less detail, when the controller has never run.
-Options are parsed with argparse (not click) to keep start-up close to squeue's.
+Every squeue option is read as squeue reads it and squeue does the selecting; what hq does not add
+is squeue's own output, byte for byte. ``hq vc [NAME]`` shows a virtual cluster's cells. hq only
+reads (Slurm and the controller's ledger) and still answers, with less detail, when the controller
+has never run. No click or argparse for the job view, to keep start-up close to squeue's.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,39 +24,23 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line, exit 1, like every hivebatch error
         raise HivebatchError(f"{message} (see hq --help)")
 
-    def format_help(self) -> str:
-        text = super().format_help()
-        if self.prog != PROG:
-            return text
-        from hivebatch.cli.hq.columns import FIELDS
 
-        fields = ", ".join(f"{name}" + (f" (%{f.letter})" if f.letter else "") for name, f in FIELDS.items())
-        return f"{text}\nfields for -o: {fields}\n"
+HELP = """Usage: hq [squeue options] [--json] [--finished] [--config FILE]
+       hq vc [NAME] [--json]
 
+squeue with hivebatch's view. Every squeue option works as in squeue (it selects, sorts and prints);
+without -o/-O hq shows hivebatch's table: VC, class, exact GPUs, predicted start and finish, slack
+against the class's expected completion time and why a job waits.
 
-def _job_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog=PROG,
-        add_help=False,
-        description="Show hivebatch jobs like squeue, with VC, class, exact GPUs, predicted start and "
-        "finish, slack against the class's expected completion time and why a job waits. "
-        "`hq vc [NAME]` shows a virtual cluster's cells.",
-    )
-    p.add_argument("--help", action="help", help="show this help")
-    p.add_argument("--me", action="store_true", help="only my jobs")
-    p.add_argument("-u", "--user", help="only these users (comma-separated)")
-    p.add_argument("-A", "--account", help="only these VCs (comma-separated)")
-    p.add_argument("-q", "--qos", help="only these classes (comma-separated)")
-    p.add_argument(
-        "-t", "--states", help="only these states: PENDING,RUNNING,… or PD,R,…; 'all' for every state"
-    )
-    p.add_argument("-j", "--jobs", help="only these job ids (comma-separated)")
-    p.add_argument("-a", "--all", action="store_true", help="include finished jobs the ledger remembers")
-    p.add_argument("-o", "--format", help="squeue-style '%%.8i %%u %%N' or field list 'jobid,vc,placement'")
-    p.add_argument("-h", "--noheader", action="store_true", help="no header line")
-    p.add_argument("--json", action="store_true", help="a JSON array of jobs")
-    p.add_argument("--config", help="hivebatch configuration file")
-    return p
+hivebatch's columns, beside squeue's own fields:
+  -o "%.18i %{vc} %.10{slack}"     %[.][size]{NAME}
+  -O "JobID,VC:8,Slack:.8"         NAME[:[.][size][suffix]]
+  names: {fields}
+hq's own options:
+  --json        hivebatch's rows as a JSON array
+  --finished    also finished jobs the controller's ledger remembers
+  --config FILE hivebatch configuration file
+"""
 
 
 def _vc_parser() -> argparse.ArgumentParser:
@@ -92,39 +78,92 @@ def _warn(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr)
 
 
-def run_jobs(argv: list[str]) -> int:
-    import datetime as dt
+# options hq can apply itself on hivebatch's rows; any other squeue selection is asked of squeue
+_OWN_SELECTION = frozenset({"user", "accounts", "qos", "states", "jobs", "me", "noheader", "iterate"})
+# options that ask for one of squeue's own outputs: squeue answers them itself
+_SQUEUE_OUTPUTS = frozenset({"long", "steps", "start", "version", "usage", "yaml", "verbose", "priority"})
 
+
+def run_jobs(argv: list[str]) -> int:
+    from hivebatch.cli.hq.squeue import hb_fields_in, read_args
+
+    args = read_args(argv)
+    if args.problems:
+        raise HivebatchError("; ".join(args.problems) + " (see hq --help)")
+    if args.options.get("help"):
+        from hivebatch.cli.hq.squeue import HB_FIELDS
+
+        print(HELP.replace("{fields}", ", ".join(HB_FIELDS)), end="")
+        return 0
+    fmt = args.format
+    if not args.own and ((fmt is not None and not hb_fields_in(*fmt)) or _SQUEUE_OUTPUTS & set(args.options)):
+        os.execvp("squeue", ["squeue", *args.squeue])  # squeue's own output, byte for byte
+    iterate = int(str(args.options["iterate"])) if "iterate" in args.options else 0
+    while True:
+        if iterate and not args.options.get("noheader"):
+            import time
+
+            print(time.strftime("%a %b %d %H:%M:%S %Y"))
+        _show_jobs(args, fmt)
+        if not iterate:
+            return 0
+        print(flush=True)
+        import time
+
+        time.sleep(iterate)
+
+
+def _selected_ids(args: Any) -> list[int] | None:
+    """The unique job ids squeue shows for the selection asked, in squeue's order; None when hq
+    applies the selection itself (only the options it knows were given)."""
+    from hivebatch.cli.hq.squeue import run_squeue
+
+    jobs = args.options.get("jobs")
+    simple_jobs = jobs is None or (isinstance(jobs, str) and jobs.replace(",", "").isdigit())
+    if set(args.options) <= _OWN_SELECTION and simple_jobs and not args.words:
+        return None
+    keep = [w for w in args.squeue if w not in ("-h", "--noheader")]
+    out = run_squeue([*_without_format(keep), "-h", "-o", "%A"])
+    return [int(x) for x in out.split()]
+
+
+def _without_format(words: list[str]) -> list[str]:
+    """squeue's argv minus -o/-O/-i and their values (hq asks for its own format)."""
+    from hivebatch.cli.hq.squeue import TABLE
+    from hivebatch.getopt import Found, getopt
+
+    out: list[str] = []
+    for item in getopt(words, TABLE, stop_at_positional=False):
+        if isinstance(item, Found):
+            if item.spec.name not in ("format", "Format", "iterate"):
+                out.extend(item.words)
+        elif isinstance(item, list):
+            out.extend(item)
+    return out
+
+
+def _rows(args: Any, ids: list[int] | None) -> list[Any]:
     from hivebatch.cli.hq.rows import Filters, collect_rows, parse_states
     from hivebatch.state.ledger import read_ledger
 
-    ns = _job_parser().parse_args(argv)
-    states, all_states = parse_states(ns.states) if ns.states else (None, False)
-    job_ids: set[int] | None = None
-    if ns.jobs:
-        try:
-            job_ids = {int(x) for x in _csv(ns.jobs) or set()}
-        except ValueError:
-            raise HivebatchError(f"-j/--jobs: job ids are numbers, got {ns.jobs!r}") from None
-    users = _csv(ns.user)
-    if ns.me:
+    o = args.options
+    states, all_states = parse_states(str(o["states"])) if "states" in o and ids is None else (None, False)
+    job_ids: set[int] | None = set(ids) if ids is not None else None
+    if ids is None and isinstance(o.get("jobs"), str):
+        job_ids = {int(x) for x in str(o["jobs"]).split(",") if x}
+    users = _csv(str(o["user"])) if "user" in o and ids is None else None
+    if o.get("me") and ids is None:
         users = (users or set()) | {_me()}
-    filters = Filters(users=users, accounts=_csv(ns.account), qos=_csv(ns.qos), states=states,
-                      job_ids=job_ids, all_states=all_states or ns.all)  # fmt: skip
-    pieces = None
-    if ns.format:
-        from hivebatch.cli.hq.columns import parse_format
-
-        pieces = parse_format(ns.format)  # bad formats fail before anything is read
-
-    config_path, config = load_config_soft(ns.config)
+    filters = Filters(users=users, accounts=_csv(str(o["accounts"])) if "accounts" in o and ids is None else None,
+                      qos=_csv(str(o["qos"])) if "qos" in o and ids is None else None, states=states,
+                      job_ids=job_ids, all_states=all_states or bool(args.own.get("finished")) or ids is not None)  # fmt: skip
+    config_path, config = load_config_soft(str(args.own["config"]) if "config" in args.own else None)
     include_final = filters.all_states or bool(states and states - {"PENDING", "RUNNING"})
     ledger = (
         read_ledger(config_path, config, include_final=include_final, job_ids=job_ids)
         if config_path
         else None
     )
-
     from hivebatch.slurm import SlurmError, get_backend
 
     try:
@@ -135,32 +174,66 @@ def run_jobs(argv: list[str]) -> int:
         _warn(f"Slurm did not answer ({str(exc).splitlines()[0]}); showing the controller's ledger only")
         slurm_jobs = []
     rows = collect_rows(slurm_jobs, ledger.jobs if ledger else [], filters)
+    if ids is not None:  # squeue's selection and order; finished jobs from the ledger after them
+        order = {j: i for i, j in enumerate(ids)}
+        finished = [r for r in rows if r.job_id not in order and args.own.get("finished") and not r.pending
+                    and r.state not in ("RUNNING",)]  # fmt: skip
+        rows = sorted((r for r in rows if r.job_id in order), key=lambda r: order[r.job_id]) + finished
     if config and any(r.gpu_mem_mib for r in rows):
         from hivebatch.sharing.integration import add_gpu_capacity
 
         add_gpu_capacity(rows, config)  # GPU memory from the config, to show slices as 8G/32G
-    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    if ledger is not None and not ledger.available and sys.stdout.isatty() and "noheader" not in args.options:
+        _warn("the hivebatch controller has not run yet: no placements or predictions to show")
+    return rows
 
-    if ns.json:
+
+def _now() -> Any:
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def _show_jobs(args: Any, fmt: tuple[str, str] | None) -> None:
+    if fmt is not None:
+        _show_marked(args, fmt)
+        return
+    rows = _rows(args, _selected_ids(args))
+    if args.own.get("json"):
         import json
 
         print(json.dumps([r.to_json() for r in rows], indent=2))
-        return 0
+        return
     from hivebatch.cli.hq.columns import DEFAULT_FIELDS, Column, render_plain
 
-    if pieces is None and sys.stdout.isatty() and not ns.noheader:
+    header = "noheader" not in args.options
+    if sys.stdout.isatty() and header:
         from hivebatch.cli.hq.columns import render_rich
 
-        render_rich(rows, list(DEFAULT_FIELDS), now)
-    else:
-        if pieces is None:
-            pieces = ([Column(f) for f in DEFAULT_FIELDS], False)
-        text = render_plain(rows, pieces[0], pieces[1], not ns.noheader, now)
-        if text:
-            print(text)
-    if ledger is not None and not ledger.available and not ns.noheader and sys.stdout.isatty():
-        _warn("the hivebatch controller has not run yet: no placements or predictions to show")
-    return 0
+        render_rich(rows, list(DEFAULT_FIELDS), _now())
+        return
+    text = render_plain(rows, [Column(f) for f in DEFAULT_FIELDS], False, header, _now())
+    if text:
+        print(text)
+
+
+def _show_marked(args: Any, fmt: tuple[str, str]) -> None:
+    """squeue's output for the format asked, hivebatch's columns filled in from hivebatch's rows."""
+    from hivebatch.cli.hq.columns import FIELDS
+    from hivebatch.cli.hq.squeue import fill_markers, marked_format, run_squeue
+
+    flag, text = fmt
+    marked, cols = marked_format(flag, text)
+    out = run_squeue([*_without_format(args.squeue), f"-{flag}", marked])
+    ids = sorted({int(m) for m in re.findall(r"(\d+) *\x02", out)})
+    by_id = {r.job_id: r for r in _rows(args, ids)} if ids else {}
+    now = _now()
+
+    def value(field: str, job_id: int) -> str:
+        row = by_id.get(job_id)
+        return FIELDS[field].get(row, now) if row is not None else "-"
+
+    sys.stdout.write(fill_markers(out, cols, value))
 
 
 def run_vc(argv: list[str]) -> int:

@@ -44,7 +44,7 @@ def run(argv: list[str]) -> int:
     from hivebatch.submit.options import parse_args
 
     first = parse_args(argv)
-    if first.values.get("help"):
+    if first.values.get("help") or first.values.get("usage"):
         from hivebatch.submit.options import help_text
 
         print(help_text())

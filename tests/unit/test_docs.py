@@ -1,0 +1,68 @@
+"""docs/: every link resolves, and every `$ ` command shown in the deployment pages' console blocks is
+run here (in a copy of etc/ and tests/fixtures/, with a scratch SQLite ledger), its exit status
+matching whether the page shows an error and every output line the page shows found in its output."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+# pages whose console commands run offline; the others' run in the lab tests or are shown as examples
+RUN = ("install-on-a-cluster.md", "controller-service.md", "upgrades.md", "config.md", "slurm-config.md")
+BIN = Path(sys.executable).parent
+
+
+def console_commands(page: Path) -> list[tuple[str, list[str]]]:
+    """(command, the output lines shown after it) of every ```console block."""
+    out: list[tuple[str, list[str]]] = []
+    for block in re.findall(r"```console\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                out.append((line[2:], []))
+            elif out and line.strip() and line.strip() != "...":
+                out[-1][1].append(line)
+    return out
+
+
+CASES = [(p.name, cmd, shown) for p in PAGES if p.name in RUN for cmd, shown in console_commands(p)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_links_resolve(page: Path) -> None:
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+        if "://" not in target:
+            assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_the_deployment_pages_show_commands() -> None:
+    assert {name for name, _, _ in CASES} == set(RUN)
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = tmp_path_factory.mktemp("docs")
+    shutil.copytree(ROOT / "etc", where / "etc")
+    shutil.copytree(ROOT / "tests" / "fixtures", where / "tests" / "fixtures")
+    return where
+
+
+@pytest.mark.parametrize(("page", "command", "shown"), CASES, ids=[f"{p}: {c}" for p, c, _ in CASES])
+def test_documented_command_runs_as_shown(page: str, command: str, shown: list[str], sandbox: Path) -> None:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env.pop("HIVEBATCH_DATABASE_URL", None)
+    proc = subprocess.run(command, shell=True, cwd=sandbox, env=env, capture_output=True, text=True,  # noqa: S602 - the page's own command
+                          timeout=300, check=False)  # fmt: skip
+    output = proc.stdout + proc.stderr
+    expect_error = any(line.startswith("error:") for line in shown)
+    assert (proc.returncode != 0) == expect_error, output
+    for line in shown:
+        assert line in output, f"{page} shows {line!r}; the command printed:\n{output}"
