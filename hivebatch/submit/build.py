@@ -247,8 +247,10 @@ def sbatch_arguments(
         args.append(f"--qos={req.qos}")
     if values.get("hold"):
         args.append("--hold")
+    # one comment: hsub's hints first (read back by the controller), then whatever the user wrote
     hints = req.hints_comment()
-    user_comment = str(values.get("comment_user") or "")
+    given = passthrough.get("comment") or []
+    user_comment = given[-1].partition("=")[2] if given else ""
     if hints or user_comment:
         args.append(f"--comment={' '.join(x for x in (hints, user_comment) if x)}")
     if values.get("no_requeue"):
@@ -270,8 +272,9 @@ def sbatch_arguments(
     ):
         if values.get(dest):
             args.append(f"{flag}={values[dest]}")
-    for tokens in passthrough.values():
-        args.extend(tokens)
+    for dest, tokens in passthrough.items():
+        if dest != "comment":
+            args.extend(tokens)
     return args
 
 

@@ -116,6 +116,15 @@ def test_without_account_or_qos_slurm_applies_the_users_defaults(tmp_path: Path)
     assert "--nodes=2" in sub.sbatch_args and "--gres=gpu:2" in sub.sbatch_args
 
 
+def test_the_users_comment_follows_the_hints_in_one_comment(tmp_path: Path) -> None:
+    path = script(tmp_path, "#!/bin/bash\necho\n")
+    sub = prep(["-A", "cv", "--gpus", "1", "--model", "resnet50", "--batch-size", "8", "--iters", "10",
+                "--comment", "my note", path])  # fmt: skip
+    comments = [a for a in sub.sbatch_args if a.startswith("--comment")]
+    assert len(comments) == 1 and comments[0].endswith(" my note")
+    assert read_hints(comments[0].partition("=")[2]) == {"model": "resnet50", "batch_size": 8, "iters": 10}
+
+
 def test_the_users_own_hold_reaches_slurm(tmp_path: Path) -> None:
     path = script(tmp_path, "#!/bin/bash\necho\n")
     assert "--hold" in prep(["-A", "cv", "--hold", "--gpus", "1", path]).sbatch_args
