@@ -92,6 +92,101 @@ def default_priority(task: Task, opportunistic_task_ids: Collection[str]) -> int
     return OPPORTUNISTIC_PRIORITY if str(task.job_id) in opportunistic_task_ids else GUARANTEED_PRIORITY
 
 
+@dataclass
+class _Round:
+    """What every placement attempt in one round shares: the allocator, the clock and the refusals."""
+
+    alloc: Allocator
+    now: float
+    platform: Platform
+    prio: Callable[[Task], int]
+    # Within a round the allocator's free capacity only shrinks (except through preemption), so a
+    # request shape that was refused stays refused: remember it instead of asking again.
+    refused: dict[tuple[str, int, int, str | None, int], Placement] = field(default_factory=dict)
+
+    def allocate(self, task: Task, shape: Shape) -> Placement:
+        """The allocator's answer for ``task`` on ``shape``, reusing a refusal seen this round."""
+        from hivebatch.cells import Request
+
+        key = (task.vc, shape.gpus, shape.d_node, task.gpu_type, self.prio(task))
+        decision = self.refused.get(key)
+        if decision is None:
+            decision = self.alloc.allocate(
+                Request(
+                    job_id=str(task.job_id),
+                    vc=task.vc,
+                    gpus=shape.gpus,
+                    nodes=shape.d_node,
+                    gpu_type=task.gpu_type,
+                    within=None,
+                    priority=self.prio(task),
+                )
+            )
+            if decision.result != "placed":
+                self.refused[key] = decision
+            elif decision.preempted:
+                self.refused.clear()  # preemption freed GPUs beyond what this job took
+        return decision
+
+    def place(self, plan: Plan) -> Outcome:
+        """Try ``plan``'s shapes in preference order; the first placed wins, else wait or reject."""
+        task = plan.task
+        waiting_reason: str | None = None
+        rejected_error: str | None = None
+        for shape in plan.shapes:
+            decision = self.allocate(task, shape)
+            if decision.result == "placed":
+                lat = _predicted_latency(plan, shape, self.platform)
+                return Outcome(
+                    task,
+                    "placed",
+                    shape=shape,
+                    placement={n: sorted(g) for n, g in decision.placement.items()},
+                    preempted=list(decision.preempted),
+                    predicted_start=self.now,
+                    predicted_end=self.now + lat,
+                    slack=plan.slack,
+                )
+            if decision.result == "waiting":
+                waiting_reason = waiting_reason or decision.reason or "no free cells for this shape"
+            else:
+                rejected_error = rejected_error or decision.error or "request can never be placed"
+        if not plan.shapes:
+            return Outcome(task, "waiting", reason="no shape fits the VC's limit now", slack=plan.slack)
+        if waiting_reason is not None:
+            return Outcome(task, "waiting", shape=plan.shapes[0], reason=waiting_reason, slack=plan.slack)
+        return Outcome(
+            task,
+            "rejected",
+            reason=rejected_error or "the policy found no placement for this task",
+            slack=plan.slack,
+        )
+
+
+def _plan_in_order(
+    task_list: list[Task],
+    now: float,
+    policy: Planner,
+    platform: Platform,
+    limits: Mapping[str, int] | None,
+    prio: Callable[[Task], int],
+) -> list[Plan]:
+    """The policy's plans: guaranteed tasks (under ``limits``) first, then opportunistic ones."""
+    guaranteed = [t for t in task_list if prio(t) >= 0]
+    opportunistic = [t for t in task_list if prio(t) < 0]
+    # Guaranteed work goes first: an opportunistic job placed earlier in the same round would only be
+    # preempted again by a guaranteed job later in the round. Opportunistic jobs are planned without
+    # the VC limits: they run on any free GPU, outside their VC's cells.
+    plans = (
+        list(policy.plan(guaranteed, now, platform, dict(limits) if limits is not None else None))
+        if guaranteed
+        else []
+    )
+    if opportunistic:
+        plans += list(policy.plan(opportunistic, now, platform, None))
+    return plans
+
+
 def schedule_round(
     tasks: Iterable[Task],
     now: float,
@@ -113,8 +208,6 @@ def schedule_round(
     Placements (and the preemptions they cause) are applied to ``alloc``; the caller requeues the
     jobs listed in ``Outcome.preempted``.
     """
-    from hivebatch.cells import Request
-
     task_list = list(tasks)
     if not task_list:
         return []
@@ -125,24 +218,10 @@ def schedule_round(
             return priority_of(task)
         return default_priority(task, opp_ids)
 
-    guaranteed = [t for t in task_list if prio(t) >= 0]
-    opportunistic = [t for t in task_list if prio(t) < 0]
-    # Guaranteed work goes first: an opportunistic job placed earlier in the same round would only be
-    # preempted again by a guaranteed job later in the round. Opportunistic jobs are planned without
-    # the VC limits: they run on any free GPU, outside their VC's cells.
-    plans = (
-        list(policy.plan(guaranteed, now, platform, dict(limits) if limits is not None else None))
-        if guaranteed
-        else []
-    )
-    if opportunistic:
-        plans += list(policy.plan(opportunistic, now, platform, None))
+    plans = _plan_in_order(task_list, now, policy, platform, limits, prio)
     strict = bool(getattr(policy, "strict_order", False))
-
+    round_ = _Round(alloc, now, platform, prio)
     outcomes: list[Outcome] = []
-    # Within a round the allocator's free capacity only shrinks (except through preemption), so a
-    # request shape that was refused stays refused: remember it instead of asking again.
-    refused: dict[tuple[str, int, int, str | None, int], Placement] = {}
     blocked_by: dict[str, str] = {}  # VC -> the task at the head of its queue that waits
     for plan in plans:
         task = plan.task
@@ -152,72 +231,10 @@ def schedule_round(
                 Outcome(task, "waiting", reason=f"behind job {head} in arrival order", slack=plan.slack)
             )
             continue
-        waiting_reason: str | None = None
-        rejected_error: str | None = None
-        placed: Outcome | None = None
-        for shape in plan.shapes:
-            key = (task.vc, shape.gpus, shape.d_node, task.gpu_type, prio(task))
-            decision = refused.get(key)
-            if decision is None:
-                decision = alloc.allocate(
-                    Request(
-                        job_id=str(task.job_id),
-                        vc=task.vc,
-                        gpus=shape.gpus,
-                        nodes=shape.d_node,
-                        gpu_type=task.gpu_type,
-                        within=None,
-                        priority=prio(task),
-                    )
-                )
-                if decision.result != "placed":
-                    refused[key] = decision
-                elif decision.preempted:
-                    refused.clear()  # preemption freed GPUs beyond what this job took
-            if decision.result == "placed":
-                lat = _predicted_latency(plan, shape, platform)
-                placed = Outcome(
-                    task,
-                    "placed",
-                    shape=shape,
-                    placement={n: sorted(g) for n, g in decision.placement.items()},
-                    preempted=list(decision.preempted),
-                    predicted_start=now,
-                    predicted_end=now + lat,
-                    slack=plan.slack,
-                )
-                break
-            if decision.result == "waiting":
-                waiting_reason = waiting_reason or decision.reason or "no free cells for this shape"
-            else:
-                rejected_error = rejected_error or decision.error or "request can never be placed"
-        if placed is not None:
-            outcomes.append(placed)
-        elif not plan.shapes:
-            outcomes.append(
-                Outcome(task, "waiting", reason="no shape fits the VC's limit now", slack=plan.slack)
-            )
-        elif waiting_reason is not None:
-            outcomes.append(
-                Outcome(
-                    task,
-                    "waiting",
-                    shape=plan.shapes[0] if plan.shapes else None,
-                    reason=waiting_reason,
-                    slack=plan.slack,
-                )
-            )
-            if strict and prio(task) >= 0:
-                blocked_by[task.vc] = str(task.job_id)
-        else:
-            outcomes.append(
-                Outcome(
-                    task,
-                    "rejected",
-                    reason=rejected_error or "the policy found no placement for this task",
-                    slack=plan.slack,
-                )
-            )
+        outcome = round_.place(plan)
+        outcomes.append(outcome)
+        if outcome.result == "waiting" and plan.shapes and strict and prio(task) >= 0:
+            blocked_by[task.vc] = str(task.job_id)
     planned = {str(o.task.job_id) for o in outcomes}
     for task in task_list:
         if str(task.job_id) not in planned:

@@ -18,10 +18,11 @@ from hivebatch.controller.decide import Decisions, Wait, decide
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation, observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
-from hivebatch.controller.record import Recorder, get_state, gpu_capacity_by_node, set_state, write_gpu_map
+from hivebatch.controller.record import Recorder, set_state, write_gpu_map
 from hivebatch.db.models import Job, VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
 from hivebatch.slurm.base import SlurmBackend
+from hivebatch.state.shares import get_state, gpu_capacity_by_node
 
 log = logging.getLogger("hivebatch.controller")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from hivebatch.errors import ConfigError
 from hivebatch.reports.gpumap import NodeLayout
@@ -13,6 +13,17 @@ from hivebatch.reports.rows import OPPORTUNISTIC, VCInfo
 ERROR = "error"
 WARNING = "warning"
 OK = "ok"
+
+
+class LiveNode(Protocol):
+    """What the check reads of a node as Slurm reports it (hivebatch.slurm.types.SlurmNode)."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def bad(self) -> bool: ...
+    @property
+    def gpu_indices(self) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -72,70 +83,65 @@ def config_findings(data: Mapping[str, Any], vcs: list[VCInfo], layouts: list[No
     return out
 
 
-def drift_findings(
-    layouts: list[NodeLayout],
-    vcs: list[VCInfo],
-    classes: list[str],
-    live_nodes: list[Any] | None,
-    accounts: list[str] | None,
-    qos: list[str] | None,
-    why_no_slurm: str | None = None,
-    why_no_accounting: str | None = None,
-) -> list[Finding]:
-    """Compare the config with Slurm: nodes, GPU indices, node health, accounts (VCs) and QOS (classes)."""
+def _node_findings(name: str, layout: NodeLayout, node: LiveNode) -> list[Finding]:
+    """One configured node against Slurm's view of it: its GPU indices, then its health."""
     out: list[Finding] = []
-    if live_nodes is None:
-        out.append(Finding(WARNING, f"Slurm nodes not checked: {why_no_slurm or 'Slurm not reachable'}",
-                           "run on a host where `sinfo` works (SLURM_CONF set), then check again"))  # fmt: skip
-    else:
-        live = {n.name: n for n in live_nodes}
-        configured = {n.name: n for n in layouts}
-        for name, layout in configured.items():
-            node = live.get(name)
-            if node is None:
-                out.append(Finding(
-                    ERROR,
-                    f"node {name} is in the config but not in Slurm: its cells can never be used",
-                    f"add node {name} to slurm.conf with its GPU gres (`hadmin slurm-config` prints the lines) "
-                    f"and restart slurmctld, or remove it from cluster.physical_cells",
-                ))  # fmt: skip
-                continue
-            want, have = set(layout.gpu_indices), set(node.gpu_indices)
-            if want != have:
-                out.append(Finding(
-                    ERROR,
-                    f"node {name}: the config has GPUs {_ranges(want)} but Slurm has {_ranges(have)}",
-                    f"give {name} one gres Type per GPU index (gpu:g0 … gpu:g{max(want, default=0)}) in slurm.conf and "
-                    f"gres.conf (`hadmin slurm-config` writes both), or fix its cell type in the config",
-                ))  # fmt: skip
-            if node.bad:
-                reason = f" ({node.reason})" if getattr(node, "reason", "") else ""
-                out.append(Finding(
-                    WARNING,
-                    f"node {name} is {node.state}{reason}: no new work goes there and VCs bound to it lose capacity",
-                    f"once repaired: scontrol update NodeName={name} State=RESUME",
-                ))  # fmt: skip
-        for name, node in live.items():
-            if name not in configured:
-                out.append(Finding(
-                    WARNING,
-                    f"node {name} ({len(node.gpu_indices)} GPUs) is in Slurm but not in the config: hivebatch never places work there",
-                    "add it to cluster.physical_cells (and to a VC's cells), or leave it out on purpose",
-                ))  # fmt: skip
-        if live and not any(f.severity == ERROR for f in out):
-            out.append(
-                Finding(
-                    OK,
-                    f"Slurm has every configured node with the configured GPU indices ({len(configured)} nodes)",
-                )
-            )
-    if accounts is None or qos is None:
+    want, have = set(layout.gpu_indices), set(node.gpu_indices)
+    if want != have:
+        out.append(Finding(
+            ERROR,
+            f"node {name}: the config has GPUs {_ranges(want)} but Slurm has {_ranges(have)}",
+            f"give {name} one gres Type per GPU index (gpu:g0 … gpu:g{max(want, default=0)}) in slurm.conf and "
+            f"gres.conf (`hadmin slurm-config` writes both), or fix its cell type in the config",
+        ))  # fmt: skip
+    if node.bad:
+        reason = f" ({node.reason})" if getattr(node, "reason", "") else ""
         out.append(Finding(
             WARNING,
-            f"accounts and QOS not checked: {why_no_accounting or 'this Slurm backend cannot list them'}",
-            "check by hand: sacctmgr show account; sacctmgr show qos",
+            f"node {name} is {node.state}{reason}: no new work goes there and VCs bound to it lose capacity",
+            f"once repaired: scontrol update NodeName={name} State=RESUME",
         ))  # fmt: skip
-        return out
+    return out
+
+
+def _slurm_node_findings(layouts: list[NodeLayout], live_nodes: list[Any]) -> list[Finding]:
+    """The config's nodes against Slurm's: missing either side, wrong GPU indices, unhealthy."""
+    out: list[Finding] = []
+    live = {n.name: n for n in live_nodes}
+    configured = {n.name: n for n in layouts}
+    for name, layout in configured.items():
+        node = live.get(name)
+        if node is None:
+            out.append(Finding(
+                ERROR,
+                f"node {name} is in the config but not in Slurm: its cells can never be used",
+                f"add node {name} to slurm.conf with its GPU gres (`hadmin slurm-config` prints the lines) "
+                f"and restart slurmctld, or remove it from cluster.physical_cells",
+            ))  # fmt: skip
+            continue
+        out.extend(_node_findings(name, layout, node))
+    for name, node in live.items():
+        if name not in configured:
+            out.append(Finding(
+                WARNING,
+                f"node {name} ({len(node.gpu_indices)} GPUs) is in Slurm but not in the config: hivebatch never places work there",
+                "add it to cluster.physical_cells (and to a VC's cells), or leave it out on purpose",
+            ))  # fmt: skip
+    if live and not any(f.severity == ERROR for f in out):
+        out.append(
+            Finding(
+                OK,
+                f"Slurm has every configured node with the configured GPU indices ({len(configured)} nodes)",
+            )
+        )
+    return out
+
+
+def _accounting_findings(
+    vcs: list[VCInfo], classes: list[str], accounts: list[str], qos: list[str]
+) -> list[Finding]:
+    """Every VC must be a Slurm account and every class (plus the opportunistic one) a Slurm QOS."""
+    out: list[Finding] = []
     have_accounts = {a.lower() for a in accounts}
     missing = [v.name for v in vcs if v.name.lower() not in have_accounts]
     for name in missing:
@@ -158,6 +164,34 @@ def drift_findings(
         ))  # fmt: skip
     if not missing_q:
         out.append(Finding(OK, f"every class is a Slurm QOS ({', '.join(wanted)})"))
+    return out
+
+
+def drift_findings(
+    layouts: list[NodeLayout],
+    vcs: list[VCInfo],
+    classes: list[str],
+    live_nodes: list[Any] | None,
+    accounts: list[str] | None,
+    qos: list[str] | None,
+    why_no_slurm: str | None = None,
+    why_no_accounting: str | None = None,
+) -> list[Finding]:
+    """Compare the config with Slurm: nodes, GPU indices, node health, accounts (VCs) and QOS (classes)."""
+    out: list[Finding] = []
+    if live_nodes is None:
+        out.append(Finding(WARNING, f"Slurm nodes not checked: {why_no_slurm or 'Slurm not reachable'}",
+                           "run on a host where `sinfo` works (SLURM_CONF set), then check again"))  # fmt: skip
+    else:
+        out.extend(_slurm_node_findings(layouts, live_nodes))
+    if accounts is None or qos is None:
+        out.append(Finding(
+            WARNING,
+            f"accounts and QOS not checked: {why_no_accounting or 'this Slurm backend cannot list them'}",
+            "check by hand: sacctmgr show account; sacctmgr show qos",
+        ))  # fmt: skip
+        return out
+    out.extend(_accounting_findings(vcs, classes, accounts, qos))
     return out
 
 

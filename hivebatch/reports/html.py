@@ -255,6 +255,56 @@ def write_plots(inputs: ReportInputs, directory: Path) -> list[Path]:
     return written
 
 
+def _job_cells(j: JobRow) -> dict[str, Any]:
+    """The columns every job list of the page starts with."""
+    return {"job": j.job_id, "user": j.user, "vc": j.vc, "qos": j.qos, "gpus": j.gpus}
+
+
+def _missed_rows(quota: QuotaReport) -> list[dict[str, Any]]:
+    """The jobs that missed their ECT, latest first, as rows for the template."""
+    return [
+        {
+            **_job_cells(j),
+            "ect": fmt_time(j.ect),
+            "end": fmt_time(j.end_time) if j.end_time else f"not finished ({j.state})",
+            "late": fmt_duration(((j.end_time or quota.until) - j.ect).total_seconds()) if j.ect else "-",
+        }
+        for j in sorted(quota.missed_jobs, key=lambda j: _lateness(j, quota.until), reverse=True)[:LIST_LIMIT]
+    ]
+
+
+def _waiting_rows(quota: QuotaReport) -> list[dict[str, Any]]:
+    """The jobs still waiting at the end of the window, as rows for the template."""
+    return [
+        {
+            **_job_cells(j),
+            "state": j.state,
+            "waited": fmt_duration((quota.until - j.submit_time).total_seconds()),
+            "reason": j.reason or "-",
+        }
+        for j in quota.waiting_jobs[:LIST_LIMIT]
+    ]
+
+
+def _template() -> jinja2.Template:
+    """The report's Jinja template; a missing one is a broken install, said in one line."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir())),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    try:
+        return env.get_template(TEMPLATE_NAME)
+    except jinja2.TemplateNotFound:
+        from hivebatch.errors import HivebatchError
+
+        raise HivebatchError(
+            f"the report template {TEMPLATE_NAME} is missing from {template_dir()}: reinstall hivebatch"
+        ) from None
+
+
 def render_html(inputs: ReportInputs) -> str:
     quota = inputs.quota
     colors = report_colors(inputs)
@@ -267,47 +317,9 @@ def render_html(inputs: ReportInputs) -> str:
     }
     frag = inputs.cluster.fragmentation() if inputs.cluster is not None else None
     usage_t, wait_t = quota_tables(quota)
-    missed = [
-        {
-            "job": j.job_id,
-            "user": j.user,
-            "vc": j.vc,
-            "qos": j.qos,
-            "gpus": j.gpus,
-            "ect": fmt_time(j.ect),
-            "end": fmt_time(j.end_time) if j.end_time else f"not finished ({j.state})",
-            "late": fmt_duration(((j.end_time or quota.until) - j.ect).total_seconds()) if j.ect else "-",
-        }
-        for j in sorted(quota.missed_jobs, key=lambda j: _lateness(j, quota.until), reverse=True)[:LIST_LIMIT]
-    ]
-    waiting = [
-        {
-            "job": j.job_id,
-            "user": j.user,
-            "vc": j.vc,
-            "qos": j.qos,
-            "gpus": j.gpus,
-            "state": j.state,
-            "waited": fmt_duration((quota.until - j.submit_time).total_seconds()),
-            "reason": j.reason or "-",
-        }
-        for j in quota.waiting_jobs[:LIST_LIMIT]
-    ]
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(template_dir())),
-        autoescape=jinja2.select_autoescape(["html", "j2"]),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    try:
-        template = env.get_template(TEMPLATE_NAME)
-    except jinja2.TemplateNotFound:
-        from hivebatch.errors import HivebatchError
-
-        raise HivebatchError(
-            f"the report template {TEMPLATE_NAME} is missing from {template_dir()}: reinstall hivebatch"
-        ) from None
+    missed = _missed_rows(quota)
+    waiting = _waiting_rows(quota)
+    template = _template()
     return template.render(
         title=inputs.title,
         version=__version__,

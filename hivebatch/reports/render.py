@@ -42,7 +42,8 @@ def window_line(rep: QuotaReport) -> str:
     )
 
 
-def quota_tables(rep: QuotaReport) -> list[TextTable]:
+def _usage_table(rep: QuotaReport) -> TextTable:
+    """GPU-hours, run/pending counts and the verdict per VC, with the cluster's totals."""
     t = rep.totals
     usage = TextTable(
         title="GPU usage per VC",
@@ -59,20 +60,6 @@ def quota_tables(rep: QuotaReport) -> list[TextTable]:
             "status",
         ],
         right={2, 3, 4, 5, 6, 7, 8},
-    )
-    wait = TextTable(
-        title="Waiting and deadlines per VC",
-        headers=[
-            "VC",
-            "mean wait",
-            "p95 wait",
-            "private est.",
-            "excess",
-            *GUARANTEED_CLASSES,
-            "missed ECT",
-            "preempted",
-        ],
-        right={1, 2, 3, 4, 5, 6, 7, 8},
     )
     for r, vc in enumerate(rep.vcs):
         status = vc.verdict + (f": {vc.verdict_detail}" if vc.verdict_detail else "")
@@ -91,6 +78,39 @@ def quota_tables(rep: QuotaReport) -> list[TextTable]:
             ]
         )
         usage.styles[(r, 9)] = VERDICT_STYLE.get(vc.verdict, "")
+    usage.footer = [
+        "total",
+        "",
+        str(t.gpus),
+        _h(t.gpu_hours_guaranteed),
+        _h(t.gpu_hours_opportunistic),
+        _pct(t.utilization),
+        str(t.jobs_run),
+        str(t.jobs_pending),
+        "",
+        "utilisation of all GPUs",
+    ]
+    return usage
+
+
+def _wait_table(rep: QuotaReport) -> TextTable:
+    """Queue waits, deadline rates and preemptions per VC, with the cluster's totals."""
+    t = rep.totals
+    wait = TextTable(
+        title="Waiting and deadlines per VC",
+        headers=[
+            "VC",
+            "mean wait",
+            "p95 wait",
+            "private est.",
+            "excess",
+            *GUARANTEED_CLASSES,
+            "missed ECT",
+            "preempted",
+        ],
+        right={1, 2, 3, 4, 5, 6, 7, 8},
+    )
+    for r, vc in enumerate(rep.vcs):
         excess = (
             "-"
             if vc.excess_queue_s is None
@@ -110,18 +130,6 @@ def quota_tables(rep: QuotaReport) -> list[TextTable]:
         )
         if vc.missed_ect:
             wait.styles[(r, 8)] = "bold red"
-    usage.footer = [
-        "total",
-        "",
-        str(t.gpus),
-        _h(t.gpu_hours_guaranteed),
-        _h(t.gpu_hours_opportunistic),
-        _pct(t.utilization),
-        str(t.jobs_run),
-        str(t.jobs_pending),
-        "",
-        "utilisation of all GPUs",
-    ]
     wait.footer = [
         "total",
         "",
@@ -132,7 +140,11 @@ def quota_tables(rep: QuotaReport) -> list[TextTable]:
         str(t.missed_ect),
         f"{t.preemptions} ({_h(t.preempted_gpu_hours)} GPU-h)",
     ]
-    return [usage, wait]
+    return wait
+
+
+def quota_tables(rep: QuotaReport) -> list[TextTable]:
+    return [_usage_table(rep), _wait_table(rep)]
 
 
 def quota_notes(rep: QuotaReport, frag: Fragmentation | None = None) -> list[str]:

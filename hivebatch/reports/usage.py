@@ -216,6 +216,93 @@ def _verdict(vc: VCReport) -> tuple[str, str]:
     return "ok", ""
 
 
+def _vc_report(name: str, cells: Mapping[str, int] | None = None, gpus: int = 0) -> VCReport:
+    """An empty report for one VC; a VC gone from the config has no cells and no reservation."""
+    return VCReport(
+        name=name,
+        cells=dict(cells or {}),
+        gpus_reserved=gpus,
+        qos={c: ClassRate() for c in GUARANTEED_CLASSES},
+    )
+
+
+def _add_segments(
+    reports: dict[str, VCReport], segments: list[RunSegment], since: datetime, until: datetime
+) -> dict[str, list[RunSegment]]:
+    """Add each run segment's GPU-hours and preemptions to its VC; return the segments by job."""
+    segs_by_job: dict[str, list[RunSegment]] = {}
+    for seg in segments:
+        segs_by_job.setdefault(seg.job_id, []).append(seg)
+        rep = reports.get(seg.vc)
+        if rep is None:
+            rep = reports[seg.vc] = _vc_report(seg.vc)
+        gpu_h = seg.gpus * clipped_hours(seg, since, until)
+        if seg.opportunistic:
+            rep.gpu_hours_opportunistic += gpu_h
+        else:
+            rep.gpu_hours_guaranteed += gpu_h
+        if seg.preempted and seg.end is not None and since < seg.end <= until:
+            rep.preempted_gpu_hours += gpu_h
+            rep.preemptions += 1
+    return segs_by_job
+
+
+@dataclass
+class _JobTally:
+    """What the per-job pass collects besides the VC counters: missed jobs, queue delays, starts."""
+
+    missed: list[JobRow]
+    delays: dict[str, list[float]]
+    started_guaranteed: dict[str, list[JobRow]]
+
+
+def _add_jobs(
+    reports: dict[str, VCReport],
+    jobs: list[JobRow],
+    segs_by_job: Mapping[str, list[RunSegment]],
+    since: datetime,
+    until: datetime,
+) -> _JobTally:
+    """Count each job in the window into its VC: runs, pending, queue delays and QoS outcomes."""
+    tally = _JobTally([], {name: [] for name in reports}, {name: [] for name in reports})
+    for job in jobs:
+        rep = reports[job.vc]
+        ran = any(clipped_hours(s, since, until) > 0 for s in segs_by_job.get(job.job_id, []))
+        if ran:
+            rep.jobs_run += 1
+        if job.pending:
+            rep.jobs_pending += 1
+            if not job.opportunistic:
+                rep.guaranteed_pending += 1
+                waited = (until - job.submit_time).total_seconds()
+                rep.oldest_pending_s = max(rep.oldest_pending_s or 0.0, waited)
+        delay = queue_delay_s(job)
+        if delay is not None and job.start_time is not None and since <= job.start_time < until:
+            tally.delays[job.vc].append(delay)
+            if not job.opportunistic:
+                tally.started_guaranteed[job.vc].append(job)
+        outcome = qos_outcome(job, since, until)
+        if outcome is not None:
+            rate = rep.qos.setdefault(job.qos, ClassRate())
+            rate.total += 1
+            if outcome:
+                rate.met += 1
+            else:
+                rep.missed_ect += 1
+                tally.missed.append(job)
+    return tally
+
+
+def _ordered(reports: Mapping[str, VCReport], vcs: list[VCInfo], only_vc: str | None) -> list[VCReport]:
+    """The config's VCs in config order, then VCs gone from the config by name; or just ``only_vc``."""
+    ordered = [reports[v.name] for v in vcs] + sorted(
+        (r for n, r in reports.items() if n not in {v.name for v in vcs}), key=lambda r: r.name
+    )
+    if only_vc is not None:
+        ordered = [r for r in ordered if r.name == only_vc]
+    return ordered
+
+
 def quota_report(
     jobs: list[JobRow],
     segments: list[RunSegment],
@@ -232,81 +319,22 @@ def quota_report(
     """
     window_h = max(0.0, (until - since).total_seconds()) / 3600.0
     jobs = [j for j in jobs if in_window(j, since, until)]
-    reports: dict[str, VCReport] = {
-        v.name: VCReport(
-            name=v.name,
-            cells=dict(v.cells),
-            gpus_reserved=v.gpus,
-            qos={c: ClassRate() for c in GUARANTEED_CLASSES},
-        )
-        for v in vcs
-    }
+    reports = {v.name: _vc_report(v.name, v.cells, v.gpus) for v in vcs}
     for job in jobs:
         if job.vc not in reports:  # a VC no longer in the config still had usage: keep it visible
-            reports[job.vc] = VCReport(
-                name=job.vc, cells={}, gpus_reserved=0, qos={c: ClassRate() for c in GUARANTEED_CLASSES}
-            )
-
-    segs_by_job: dict[str, list[RunSegment]] = {}
-    for seg in segments:
-        segs_by_job.setdefault(seg.job_id, []).append(seg)
-        rep = reports.get(seg.vc)
-        if rep is None:
-            rep = reports[seg.vc] = VCReport(
-                name=seg.vc, cells={}, gpus_reserved=0, qos={c: ClassRate() for c in GUARANTEED_CLASSES}
-            )
-        gpu_h = seg.gpus * clipped_hours(seg, since, until)
-        if seg.opportunistic:
-            rep.gpu_hours_opportunistic += gpu_h
-        else:
-            rep.gpu_hours_guaranteed += gpu_h
-        if seg.preempted and seg.end is not None and since < seg.end <= until:
-            rep.preempted_gpu_hours += gpu_h
-            rep.preemptions += 1
-
-    missed: list[JobRow] = []
-    delays: dict[str, list[float]] = {name: [] for name in reports}
-    started_guaranteed: dict[str, list[JobRow]] = {name: [] for name in reports}
-    for job in jobs:
-        rep = reports[job.vc]
-        ran = any(clipped_hours(s, since, until) > 0 for s in segs_by_job.get(job.job_id, []))
-        if ran:
-            rep.jobs_run += 1
-        if job.pending:
-            rep.jobs_pending += 1
-            if not job.opportunistic:
-                rep.guaranteed_pending += 1
-                waited = (until - job.submit_time).total_seconds()
-                rep.oldest_pending_s = max(rep.oldest_pending_s or 0.0, waited)
-        delay = queue_delay_s(job)
-        if delay is not None and job.start_time is not None and since <= job.start_time < until:
-            delays[job.vc].append(delay)
-            if not job.opportunistic:
-                started_guaranteed[job.vc].append(job)
-        outcome = qos_outcome(job, since, until)
-        if outcome is not None:
-            rate = rep.qos.setdefault(job.qos, ClassRate())
-            rate.total += 1
-            if outcome:
-                rate.met += 1
-            else:
-                rep.missed_ect += 1
-                missed.append(job)
-
+            reports[job.vc] = _vc_report(job.vc)
+    segs_by_job = _add_segments(reports, segments, since, until)
+    tally = _add_jobs(reports, jobs, segs_by_job, since, until)
     for name, rep in reports.items():
         if rep.gpus_reserved and window_h > 0:
             rep.reservation_share = rep.gpu_hours_guaranteed / (rep.gpus_reserved * window_h)
-        rep.mean_queue_s = mean(delays[name])
-        rep.p95_queue_s = p95(delays[name])
-        _private_estimate(rep, started_guaranteed[name], segs_by_job, until)
+        rep.mean_queue_s = mean(tally.delays[name])
+        rep.p95_queue_s = p95(tally.delays[name])
+        _private_estimate(rep, tally.started_guaranteed[name], segs_by_job, until)
         rep.now = (now or {}).get(name)
         rep.verdict, rep.verdict_detail = _verdict(rep)
 
-    ordered = [reports[v.name] for v in vcs] + sorted(
-        (r for n, r in reports.items() if n not in {v.name for v in vcs}), key=lambda r: r.name
-    )
-    if only_vc is not None:
-        ordered = [r for r in ordered if r.name == only_vc]
+    ordered = _ordered(reports, vcs, only_vc)
     gpus = total_gpus if total_gpus is not None else sum(v.gpus for v in vcs)
     if only_vc is not None:
         # One VC's totals are measured against its own reservation, not the whole cluster.
@@ -316,6 +344,7 @@ def quota_report(
     totals.gpu_hours_colocated = colocated_gpu_hours(
         [j for j in jobs if j.vc in names], segments, since, until
     )
+    missed = tally.missed
     if only_vc is not None:
         missed = [j for j in missed if j.vc == only_vc]
     missed.sort(key=lambda j: (j.ect or j.submit_time, j.job_id))

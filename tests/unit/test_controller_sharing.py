@@ -10,8 +10,8 @@ import pytest
 from controller_support import CONFIG, Env, make_env
 from sqlalchemy import select
 
-from hivebatch.controller.record import get_state
 from hivebatch.db import GpuBinding, GpuUsage
+from hivebatch.state.shares import get_state
 
 GiB = 1024
 SHARING = """

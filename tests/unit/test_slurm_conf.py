@@ -207,3 +207,27 @@ def test_diff_against_a_sites_slurm_conf_warns_before_retyping_gpus(tmp_path):
     assert "+PartitionName=gpu Nodes=node1,node2,node3,node4 MaxTime=INFINITE State=UP" in out
     assert " SchedulerParameters=bf_continue\n" in out  # the site's timing stays
     assert site.read_text() == before  # --diff writes nothing
+
+
+def test_lab_files_move_every_port_and_use_the_labs_devices(tmp_path):
+    from hivebatch.slurmconf_files import ConfigOptions, config_files
+
+    base = config_files(CONFIG, ConfigOptions(lab_dir=tmp_path / "lab"))
+    moved = config_files(CONFIG, ConfigOptions(lab_dir=tmp_path / "lab", lab_port_offset=200))
+    assert "SlurmctldPort=16817" in base["slurm.conf"][0]
+    assert "SlurmctldPort=17017" in moved["slurm.conf"][0]
+    assert "DbdPort=16819" in base["slurmdbd.conf"][0] and "DbdPort=17019" in moved["slurmdbd.conf"][0]
+    assert f"File={(tmp_path / 'lab').resolve()}/dev/nvidia0" in moved["gres.conf"][0]
+    site = config_files(CONFIG, ConfigOptions())
+    assert "slurmdbd.conf" not in site and "File=/dev/nvidia0" in site["gres.conf"][0]
+
+
+def test_write_files_replaces_only_what_changed(tmp_path):
+    from hivebatch.slurmconf_files import write_files
+
+    out = tmp_path / "out"
+    assert write_files(out, {"a": ("one\n", 0o644), "b": ("two\n", 0o755)}) == ["a", "b"]
+    assert (out / "b").stat().st_mode & 0o777 == 0o755
+    assert write_files(out, {"a": ("one\n", 0o644), "b": ("TWO\n", 0o755)}) == ["b"]
+    assert (out / "b").read_text() == "TWO\n"
+    assert sorted(p.name for p in out.iterdir()) == ["a", "b"]  # no staged leftovers

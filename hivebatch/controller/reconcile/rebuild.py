@@ -17,9 +17,10 @@ from sqlalchemy.orm import Session
 from hivebatch.cells import CellAllocator, ClusterSpec, NodeSpec
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation
-from hivebatch.controller.record import Recorder, get_state, set_state
+from hivebatch.controller.record import Recorder, set_state
 from hivebatch.db.models import CellSnapshot, Job
 from hivebatch.slurm.types import SlurmNode
+from hivebatch.state.shares import get_state
 
 Used = dict[str, set[int]]  # node -> GPU indices some job of the ledger holds
 
