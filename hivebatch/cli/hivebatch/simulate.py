@@ -7,12 +7,16 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from hivebatch.cli.common import options
 from hivebatch.errors import HivebatchError
+
+if TYPE_CHECKING:  # at run time imported where used, so --help does not load numpy
+    from hivebatch.sim.metrics import RunSummary
+    from hivebatch.sim.scaling import Scaling
 
 # kept literal (not hivebatch.qos.POLICY_NAMES) so `--help` does not import numpy
 POLICY_CHOICES = ("qos", "fifo", "capacity", "minmin", "wfs", "tetris-perf", "tetris-cer", "qos-paper", "all")
@@ -404,7 +408,9 @@ def simulate(
             click.echo(f"wrote {p}", err=True)
 
 
-def _echo_results(results: list[Any], as_json: bool, paper: dict[str, float] | None, scaling: Any) -> None:
+def _echo_results(
+    results: list[RunSummary], as_json: bool, paper: dict[str, float] | None, scaling: Scaling | None
+) -> None:
     """One JSON object per run (with the paper workload's parameters and any VC scaling), else a table."""
     if not as_json:
         _print_table(results, sys.stdout.isatty())
