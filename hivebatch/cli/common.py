@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -34,3 +36,15 @@ config_option = click.option(
     metavar="FILE",
     help="hivebatch config (default: $HIVEBATCH_CONFIG, etc/hivebatch.yaml)",
 )
+
+
+def options(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Apply click options listed top-down, as if each were written above the command in that order
+    (a long option list then lives beside the command, named by what it configures)."""
+
+    def apply(f: Any) -> Any:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return apply

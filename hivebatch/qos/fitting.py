@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from hivebatch.qos.nnls import nnls
 from hivebatch.qos.perfmodel import (
     COMPUTE_COEFFS,
     DEFAULT_COEFFS,
+    FORMS,
     OVERLAP,
     SYNC_COEFFS,
     ModelRangeError,
@@ -332,3 +334,51 @@ def fit_profile(
     return FitResult(
         profile, profile.mape_train, profile.mape_holdout, len(everything) - holdout_rows, holdout_rows
     )
+
+
+def fit_forms(
+    name: str,
+    gpu_type: str,
+    placements: SampleSet,
+    extra: SampleSet | None,
+    form: str,
+    holdout: float | None = None,
+    seed: int = 0,
+    family: str | None = None,
+    params_m: float | None = None,
+) -> tuple[dict[str, FitResult], dict[str, str]]:
+    """Every model form fitted, so their errors can be compared: (fits by form, why another form failed).
+
+    A failure of ``form`` itself, the one to store, is raised."""
+    results: dict[str, FitResult] = {}
+    errors: dict[str, str] = {}
+    for f in FORMS:
+        try:
+            results[f] = fit_profile(
+                name,
+                gpu_type,
+                placements,
+                extra,
+                form=f,
+                holdout=holdout,
+                seed=seed,
+                family=family,
+                params_m=params_m,
+            )
+        except HivebatchError as exc:
+            if f == form:
+                raise
+            errors[f] = str(exc)
+    return results, errors
+
+
+def declared_traits(
+    known: Iterable[Profile], name: str, family: str | None, params_m: float | None
+) -> tuple[str | None, float | None]:
+    """(family, params_m): what is given, else what stored profiles of ``name`` already declare, so a refit
+    keeps them unless told otherwise."""
+    for prof in known:
+        if prof.name.lower() == name.strip().lower():
+            family = family or prof.family
+            params_m = params_m or prof.params_m
+    return family, params_m

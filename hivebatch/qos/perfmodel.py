@@ -351,3 +351,23 @@ def predict_with_range(profile: Profile, batch: float, shape: Shape) -> Predicti
     factor = err / 100.0
     n = w * shape.gpus
     return Prediction(pr, n / (t_hi * (1 + factor)), n / (t_lo * max(1 - factor, 0.5)), tuple(outside))
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The model's answer for one job on one placement: throughput with its range and, given a number
+    of iterations, the latency including the start-up overhead."""
+
+    profile: Profile
+    batch: int
+    shape: Shape
+    prediction: Prediction
+    iters: int | None
+    overhead_s: float
+    latency_s: float | None
+
+
+def forecast(profile: Profile, batch: int, shape: Shape, iters: int | None, overhead_s: float) -> Forecast:
+    pred = predict_with_range(profile, batch, shape)
+    lat = latency(profile, batch, iters, shape, overhead_s) if iters is not None else None
+    return Forecast(profile, batch, shape, pred, iters, overhead_s, lat)

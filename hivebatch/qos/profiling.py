@@ -64,6 +64,36 @@ def job_script(run_dir: Path, command: list[str], batch_sizes: list[int], iters:
     )
 
 
+def command_for(script: Path, interpreter: str | None, executable: bool) -> list[str]:
+    """How the job runs the user's script: with --interpreter, else itself when executable, else by suffix."""
+    if interpreter:
+        return [*shlex.split(interpreter), str(script)]
+    if executable:
+        return [str(script)]
+    if script.suffix == ".py":
+        return ["python3", str(script)]
+    return ["bash", str(script)]
+
+
+def sbatch_args(
+    model: str,
+    time_limit: str,
+    run_dir: Path,
+    account: str | None = None,
+    qos: str | None = None,
+    partition: str | None = None,
+) -> list[str]:
+    """sbatch options of a profiling job: one task on one GPU of one node, run and logged in ``run_dir``."""
+    args = [
+        "--job-name", f"hb-profile-{model}", "--nodes", "1", "--ntasks", "1", "--gres", "gpu:1",
+        "--time", time_limit, "--chdir", str(run_dir), "--output", str(run_dir / "slurm-%j.out"),
+    ]  # fmt: skip
+    for flag, value in (("--account", account), ("--qos", qos), ("--partition", partition)):
+        if value:
+            args += [flag, value]
+    return args
+
+
 def parse_throughput(text: str) -> float | None:
     """The last ``N samples/s`` on stdout, else the last line that is just a number."""
     found: float | None = None

@@ -8,7 +8,10 @@ from typing import Any
 
 from hivebatch.cells import ClusterSpec, parse_cluster_config
 from hivebatch.qos import Platform, ProfileStore, QosSettings, parse_qos_config
+from hivebatch.sim.engine import BadNode
+from hivebatch.sim.runner import Experiment
 from hivebatch.sim.runtime import RuntimeModel
+from hivebatch.sim.workload import SimJob
 
 # A generic 8-GPU server: 2 sockets x 2 PCIe switches x 2 GPUs (the same tree as the lab nodes).
 # The GPU model only selects the profiles behind the slowdown of spread placements.
@@ -76,3 +79,18 @@ def build_runtime(spec: ClusterSpec, platform: Platform, qos: QosSettings) -> Ru
 
 def qos_settings(data: dict[str, Any], config_dir: Path | None) -> QosSettings:
     return parse_qos_config(data, config_dir)
+
+
+def build_experiment(
+    spec: ClusterSpec,
+    data: dict[str, Any],
+    config_dir: Path | None,
+    jobs: list[SimJob],
+    bad_nodes: list[BadNode],
+    private_baseline: bool,
+) -> Experiment:
+    """The replay of ``jobs`` on ``spec`` with the platform and run times the config's qos: section gives."""
+    qos = qos_settings(data, config_dir)
+    platform = build_platform(spec, qos)
+    runtime = build_runtime(spec, platform, qos)
+    return Experiment(spec, jobs, runtime, platform, bad_nodes=bad_nodes, private_baseline=private_baseline)

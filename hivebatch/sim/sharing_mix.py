@@ -178,53 +178,65 @@ def simulate_mix(
     against the cell core after every instant (for tests)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
-    spec = parse_cluster_config(data)
-    alloc = CellAllocator(spec)
-    sharing: dict[str, Any] = {}
-    if mode == "colocate":
-        sharing = {"colocate": {"vcs": sorted(spec.vcs), "headroom_mib": headroom_mib, "max_jobs_per_gpu": 4}}
-    cfg = parse_sharing_config({"sharing": sharing})
-    led = SharingLedger(alloc, spec, cfg)
-    gpu_type = spec.gpu_types[0]
-    cap = led.gpu_capacity_mib(gpu_type) or 1
-    total_gpus = spec.total_gpus()
+    sim = _MixSim(data, jobs, mode, window_s, headroom_mib)
+    sim.run(check)
+    return sim.result()
 
-    events: list[tuple[float, int, int, str, int]] = []  # time, order (0 end, 1 arrival), seq, job, token
-    by_id = {j.job_id: j for j in jobs}
-    for seq, j in enumerate(jobs):
-        heapq.heappush(events, (j.arrival_s, 1, seq, j.job_id, 0))
-    queue: list[str] = []
-    running: dict[str, _Run] = {}
-    tokens: dict[str, int] = {}
-    waits: dict[str, list[float]] = {k: [] for k in KINDS}
-    done = dict.fromkeys(KINDS, 0)
-    uses: list[GpuUse] = []
-    mem_area = 0.0  # MiB·s really used
-    held_area = 0.0  # GPU·s held in the cell core
-    last_t = 0.0
-    res = MixResult(mode=mode, window_h=window_s / 3600.0)
-    res.submitted = {k: sum(1 for j in jobs if j.kind == k) for k in KINDS}
 
-    def held_now() -> tuple[int, float]:
-        gpus = sum(len(ix) for st in alloc.jobs().values() for ix in st.placement.values())
+class _MixSim:
+    """One replay of a mix in one mode: the event loop and what it measures along the way."""
+
+    def __init__(
+        self, data: dict[str, Any], jobs: list[MixJob], mode: str, window_s: float, headroom_mib: int
+    ) -> None:
+        spec = parse_cluster_config(data)
+        self.mode = mode
+        self.window_s = window_s
+        self.alloc = CellAllocator(spec)
+        sharing: dict[str, Any] = {}
+        if mode == "colocate":
+            sharing = {
+                "colocate": {"vcs": sorted(spec.vcs), "headroom_mib": headroom_mib, "max_jobs_per_gpu": 4}
+            }
+        self.led = SharingLedger(self.alloc, spec, parse_sharing_config({"sharing": sharing}))
+        self.cap = self.led.gpu_capacity_mib(spec.gpu_types[0]) or 1
+        self.total_gpus = spec.total_gpus()
+        # time, order (0 end, 1 arrival), seq, job, token
+        self.events: list[tuple[float, int, int, str, int]] = []
+        self.by_id = {j.job_id: j for j in jobs}
+        for seq, j in enumerate(jobs):
+            heapq.heappush(self.events, (j.arrival_s, 1, seq, j.job_id, 0))
+        self.queue: list[str] = []
+        self.running: dict[str, _Run] = {}
+        self.tokens: dict[str, int] = {}
+        self.waits: dict[str, list[float]] = {k: [] for k in KINDS}
+        self.done = dict.fromkeys(KINDS, 0)
+        self.uses: list[GpuUse] = []
+        self.mem_area = 0.0  # MiB·s really used
+        self.held_area = 0.0  # GPU·s held in the cell core
+        self.last_t = 0.0
+        self.res = MixResult(mode=mode, window_h=window_s / 3600.0)
+        self.res.submitted = {k: sum(1 for j in jobs if j.kind == k) for k in KINDS}
+
+    def held_now(self) -> tuple[int, float]:
+        gpus = sum(len(ix) for st in self.alloc.jobs().values() for ix in st.placement.values())
         mem = 0.0
-        for r in running.values():
+        for r in self.running.values():
             mem += r.job.mem_mib * sum(len(ix) for ix in r.placement.values())
         return gpus, mem
 
-    def advance(t: float) -> None:
-        nonlocal mem_area, held_area, last_t
-        lo, hi = min(last_t, window_s), min(t, window_s)
+    def advance(self, t: float) -> None:
+        lo, hi = min(self.last_t, self.window_s), min(t, self.window_s)
         if hi > lo:
-            g, m = held_now()
-            held_area += g * (hi - lo)
-            mem_area += m * (hi - lo)
-        last_t = t
+            g, m = self.held_now()
+            self.held_area += g * (hi - lo)
+            self.mem_area += m * (hi - lo)
+        self.last_t = t
 
-    def record(r: _Run, end: float) -> None:
+    def record(self, r: _Run, end: float) -> None:
         for node, idx in r.placement.items():
             for i in idx:
-                uses.append(
+                self.uses.append(
                     GpuUse(
                         r.job.job_id,
                         r.job.vc,
@@ -238,89 +250,103 @@ def simulate_mix(
                     )
                 )
 
-    def stop(jid: str, now: float, preempted: bool) -> list[str]:
+    def stop(self, jid: str, now: float, preempted: bool) -> list[str]:
         """Take a job off its GPUs; returns jobs requeued as a consequence."""
-        r = running.pop(jid)
-        record(r, now)
-        tokens[jid] = tokens.get(jid, 0) + 1
+        r = self.running.pop(jid)
+        self.record(r, now)
+        self.tokens[jid] = self.tokens.get(jid, 0) + 1
         if r.slice_mode:
             if preempted:  # the ledger already dropped it
                 return []
-            return led.release(jid)
+            return self.led.release(jid)
         if preempted:  # the cell core already released it
             return []
-        alloc.release(jid)
-        return led.release_whole_job(jid)
+        self.alloc.release(jid)
+        return self.led.release_whole_job(jid)
 
-    def requeue(ids: list[str], now: float) -> None:
+    def requeue(self, ids: list[str], now: float) -> None:
         for pid in ids:
-            if pid in running:
-                r = running.pop(pid)
-                record(r, now)
-                tokens[pid] = tokens.get(pid, 0) + 1
-            res.preemptions += 1
-            queue.append(pid)
+            if pid in self.running:
+                r = self.running.pop(pid)
+                self.record(r, now)
+                self.tokens[pid] = self.tokens.get(pid, 0) + 1
+            self.res.preemptions += 1
+            self.queue.append(pid)
 
-    def start(jid: str, now: float) -> bool:
-        j = by_id[jid]
-        slice_mode = mode != "exclusive" and j.kind in ("slice", "opp")
+    def start(self, jid: str, now: float) -> bool:
+        """Try to start a queued job; True when it leaves the queue (started or rejected)."""
+        j = self.by_id[jid]
+        slice_mode = self.mode != "exclusive" and j.kind in ("slice", "opp")
         prio = -1 if j.kind == "opp" else 0
-        if slice_mode:
-            d = led.place(jid, j.vc, j.mem_mib, prio)
-            if d.result == "rejected":
-                res.rejected += 1
-                return True
-            if d.result != "placed":
-                return False
-            requeue(d.preempted, now)
-            run = _Run(j, now, tokens.get(jid, 0), d.placement, True, d.colocated, d.mem_mib / cap)
-        else:
-            dec = alloc.allocate(Request(jid, j.vc, j.gpus, None, None, None, prio))
-            if dec.result == "rejected":
-                res.rejected += 1
-                return True
-            if dec.result != "placed":
-                return False
-            requeue(led.translate_preempted(list(dec.preempted)), now)
-            if mode == "colocate" and j.kind == "whole":
-                led.note_whole_job(jid, j.vc, prio, dec.placement, j.mem_mib)
-            run = _Run(j, now, tokens.get(jid, 0), dict(dec.placement), False, False, 1.0)
-        running[jid] = run
-        waits[j.kind].append(now - j.arrival_s)
-        heapq.heappush(events, (now + j.duration_s, 0, 0, jid, run.token))
+        placed = self._place_slice(j, now, prio) if slice_mode else self._place_whole(j, now, prio)
+        if isinstance(placed, bool):
+            return placed
+        self.running[jid] = placed
+        self.waits[j.kind].append(now - j.arrival_s)
+        heapq.heappush(self.events, (now + j.duration_s, 0, 0, jid, placed.token))
         return True
 
-    while events:
-        t = events[0][0]
-        advance(t)
-        while events and events[0][0] == t:
-            _, order, _, jid, tok = heapq.heappop(events)
-            if order == 0:
-                r = running.get(jid)
-                if r is None or r.token != tok:
-                    continue  # a stale completion of a preempted run
-                requeue(stop(jid, t, preempted=False), t)
-                if t <= window_s:
-                    done[by_id[jid].kind] += 1
-            else:
-                queue.append(jid)
-        # guaranteed first, then opportunistic; first come first served with backfill
-        queue.sort(key=lambda q: (by_id[q].kind == "opp", by_id[q].arrival_s, q))
-        queue[:] = [q for q in queue if not start(q, t)]
-        if check:
-            led.check_invariants()
-            alloc.check_invariants()
-    res.done = done
-    res.mean_wait_min = {k: (sum(v) / len(v) / 60.0 if v else 0.0) for k, v in waits.items()}
-    acc = account(uses, 0.0, window_s, total_gpus)
-    res.guaranteed_gpu_h = acc.total.guaranteed
-    res.opportunistic_gpu_h = acc.total.opportunistic
-    res.colocated_gpu_h = acc.total.colocated
-    res.extra_capacity_pct = acc.extra_capacity_pct
-    res.work_util_pct = acc.utilization_pct
-    res.mem_util_pct = 100.0 * mem_area / (window_s * total_gpus * cap) if window_s else 0.0
-    res.held_pct = 100.0 * held_area / (window_s * total_gpus) if window_s else 0.0
-    return res
+    def _place_slice(self, j: MixJob, now: float, prio: int) -> _Run | bool:
+        """The run of a slice the ledger placed; True when rejected, False when it must wait."""
+        d = self.led.place(j.job_id, j.vc, j.mem_mib, prio)
+        if d.result == "rejected":
+            self.res.rejected += 1
+            return True
+        if d.result != "placed":
+            return False
+        self.requeue(d.preempted, now)
+        token = self.tokens.get(j.job_id, 0)
+        return _Run(j, now, token, d.placement, True, d.colocated, d.mem_mib / self.cap)
+
+    def _place_whole(self, j: MixJob, now: float, prio: int) -> _Run | bool:
+        """The run of whole GPUs the cell core placed; True when rejected, False when it must wait."""
+        dec = self.alloc.allocate(Request(j.job_id, j.vc, j.gpus, None, None, None, prio))
+        if dec.result == "rejected":
+            self.res.rejected += 1
+            return True
+        if dec.result != "placed":
+            return False
+        self.requeue(self.led.translate_preempted(list(dec.preempted)), now)
+        if self.mode == "colocate" and j.kind == "whole":
+            self.led.note_whole_job(j.job_id, j.vc, prio, dec.placement, j.mem_mib)
+        return _Run(j, now, self.tokens.get(j.job_id, 0), dict(dec.placement), False, False, 1.0)
+
+    def run(self, check: bool) -> None:
+        events, by_id = self.events, self.by_id
+        while events:
+            t = events[0][0]
+            self.advance(t)
+            while events and events[0][0] == t:
+                _, order, _, jid, tok = heapq.heappop(events)
+                if order == 0:
+                    r = self.running.get(jid)
+                    if r is None or r.token != tok:
+                        continue  # a stale completion of a preempted run
+                    self.requeue(self.stop(jid, t, preempted=False), t)
+                    if t <= self.window_s:
+                        self.done[by_id[jid].kind] += 1
+                else:
+                    self.queue.append(jid)
+            # guaranteed first, then opportunistic; first come first served with backfill
+            self.queue.sort(key=lambda q: (by_id[q].kind == "opp", by_id[q].arrival_s, q))
+            self.queue[:] = [q for q in self.queue if not self.start(q, t)]
+            if check:
+                self.led.check_invariants()
+                self.alloc.check_invariants()
+
+    def result(self) -> MixResult:
+        res, window_s, total_gpus = self.res, self.window_s, self.total_gpus
+        res.done = self.done
+        res.mean_wait_min = {k: (sum(v) / len(v) / 60.0 if v else 0.0) for k, v in self.waits.items()}
+        acc = account(self.uses, 0.0, window_s, total_gpus)
+        res.guaranteed_gpu_h = acc.total.guaranteed
+        res.opportunistic_gpu_h = acc.total.opportunistic
+        res.colocated_gpu_h = acc.total.colocated
+        res.extra_capacity_pct = acc.extra_capacity_pct
+        res.work_util_pct = acc.utilization_pct
+        res.mem_util_pct = 100.0 * self.mem_area / (window_s * total_gpus * self.cap) if window_s else 0.0
+        res.held_pct = 100.0 * self.held_area / (window_s * total_gpus) if window_s else 0.0
+        return res
 
 
 def compare(

@@ -18,7 +18,15 @@ from hivebatch.qos import (
     predict_throughput,
     read_profile_csv,
 )
-from hivebatch.qos.fitting import Sample, SampleSet, fit_default, fit_paper, split_holdout
+from hivebatch.qos.fitting import (
+    Sample,
+    SampleSet,
+    declared_traits,
+    fit_default,
+    fit_forms,
+    fit_paper,
+    split_holdout,
+)
 from hivebatch.qos.perfmodel import DEFAULT_COEFFS, comm_penalty, single_gpu_throughput, step_time
 
 PLACEMENTS = """local_bsz,step_time,sync_time,placement
@@ -234,3 +242,32 @@ def test_real_file_asymmetric_rows_are_counted() -> None:
     # 44 placements × 5 batch sizes; 16 of the placements are symmetric
     assert len(s.samples) == 16 * 5
     assert s.skipped_asymmetric == 28 * 5
+
+
+MULTI_GPU_ONLY = """local_bsz,step_time,sync_time,placement
+32,0.12,0.01,2
+64,0.22,0.02,2
+32,0.13,0.01,4
+64,0.24,0.02,4
+32,0.15,0.01,44
+64,0.26,0.02,44
+"""
+
+
+def test_fit_forms_reports_the_other_forms_failure_and_raises_the_chosen_ones() -> None:
+    rows = parse_profile_csv(MULTI_GPU_ONLY)
+    results, errors = fit_forms("toy", "V100", rows, None, "default")
+    assert list(results) == ["default"] and results["default"].profile.form == "default"
+    assert list(errors) == ["paper"] and "single-GPU samples" in errors["paper"]
+    with pytest.raises(HivebatchError, match="single-GPU samples"):
+        fit_forms("toy", "V100", rows, None, "paper")
+
+
+def test_declared_traits_fill_only_what_is_not_given() -> None:
+    known = [
+        simple_profile(),
+        Profile("other", "V100", "default", dict(simple_profile().coefficients), "rnn", 3.0),
+    ]
+    assert declared_traits(known, " TOY ", None, None) == ("cnn", 10.0)
+    assert declared_traits(known, "toy", "transformer", 7.5) == ("transformer", 7.5)
+    assert declared_traits(known, "new", None, None) == (None, None)

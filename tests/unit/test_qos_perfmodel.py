@@ -16,7 +16,7 @@ from hivebatch.qos import (
     predict_throughput,
     single_gpu_throughput,
 )
-from hivebatch.qos.perfmodel import ModelRangeError, step_time
+from hivebatch.qos.perfmodel import ModelRangeError, forecast, predict_with_range, step_time
 
 
 def paper_profile(
@@ -141,3 +141,12 @@ def test_profile_dict_round_trip() -> None:
     back = Profile.from_dict(prof.to_dict())
     assert back.coefficients == prof.coefficients
     assert back.extra == {"cluster": "dgx"}
+
+
+def test_forecast_has_latency_only_with_iterations() -> None:
+    prof, shape = toy_profile(), Shape(2, 2)
+    fc = forecast(prof, 80, shape, None, 30.0)
+    assert fc.prediction == predict_with_range(prof, 80, shape) and fc.latency_s is None
+    fc = forecast(prof, 80, shape, 100, 30.0)
+    assert fc.latency_s == pytest.approx(latency(prof, 80, 100, shape, 30.0))
+    assert (fc.iters, fc.overhead_s, fc.batch, fc.shape) == (100, 30.0, 80, shape)

@@ -13,16 +13,19 @@ from qos_helpers import simple_profile
 
 from hivebatch.cli.hadmin.main import cli as hadmin
 from hivebatch.errors import HivebatchError
+from hivebatch.profiling_job import wait_for_job
 from hivebatch.qos import Shape
 from hivebatch.qos.fitting import Sample
 from hivebatch.qos.profiling import (
     check_model_name,
+    command_for,
     fit_single_gpu,
     job_script,
     parse_batch_sizes,
     parse_throughput,
     read_run,
     samples_csv,
+    sbatch_args,
 )
 from hivebatch.testing.fake_slurm import FakeSlurm
 
@@ -174,3 +177,28 @@ def test_collect_fits_and_stores(profiles_env: Path, tmp_path: Path) -> None:
 def test_collect_needs_a_run_dir(profiles_env: Path, tmp_path: Path) -> None:
     r = CliRunner().invoke(hadmin, ["profile", "collect", str(tmp_path)])
     assert r.exit_code != 0 and "not a profiling run directory" in str(r.exception)
+
+
+def test_command_for_follows_interpreter_then_executable_then_suffix(tmp_path: Path) -> None:
+    py, sh = tmp_path / "train.py", tmp_path / "train.sh"
+    assert command_for(py, "python3 -u", executable=True) == ["python3", "-u", str(py)]
+    assert command_for(py, None, executable=True) == [str(py)]
+    assert command_for(py, None, executable=False) == ["python3", str(py)]
+    assert command_for(sh, None, executable=False) == ["bash", str(sh)]
+
+
+def test_sbatch_args_one_gpu_and_only_the_options_given(tmp_path: Path) -> None:
+    args = sbatch_args("mynet", "00:30:00", tmp_path, qos="opportunistic")
+    assert args[args.index("--gres") + 1] == "gpu:1" and args[args.index("--time") + 1] == "00:30:00"
+    assert args[args.index("--output") + 1] == str(tmp_path / "slurm-%j.out")
+    assert args[-2:] == ["--qos", "opportunistic"] and "--account" not in args and "--partition" not in args
+
+
+def test_wait_for_job_returns_the_end_state_or_times_out(tmp_path: Path) -> None:
+    slurm = FakeSlurm()
+    job = slurm.submit("#!/bin/bash\ntrue\n", ["--gres", "gpu:1"])
+    with pytest.raises(HivebatchError, match=f"profiling job {job} still RUNNING after 0 s"):
+        wait_for_job(slurm, job, timeout=0, poll=0, run_dir=tmp_path)
+    slurm.finish(job)
+    assert wait_for_job(slurm, job, timeout=0, poll=0, run_dir=tmp_path) == "COMPLETED"
+    assert wait_for_job(slurm, 999, timeout=0, poll=0, run_dir=tmp_path) == "DONE"

@@ -9,19 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import shlex
-import shutil
-import stat
-import time
 from pathlib import Path
 from typing import Any
 
 import click
 
+from hivebatch.cli.common import options
 from hivebatch.errors import HivebatchError
-
-ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
 
 
 def _default_gpu_type(config: str | None) -> str | None:
@@ -36,22 +30,6 @@ def _default_gpu_type(config: str | None) -> str | None:
     except (HivebatchError, ImportError, AttributeError):
         return None
     return types[0] if len(types) == 1 else None
-
-
-def _command_for(script: Path, interpreter: str | None, executable: bool) -> list[str]:
-    if interpreter:
-        return [*shlex.split(interpreter), str(script)]
-    if executable:
-        return [str(script)]
-    if script.suffix == ".py":
-        return ["python3", str(script)]
-    return ["bash", str(script)]
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _collect(run_dir: Path, profiles: str | None, config: str | None, as_json: bool) -> None:
@@ -123,46 +101,69 @@ def profile() -> None:
     """Measure model types on the cluster and store their performance profiles."""
 
 
+#: what to measure and how to run it
+_MEASURE_OPTIONS = (
+    click.option("--model", "model_name", required=True, help="model type to store the profile under"),
+    click.option(
+        "--script",
+        "script",
+        required=True,
+        type=click.Path(exists=True, dir_okay=False),
+        help="training script (see the interface in the docs)",
+    ),
+    click.option(
+        "--batch-sizes",
+        default="16,32,64,128",
+        show_default=True,
+        help="comma-separated batch sizes to measure",
+    ),
+    click.option("--iters", type=int, default=100, show_default=True, help="iterations per batch size"),
+    click.option("--gpu-type", help="GPU type measured (default: the cluster's only GPU type)"),
+    click.option(
+        "--interpreter",
+        help="command to run the script with (default: run it if executable, else python3 for .py, else bash)",
+    ),
+)
+
+#: what is known about the model (for borrowing communication terms)
+_MODEL_OPTIONS = (
+    click.option("--like", help="similar known model whose communication terms to borrow"),
+    click.option("--family", help="model family (cnn, rnn, transformer, ...)"),
+    click.option("--params-m", type=float, help="parameter count in millions"),
+)
+
+#: the Slurm job and the wait for it
+_JOB_OPTIONS = (
+    click.option("--account", help="Slurm account to charge"),
+    click.option("--qos", "qos", help="Slurm QOS (e.g. opportunistic, to profile only on idle GPUs)"),
+    click.option("--partition", help="Slurm partition"),
+    click.option(
+        "--time-limit", default="01:00:00", show_default=True, help="Slurm time limit of the profiling job"
+    ),
+    click.option(
+        "--output-dir",
+        type=click.Path(file_okay=False),
+        help="run directory on a file system the nodes share (default: next to the profile store)",
+    ),
+    click.option(
+        "--wait/--no-wait", default=True, show_default=True, help="wait for the job and store the profile"
+    ),
+    click.option(
+        "--timeout", type=float, default=3600, show_default=True, help="seconds to wait for the job"
+    ),
+    click.option("--poll", type=float, default=2.0, hidden=True),
+)
+
+#: where the profile goes and how the result is printed
+_STORE_OPTIONS = (
+    click.option("--profiles", metavar="FILE", help="profile store file (default as for `hivebatch model`)"),
+    click.option("--config", "config", metavar="FILE", help="hivebatch config"),
+    click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
+)
+
+
 @profile.command()
-@click.option("--model", "model_name", required=True, help="model type to store the profile under")
-@click.option(
-    "--script",
-    "script",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="training script (see the interface in the docs)",
-)
-@click.option(
-    "--batch-sizes", default="16,32,64,128", show_default=True, help="comma-separated batch sizes to measure"
-)
-@click.option("--iters", type=int, default=100, show_default=True, help="iterations per batch size")
-@click.option("--gpu-type", help="GPU type measured (default: the cluster's only GPU type)")
-@click.option(
-    "--interpreter",
-    help="command to run the script with (default: run it if executable, else python3 for .py, else bash)",
-)
-@click.option("--like", help="similar known model whose communication terms to borrow")
-@click.option("--family", help="model family (cnn, rnn, transformer, ...)")
-@click.option("--params-m", type=float, help="parameter count in millions")
-@click.option("--account", help="Slurm account to charge")
-@click.option("--qos", "qos", help="Slurm QOS (e.g. opportunistic, to profile only on idle GPUs)")
-@click.option("--partition", help="Slurm partition")
-@click.option(
-    "--time-limit", default="01:00:00", show_default=True, help="Slurm time limit of the profiling job"
-)
-@click.option(
-    "--output-dir",
-    type=click.Path(file_okay=False),
-    help="run directory on a file system the nodes share (default: next to the profile store)",
-)
-@click.option(
-    "--wait/--no-wait", default=True, show_default=True, help="wait for the job and store the profile"
-)
-@click.option("--timeout", type=float, default=3600, show_default=True, help="seconds to wait for the job")
-@click.option("--poll", type=float, default=2.0, hidden=True)
-@click.option("--profiles", metavar="FILE", help="profile store file (default as for `hivebatch model`)")
-@click.option("--config", "config", metavar="FILE", help="hivebatch config")
-@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@options(*_MEASURE_OPTIONS, *_MODEL_OPTIONS, *_JOB_OPTIONS, *_STORE_OPTIONS)
 def run(
     model_name: str,
     script: str,
@@ -187,32 +188,15 @@ def run(
 ) -> None:
     """Submit a job that runs SCRIPT at each batch size on one GPU, then fit and store the profile."""
     from hivebatch.cli.hivebatch.model import resolve_store_path
-    from hivebatch.qos.profiling import check_model_name, job_script, parse_batch_sizes
+    from hivebatch.profiling_job import make_run_dir, prepare_run, wait_for_job, write_json
+    from hivebatch.qos.profiling import check_model_name, parse_batch_sizes, sbatch_args
     from hivebatch.slurm import get_backend
 
     check_model_name(model_name)
     sizes = parse_batch_sizes(batch_sizes)
-    if iters < 1:
-        raise click.UsageError("--iters must be >= 1")
-    if params_m is not None and params_m <= 0:
-        raise click.UsageError("--params-m must be > 0")
-    gpu = gpu_type or _default_gpu_type(config)
-    if not gpu:
-        raise click.UsageError("--gpu-type is required (the config does not name exactly one GPU type)")
+    gpu = _checked_gpu_type(iters, params_m, gpu_type, config)
     store_path = resolve_store_path(profiles, config)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
-    run_dir = (
-        Path(output_dir) if output_dir else store_path.parent / "profile-runs"
-    ) / f"{model_name}-{stamp}"
-    run_dir = run_dir.resolve()
-    run_dir.mkdir(parents=True, exist_ok=False)
-    # a frozen copy, so the measured code is the code that was asked for
-    src = Path(script)
-    copy = run_dir / ("user-script" + src.suffix)
-    shutil.copyfile(src, copy)
-    copy.chmod(copy.stat().st_mode | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
-    command = _command_for(copy, interpreter, executable=os.access(src, os.X_OK))
-    text = job_script(run_dir, command, sizes, iters, model_name)
+    run_dir = make_run_dir(Path(output_dir) if output_dir else store_path.parent / "profile-runs", model_name)
     meta: dict[str, Any] = {
         "model": model_name,
         "gpu_type": gpu,
@@ -224,52 +208,50 @@ def run(
         "profiles": str(store_path),
         "job_id": None,
     }
-    _write_json(run_dir / "run.json", meta)
-    (run_dir / "job.sh").write_text(text, encoding="utf-8")
-    args = [
-        "--job-name", f"hb-profile-{model_name}", "--nodes", "1", "--ntasks", "1", "--gres", "gpu:1",
-        "--time", time_limit, "--chdir", str(run_dir), "--output", str(run_dir / "slurm-%j.out"),
-    ]  # fmt: skip
-    for flag, value in (("--account", account), ("--qos", qos), ("--partition", partition)):
-        if value:
-            args += [flag, value]
+    text = prepare_run(run_dir, Path(script), interpreter, sizes, iters, meta)
     be = get_backend()
-    job_id = be.submit(text, args)
+    job_id = be.submit(text, sbatch_args(model_name, time_limit, run_dir, account, qos, partition))
     meta["job_id"] = job_id
-    _write_json(run_dir / "run.json", meta)
+    write_json(run_dir / "run.json", meta)
     if not as_json:
         click.echo(
             f"submitted profiling job {job_id} for {model_name} on {gpu} (batch sizes {', '.join(map(str, sizes))}; run directory {run_dir})"
         )
     if not wait:
-        if as_json:
-            click.echo(
-                json.dumps(
-                    {
-                        "job_id": job_id,
-                        "run_dir": str(run_dir),
-                        "collect": f"hadmin profile collect {run_dir}",
-                    }
-                )
-            )
-        else:
-            click.echo(f"when it has finished: hadmin profile collect {run_dir}")
+        _echo_collect_later(job_id, run_dir, as_json)
         return
-    deadline = time.monotonic() + timeout
-    state = "PENDING"
-    while True:
-        jobs = be.list_jobs([job_id])
-        state = jobs[0].state if jobs else "DONE"
-        if state not in ACTIVE_STATES:
-            break
-        if time.monotonic() > deadline:
-            raise HivebatchError(
-                f"profiling job {job_id} still {state} after {timeout:g} s; collect later with: hadmin profile collect {run_dir}"
-            )
-        time.sleep(poll)
+    state = wait_for_job(be, job_id, timeout, poll, run_dir)
     if state not in ("DONE", "COMPLETED") and not as_json:
         click.echo(f"job {job_id} ended {state}; collecting what it measured")
     _collect(run_dir, profiles, config, as_json)
+
+
+def _checked_gpu_type(iters: int, params_m: float | None, gpu_type: str | None, config: str | None) -> str:
+    """The GPU type measured, once --iters and --params-m are known to be usable."""
+    if iters < 1:
+        raise click.UsageError("--iters must be >= 1")
+    if params_m is not None and params_m <= 0:
+        raise click.UsageError("--params-m must be > 0")
+    gpu = gpu_type or _default_gpu_type(config)
+    if not gpu:
+        raise click.UsageError("--gpu-type is required (the config does not name exactly one GPU type)")
+    return gpu
+
+
+def _echo_collect_later(job_id: int, run_dir: Path, as_json: bool) -> None:
+    """How to store the profile once a job submitted with --no-wait has finished."""
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "job_id": job_id,
+                    "run_dir": str(run_dir),
+                    "collect": f"hadmin profile collect {run_dir}",
+                }
+            )
+        )
+    else:
+        click.echo(f"when it has finished: hadmin profile collect {run_dir}")
 
 
 @profile.command()

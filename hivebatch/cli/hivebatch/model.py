@@ -6,12 +6,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from hivebatch.cli.common import config_option
+from hivebatch.cli.common import config_option, options
 from hivebatch.errors import ConfigError, HivebatchError
+
+if TYPE_CHECKING:  # at run time imported where used, so --help does not load numpy
+    from hivebatch.qos.fitting import FitResult
+    from hivebatch.qos.perfmodel import Forecast
 
 PROFILES_ENV = "HIVEBATCH_PROFILES"
 CLUSTER_GPU = {"dgx": "V100", "rtx": "RTX2080Ti"}
@@ -96,29 +100,35 @@ def model() -> None:
     """Performance profiles of model types: fit from measurements, predict, list."""
 
 
+#: how to fit: the GPU measured, the form stored, the holdout, what is known of the model
+_FIT_OPTIONS = (
+    click.option(
+        "--gpu-type", help="GPU type the samples were measured on (default: from a -dgx/-rtx file name)"
+    ),
+    click.option(
+        "--form",
+        type=click.Choice(["default", "paper"]),
+        default="default",
+        show_default=True,
+        help="performance-model form to store",
+    ),
+    click.option(
+        "--holdout",
+        type=float,
+        help="fraction of the placements rows held out to measure prediction error (e.g. 0.3)",
+    ),
+    click.option("--seed", type=int, default=0, show_default=True, help="seed of the random holdout split"),
+    click.option("--family", help="model family for similarity fallback (cnn, rnn, transformer, ...)"),
+    click.option("--params-m", type=float, help="parameter count in millions, for similarity fallback"),
+    click.option("--dry-run", is_flag=True, help="fit and report, store nothing"),
+)
+
+
 @model.command()
 @click.argument("placements", type=click.Path(dir_okay=False))
 @click.argument("scalability", required=False, type=click.Path(dir_okay=False))
 @click.option("--name", required=True, help="model type to store the profile under (e.g. resnet50)")
-@click.option(
-    "--gpu-type", help="GPU type the samples were measured on (default: from a -dgx/-rtx file name)"
-)
-@click.option(
-    "--form",
-    type=click.Choice(["default", "paper"]),
-    default="default",
-    show_default=True,
-    help="performance-model form to store",
-)
-@click.option(
-    "--holdout",
-    type=float,
-    help="fraction of the placements rows held out to measure prediction error (e.g. 0.3)",
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="seed of the random holdout split")
-@click.option("--family", help="model family for similarity fallback (cnn, rnn, transformer, ...)")
-@click.option("--params-m", type=float, help="parameter count in millions, for similarity fallback")
-@click.option("--dry-run", is_flag=True, help="fit and report, store nothing")
+@options(*_FIT_OPTIONS)
 @profiles_option
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
@@ -142,66 +152,83 @@ def fit(
     Reports the error of both model forms so they can be compared; with --holdout the error is
     measured on held-out rows, and the stored coefficients are then refitted on all rows.
     """
-    from hivebatch.qos.fitting import fit_profile, read_profile_csv
+    from hivebatch.qos.fitting import declared_traits, fit_forms, read_profile_csv
     from hivebatch.qos.store import ProfileStore
 
+    gpu = _checked_fit_gpu(name, placements, gpu_type, holdout, params_m)
+    store_path: Path | None = None
+    if not dry_run:
+        store_path = resolve_store_path(profiles, config)
+        store = ProfileStore.load(store_path)
+        family, params_m = declared_traits(store.profiles(), name, family, params_m)
+    place = read_profile_csv(placements)
+    scal = read_profile_csv(scalability) if scalability else None
+    results, errors = fit_forms(
+        name, gpu, place, scal, form, holdout=holdout, seed=seed, family=family, params_m=params_m
+    )
+    chosen = results[form]
+    if not dry_run:
+        store.put(chosen.profile)
+        store.save()
+    key = "mape_holdout" if holdout is not None else "mape_train"
+    by_form = {f: getattr(r, key) for f, r in results.items()}
+    if as_json:
+        click.echo(json.dumps(_fit_json(chosen, holdout, seed, by_form, store_path), indent=1))
+        return
+    _echo_fit(chosen, holdout, seed, by_form, errors, store_path)
+
+
+def _checked_fit_gpu(
+    name: str, placements: str, gpu_type: str | None, holdout: float | None, params_m: float | None
+) -> str:
+    """The GPU type the samples were measured on, once --name, --holdout and --params-m are usable."""
     if not name.strip():
         raise click.UsageError("--name must not be empty")
     gpu = gpu_type or _gpu_type_from(placements)
     if not gpu:
         raise click.UsageError("--gpu-type is required (cannot tell the GPU type from the file name)")
-    store_path: Path | None = None
     if holdout is not None and not 0 < holdout < 1:
         raise click.UsageError("--holdout must be between 0 and 1, e.g. 0.3")
     if params_m is not None and params_m <= 0:
         raise click.UsageError("--params-m must be > 0")
-    if not dry_run:
-        store_path = resolve_store_path(profiles, config)
-        store = ProfileStore.load(store_path)
-        # a refit keeps what is already declared about the model unless told otherwise
-        for known in store.profiles():
-            if known.name.lower() == name.strip().lower():
-                family = family or known.family
-                params_m = params_m or known.params_m
-    place = read_profile_csv(placements)
-    scal = read_profile_csv(scalability) if scalability else None
-    results: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    for f in ("default", "paper"):
-        try:
-            results[f] = fit_profile(
-                name, gpu, place, scal, form=f, holdout=holdout, seed=seed, family=family, params_m=params_m
-            )
-        except HivebatchError as exc:
-            if f == form:
-                raise
-            errors[f] = str(exc)
-    chosen = results[form]
+    return gpu
+
+
+def _fit_json(
+    chosen: FitResult,
+    holdout: float | None,
+    seed: int,
+    by_form: dict[str, float | None],
+    store_path: Path | None,
+) -> dict[str, Any]:
     prof = chosen.profile
-    if not dry_run:
-        store.put(prof)
-        store.save()
-    key = "mape_holdout" if holdout is not None else "mape_train"
-    by_form = {f: getattr(r, key) for f, r in results.items()}
-    if as_json:
-        out = {
-            "name": prof.name,
-            "gpu_type": prof.gpu_type,
-            "form": prof.form,
-            "samples": prof.samples,
-            "skipped_asymmetric": prof.skipped_asymmetric,
-            "coefficients": prof.coefficients,
-            "mape_train": chosen.mape_train,
-            **(
-                {"mape_holdout": chosen.mape_holdout, "holdout_rows": chosen.holdout_rows, "seed": seed}
-                if holdout is not None
-                else {}
-            ),
-            ("mape_holdout_by_form" if holdout is not None else "mape_train_by_form"): by_form,
-            "store": None if store_path is None else str(store_path),
-        }
-        click.echo(json.dumps(out, indent=1))
-        return
+    return {
+        "name": prof.name,
+        "gpu_type": prof.gpu_type,
+        "form": prof.form,
+        "samples": prof.samples,
+        "skipped_asymmetric": prof.skipped_asymmetric,
+        "coefficients": prof.coefficients,
+        "mape_train": chosen.mape_train,
+        **(
+            {"mape_holdout": chosen.mape_holdout, "holdout_rows": chosen.holdout_rows, "seed": seed}
+            if holdout is not None
+            else {}
+        ),
+        ("mape_holdout_by_form" if holdout is not None else "mape_train_by_form"): by_form,
+        "store": None if store_path is None else str(store_path),
+    }
+
+
+def _echo_fit(
+    chosen: FitResult,
+    holdout: float | None,
+    seed: int,
+    by_form: dict[str, float | None],
+    errors: dict[str, str],
+    store_path: Path | None,
+) -> None:
+    prof = chosen.profile
     click.echo(
         f"fitted {prof.name} on {prof.gpu_type} (form {prof.form}) from {prof.samples} samples; "
         f"skipped {prof.skipped_asymmetric} asymmetric"
@@ -221,21 +248,31 @@ def fit(
     click.echo(f"  stored in {store_path}" if store_path else "  not stored (--dry-run)")
 
 
+#: the placement asked about, the fallback when NAME has no profile, the start-up overhead
+_PREDICT_OPTIONS = (
+    click.option("--batch", type=int, required=True, help="global batch size (split evenly over the GPUs)"),
+    click.option("--nodes", type=int, default=1, show_default=True, help="d_node: number of nodes"),
+    click.option("--gpus-per-node", type=int, default=1, show_default=True, help="d_gpn: GPUs on each node"),
+    click.option("--iters", type=int, help="iterations: also predict the latency Lat"),
+    click.option(
+        "--gpu-type", help="GPU type (default: the configured cluster's only type, else any profiled)"
+    ),
+    click.option("--like", help="use this model's profile when NAME has none"),
+    click.option("--family", help="model family, for fallback when NAME has no profile"),
+    click.option("--params-m", type=float, help="parameter count in millions, for fallback"),
+    click.option(
+        "--overhead",
+        type=float,
+        help="start-up overhead v in seconds (default: qos.startup_overhead_s, else 30)",
+    ),
+)
+
+
 @model.command()
 @click.option(
     "--name", required=True, help="model type (an unknown one borrows a similar profile, shown as a note)"
 )
-@click.option("--batch", type=int, required=True, help="global batch size (split evenly over the GPUs)")
-@click.option("--nodes", type=int, default=1, show_default=True, help="d_node: number of nodes")
-@click.option("--gpus-per-node", type=int, default=1, show_default=True, help="d_gpn: GPUs on each node")
-@click.option("--iters", type=int, help="iterations: also predict the latency Lat")
-@click.option("--gpu-type", help="GPU type (default: the configured cluster's only type, else any profiled)")
-@click.option("--like", help="use this model's profile when NAME has none")
-@click.option("--family", help="model family, for fallback when NAME has no profile")
-@click.option("--params-m", type=float, help="parameter count in millions, for fallback")
-@click.option(
-    "--overhead", type=float, help="start-up overhead v in seconds (default: qos.startup_overhead_s, else 30)"
-)
+@options(*_PREDICT_OPTIONS)
 @profiles_option
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
@@ -255,9 +292,28 @@ def predict(
     as_json: bool,
 ) -> None:
     """Predicted throughput PR (samples/s) and, with --iters, latency Lat for one placement."""
-    from hivebatch.qos.perfmodel import Shape, latency, predict_with_range
+    from hivebatch.qos.perfmodel import Shape, forecast
     from hivebatch.qos.store import ProfileStore
 
+    _check_predict_options(batch, nodes, gpus_per_node, iters, overhead)
+    if overhead is None:
+        settings = _qos_settings(config)
+        overhead = settings.startup_overhead_s if settings is not None else 30.0
+    gpu_type = _placement_gpu_type(nodes, gpus_per_node, gpu_type, config)
+    store = ProfileStore.load(resolve_store_path(profiles, config))
+    prof, note = store.get(name, gpu_type=gpu_type, like=like, family=family, params_m=params_m)
+    fc = forecast(prof, batch, Shape(nodes, gpus_per_node), iters, overhead)
+    if as_json:
+        click.echo(json.dumps(_prediction_json(name, note, fc), indent=1))
+        return
+    if note:
+        click.echo(f"note: {note}", err=True)
+    _echo_prediction(fc)
+
+
+def _check_predict_options(
+    batch: int, nodes: int, gpus_per_node: int, iters: int | None, overhead: float | None
+) -> None:
     if batch < 1:
         raise click.UsageError("--batch must be >= 1")
     if nodes < 1 or gpus_per_node < 1:
@@ -266,9 +322,12 @@ def predict(
         raise click.UsageError("--iters must be >= 0")
     if overhead is not None and overhead < 0:
         raise click.UsageError("--overhead must be >= 0")
-    if overhead is None:
-        settings = _qos_settings(config)
-        overhead = settings.startup_overhead_s if settings is not None else 30.0
+
+
+def _placement_gpu_type(
+    nodes: int, gpus_per_node: int, gpu_type: str | None, config: str | None
+) -> str | None:
+    """--gpu-type, else the configured cluster's only GPU type; the placement must fit that cluster."""
     limits = _cluster_limits(config)
     if limits is not None and (nodes > limits[0] or gpus_per_node > limits[1]):
         raise HivebatchError(
@@ -276,41 +335,36 @@ def predict(
             f"({limits[0]} nodes, at most {limits[1]} GPUs per node)"
         )
     if gpu_type is None and limits is not None and len(limits[2]) == 1:
-        gpu_type = limits[2][0]  # the cluster's only GPU type
-    store = ProfileStore.load(resolve_store_path(profiles, config))
-    prof, note = store.get(name, gpu_type=gpu_type, like=like, family=family, params_m=params_m)
-    shape = Shape(nodes, gpus_per_node)
-    pred = predict_with_range(prof, batch, shape)
+        return limits[2][0]  # the cluster's only GPU type
+    return gpu_type
+
+
+def _prediction_json(name: str, note: str | None, fc: Forecast) -> dict[str, Any]:
+    prof, batch, shape, pred = fc.profile, fc.batch, fc.shape, fc.prediction
+    return {
+        "name": name,
+        "profile": prof.name,
+        "gpu_type": prof.gpu_type,
+        "form": prof.form,
+        "note": note,
+        "batch": batch,
+        "nodes": shape.d_node,
+        "gpus_per_node": shape.d_gpn,
+        "local_batch": batch / shape.gpus,
+        "throughput": pred.throughput,
+        "throughput_low": pred.low,
+        "throughput_high": pred.high,
+        "outside_profiled": list(pred.outside),
+        "step_time_s": batch / pred.throughput,
+        "iters": fc.iters,
+        "overhead_s": fc.overhead_s,
+        "latency_s": fc.latency_s,
+    }
+
+
+def _echo_prediction(fc: Forecast) -> None:
+    prof, batch, shape, pred = fc.profile, fc.batch, fc.shape, fc.prediction
     pr = pred.throughput
-    lat = latency(prof, batch, iters, shape, overhead) if iters is not None else None
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "name": name,
-                    "profile": prof.name,
-                    "gpu_type": prof.gpu_type,
-                    "form": prof.form,
-                    "note": note,
-                    "batch": batch,
-                    "nodes": nodes,
-                    "gpus_per_node": gpus_per_node,
-                    "local_batch": batch / shape.gpus,
-                    "throughput": pr,
-                    "throughput_low": pred.low,
-                    "throughput_high": pred.high,
-                    "outside_profiled": list(pred.outside),
-                    "step_time_s": batch / pr,
-                    "iters": iters,
-                    "overhead_s": overhead,
-                    "latency_s": lat,
-                },
-                indent=1,
-            )
-        )
-        return
-    if note:
-        click.echo(f"note: {note}", err=True)
     click.echo(
         f"{prof.name}/{prof.gpu_type} batch {batch} on {shape} ({shape.gpus} GPU{'s' if shape.gpus != 1 else ''}, local batch {batch / shape.gpus:g}): "
         f"{pr:.1f} samples/s, {batch / pr:.4f} s/iteration"
@@ -319,8 +373,10 @@ def predict(
         f"  expected range {pred.low:.1f}-{pred.high:.1f} samples/s"
         + (f" (extrapolated: {'; '.join(pred.outside)})" if pred.outside else " (within the profiled range)")
     )
-    if lat is not None:
-        click.echo(f"latency for {iters} iterations: {lat:.1f} s (including {overhead:g} s start-up)")
+    if fc.latency_s is not None:
+        click.echo(
+            f"latency for {fc.iters} iterations: {fc.latency_s:.1f} s (including {fc.overhead_s:g} s start-up)"
+        )
 
 
 @model.command(name="list")

@@ -7,11 +7,16 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from hivebatch.cli.common import options
 from hivebatch.errors import HivebatchError
+
+if TYPE_CHECKING:  # at run time imported where used, so --help does not load numpy
+    from hivebatch.sim.metrics import RunSummary
+    from hivebatch.sim.scaling import Scaling
 
 # kept literal (not hivebatch.qos.POLICY_NAMES) so `--help` does not import numpy
 POLICY_CHOICES = ("qos", "fifo", "capacity", "minmin", "wfs", "tetris-perf", "tetris-cer", "qos-paper", "all")
@@ -231,85 +236,112 @@ def _simulate_sharing(config: str | None, seed: int, hours: float, as_json: bool
         click.echo(sharing_mix.format_table(results))
 
 
+#: what to replay: a generated workload or a trace
+_WORKLOAD_OPTIONS = (
+    click.option(
+        "--workload",
+        type=click.Choice(["paper", "synthetic", "sharing"]),
+        help="Generate a workload: the QoS paper's, a large synthetic trace, or a mix of whole-GPU jobs and "
+        "GPU slices (--gpu-mem) replayed without sharing, with binpacked slices and with co-location.",
+    ),
+    click.option(
+        "--rate",
+        type=float,
+        default=10.0,
+        show_default=True,
+        help="Paper workload: Poisson arrivals, jobs per hour.",
+    ),
+    click.option(
+        "--hours",
+        type=float,
+        default=24.0,
+        show_default=True,
+        help="Paper workload: arrival window in hours.",
+    ),
+    click.option(
+        "--jobs",
+        "n_jobs",
+        type=int,
+        default=10000,
+        show_default=True,
+        help="Synthetic workload: number of jobs.",
+    ),
+    click.option(
+        "--seed", type=int, default=1, show_default=True, help="Random seed of the generated workload."
+    ),
+    click.option(
+        "--trace", type=click.Path(dir_okay=False), help="Replay a trace file instead of generating jobs."
+    ),
+    click.option(
+        "--trace-format", type=click.Choice(["philly", "tiresias", "sacct"]), help="Format of --trace."
+    ),
+    click.option(
+        "--vcs",
+        "vcs_file",
+        type=click.Path(dir_okay=False),
+        help="vc,nodes CSV: build a cluster of 8-GPU nodes, each VC owning its nodes.",
+    ),
+)
+
+#: how to replay it: policy, sharing mode, cluster, faults
+_REPLAY_OPTIONS = (
+    click.option(
+        "--policy",
+        type=click.Choice(POLICY_CHOICES),
+        default="qos",
+        show_default=True,
+        help="Scheduling policy to replay, or 'all' to compare every one (qos-paper: the paper's pure least-slack order).",
+    ),
+    click.option(
+        "--mode",
+        type=click.Choice(["cells", "quota", "both"]),
+        default="cells",
+        show_default=True,
+        help="Sharing mode: HiveD cells or GPU-count quotas (GrpTRES).",
+    ),
+    click.option(
+        "--config",
+        type=click.Path(dir_okay=False),
+        help="Cluster + VC + qos config (default: etc/paper-4x4.yaml).",
+    ),
+    click.option(
+        "--single-vc",
+        is_flag=True,
+        help="Replace the config's VCs by one VC owning the whole cluster (the paper's setting).",
+    ),
+    click.option(
+        "--opportunistic",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Paper workload: fraction of jobs submitted as opportunistic.",
+    ),
+    click.option(
+        "--bad-node",
+        "bad_nodes",
+        multiple=True,
+        metavar="NODE:START_S[:END_S]",
+        help="Mark a node bad for a time window (repeatable).",
+    ),
+    click.option(
+        "--target-load",
+        type=float,
+        help="With --vcs: resize each VC to its jobs' demand so the replay runs at this load (e.g. 0.7).",
+    ),
+    click.option("--no-private", is_flag=True, help="Skip the private-cluster baseline runs."),
+)
+
+#: what to print or write
+_OUTPUT_OPTIONS = (
+    click.option("--json", "as_json", is_flag=True, help="One JSON object per policy and mode."),
+    click.option(
+        "--plot", "plot_dir", type=click.Path(file_okay=False), help="Write PNG plots into this directory."
+    ),
+)
+
+
 @click.command("simulate")
-@click.option(
-    "--workload",
-    type=click.Choice(["paper", "synthetic", "sharing"]),
-    help="Generate a workload: the QoS paper's, a large synthetic trace, or a mix of whole-GPU jobs and "
-    "GPU slices (--gpu-mem) replayed without sharing, with binpacked slices and with co-location.",
-)
-@click.option(
-    "--rate",
-    type=float,
-    default=10.0,
-    show_default=True,
-    help="Paper workload: Poisson arrivals, jobs per hour.",
-)
-@click.option(
-    "--hours", type=float, default=24.0, show_default=True, help="Paper workload: arrival window in hours."
-)
-@click.option(
-    "--jobs", "n_jobs", type=int, default=10000, show_default=True, help="Synthetic workload: number of jobs."
-)
-@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generated workload.")
-@click.option(
-    "--trace", type=click.Path(dir_okay=False), help="Replay a trace file instead of generating jobs."
-)
-@click.option("--trace-format", type=click.Choice(["philly", "tiresias", "sacct"]), help="Format of --trace.")
-@click.option(
-    "--vcs",
-    "vcs_file",
-    type=click.Path(dir_okay=False),
-    help="vc,nodes CSV: build a cluster of 8-GPU nodes, each VC owning its nodes.",
-)
-@click.option(
-    "--policy",
-    type=click.Choice(POLICY_CHOICES),
-    default="qos",
-    show_default=True,
-    help="Scheduling policy to replay, or 'all' to compare every one (qos-paper: the paper's pure least-slack order).",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["cells", "quota", "both"]),
-    default="cells",
-    show_default=True,
-    help="Sharing mode: HiveD cells or GPU-count quotas (GrpTRES).",
-)
-@click.option(
-    "--config",
-    type=click.Path(dir_okay=False),
-    help="Cluster + VC + qos config (default: etc/paper-4x4.yaml).",
-)
-@click.option(
-    "--single-vc",
-    is_flag=True,
-    help="Replace the config's VCs by one VC owning the whole cluster (the paper's setting).",
-)
-@click.option(
-    "--opportunistic",
-    type=float,
-    default=0.0,
-    show_default=True,
-    help="Paper workload: fraction of jobs submitted as opportunistic.",
-)
-@click.option(
-    "--bad-node",
-    "bad_nodes",
-    multiple=True,
-    metavar="NODE:START_S[:END_S]",
-    help="Mark a node bad for a time window (repeatable).",
-)
-@click.option(
-    "--target-load",
-    type=float,
-    help="With --vcs: resize each VC to its jobs' demand so the replay runs at this load (e.g. 0.7).",
-)
-@click.option("--no-private", is_flag=True, help="Skip the private-cluster baseline runs.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per policy and mode.")
-@click.option(
-    "--plot", "plot_dir", type=click.Path(file_okay=False), help="Write PNG plots into this directory."
-)
+@options(*_WORKLOAD_OPTIONS, *_REPLAY_OPTIONS, *_OUTPUT_OPTIONS)
 def simulate(
     workload: str | None,
     rate: float,
@@ -343,7 +375,7 @@ def simulate(
         return
     from hivebatch.qos import POLICY_NAMES
     from hivebatch.sim import setup
-    from hivebatch.sim.runner import Experiment, run_all
+    from hivebatch.sim.runner import run_all
 
     if not 0.0 <= opportunistic <= 1.0:
         raise click.UsageError("--opportunistic must be between 0 and 1")
@@ -356,32 +388,37 @@ def simulate(
     for b in bad:
         if not spec.has_node(b.node):
             raise click.UsageError(f"--bad-node: no node {b.node!r} in the cluster")
-    qos = setup.qos_settings(data, cfg_dir)
-    platform = setup.build_platform(spec, qos)
-    runtime = setup.build_runtime(spec, platform, qos)
+    exp = setup.build_experiment(spec, data, cfg_dir, jobs, bad, private_baseline=not no_private)
     policies = list(POLICY_NAMES) if policy == "all" else [policy]
     modes = ["cells", "quota"] if mode == "both" else [mode]
-    exp = Experiment(spec, jobs, runtime, platform, bad_nodes=bad, private_baseline=not no_private)
     with _Progress(sys.stderr.isatty()) as progress:
         results = run_all(exp, policies, modes, progress.factory)
     if note:
         click.echo(note, err=True)
     if scaling is not None:
         click.echo(scaling.summary(), err=as_json)
-    for n in sorted(runtime.notes):
+    for n in sorted(exp.runtime.notes):
         click.echo(f"note: {n}", err=True)
-    if as_json:
-        for r in results:
-            obj = r.to_json()
-            if workload == "paper":
-                obj.update({"rate_per_hour": rate, "hours": hours, "seed": seed})
-            if scaling is not None:
-                obj["scaled"] = scaling.as_dict()
-            click.echo(json.dumps(obj, sort_keys=False))
-    else:
-        _print_table(results, sys.stdout.isatty())
+    paper = {"rate_per_hour": rate, "hours": hours, "seed": seed} if workload == "paper" else None
+    _echo_results(results, as_json, paper, scaling)
     if plot_dir:
         from hivebatch.sim.plots import write_plots
 
         for p in write_plots(results, plot_dir):
             click.echo(f"wrote {p}", err=True)
+
+
+def _echo_results(
+    results: list[RunSummary], as_json: bool, paper: dict[str, float] | None, scaling: Scaling | None
+) -> None:
+    """One JSON object per run (with the paper workload's parameters and any VC scaling), else a table."""
+    if not as_json:
+        _print_table(results, sys.stdout.isatty())
+        return
+    for r in results:
+        obj = r.to_json()
+        if paper is not None:
+            obj.update(paper)
+        if scaling is not None:
+            obj["scaled"] = scaling.as_dict()
+        click.echo(json.dumps(obj, sort_keys=False))
