@@ -262,6 +262,7 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         tres_per_node=str(job.get("tres_per_node") or ""),
         required_nodes=expand_hostlist(str(job.get("required_nodes") or "")),
         partition=str(job.get("partition") or ""),
+        dependency=str(job.get("dependency") or ""),
         priority=priority,
     )
 

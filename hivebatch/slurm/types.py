@@ -108,6 +108,8 @@ class SlurmJob:
     tres_per_node: str = ""
     required_nodes: list[str] = field(default_factory=list)
     partition: str = ""
+    # squeue's dependency text, e.g. "afterok:983(unfulfilled)"; "" when the job has none left
+    dependency: str = ""
     priority: int = 0
 
     @property

@@ -253,3 +253,36 @@ def test_a_waiting_job_is_told_its_model_is_planned_plain(env: Env) -> None:
     assert job.state == "queued"
     assert job.reason is not None and job.reason.startswith("waiting for VC cv's GPUs")
     assert job.reason.endswith("planned as a plain job)")
+
+
+def test_jobs_slurm_would_not_start_yet_hold_no_cells(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the controller's clock follows the fake's, so the begin time can pass
+    monkeypatch.setattr("hivebatch.controller.observe.utcnow", lambda: env.slurm.now().replace(tzinfo=None))
+    first = env.slurm.as_user("alice").submit(SCRIPT_FOREIGN, ["-A", "cv"])  # no GPUs: Slurm runs it
+    after = env.submit("alice", "cv", 8, extra=["--dependency", f"afterok:{first}"])
+    later = env.submit("alice", "cv", 4, extra=["--begin", "now+2hours"])
+    now = env.submit("alice", "cv", 8)
+    env.cycle()
+    assert env.job(now).state == "placed"  # the 8 GPUs the dependent job would have taken
+    assert env.job(after).state == "queued" and env.job(after).reason.startswith(
+        f"waits for its dependency afterok:{first}"
+    )
+    assert env.job(later).state == "queued" and env.job(later).reason.startswith("waits for its begin time")
+    env.slurm.finish(first)
+    env.slurm.finish(now)
+    env.cycle()
+    env.cycle()
+    assert env.job(after).state in ("placed", "running")
+    assert env.job(later).state == "queued"
+    env.slurm.advance(2 * 3600 + 60)
+    env.cycle()
+    assert env.job(later).state in ("placed", "running")
+
+
+def test_a_failed_dependency_is_said_and_holds_no_cells(env: Env) -> None:
+    first = env.slurm.as_user("alice").submit(SCRIPT_FOREIGN, ["-A", "cv"])
+    env.slurm.fail(first)
+    jid = env.submit("alice", "cv", 1, extra=["--dependency", f"afterok:{first}"])
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "queued" and "can never be met" in job.reason and not job.placement

@@ -12,6 +12,7 @@ from hivebatch.slurm.parse import (
     expand_hostlist,
     expand_ranges,
     gpus_in_detail,
+    job_from_json,
     parse_job_id,
     parse_sacct,
     parse_sinfo_json,
@@ -131,3 +132,13 @@ def test_small_helpers():
         parse_job_id("sbatch: error")
     with pytest.raises(HivebatchError):
         parse_squeue_json("not json")
+
+
+def test_held_jobs_keep_their_dependency_and_begin_time(slurm_fixture):
+    import json
+
+    recorded = json.loads(slurm_fixture("squeue_dependency_begin_held.json"))
+    jobs = [job_from_json({**r, "job_state": "PENDING"}) for r in recorded]
+    dep, begin = jobs
+    assert dep.dependency.endswith("(unfulfilled)") and dep.held and dep.eligible_time is None
+    assert begin.dependency == "" and begin.eligible_time is not None and begin.held

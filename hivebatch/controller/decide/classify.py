@@ -5,10 +5,10 @@ from __future__ import annotations
 from functools import partial
 
 from hivebatch.controller.decide.checks import check_request
+from hivebatch.controller.decide.eligible import not_eligible
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.db.models import Job
-from hivebatch.request import owner_holds
 from hivebatch.sharing.integration import is_slice
 
 
@@ -33,13 +33,9 @@ def classify(r: Round) -> None:
 def _sort_one(r: Round, job: Job) -> None:
     ledger, spec = r.ledger, r.ctx.spec
     sj = ledger.slurm[job.slurm_job_id]
-    if owner_holds(sj):
-        r.out.waits.append(
-            Wait(
-                job,
-                f"held by its owner (--hold): scontrol release {job.slurm_job_id} lets hivebatch place it",
-            )
-        )
+    not_yet = not_eligible(sj, r.now)
+    if not_yet:
+        r.out.waits.append(Wait(job, not_yet))
         return
     req, problem = check_request(job, sj, spec, r.ctx.limits)
     if req is None:

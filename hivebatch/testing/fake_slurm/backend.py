@@ -17,8 +17,8 @@ from hivebatch.slurm.types import (
     SlurmUnavailable,
 )
 from hivebatch.testing.fake_slurm.plugin import JobSubmit, park_owner_release, run_job_submit
-from hivebatch.testing.fake_slurm.sbatch import parse_sbatch, sbatch_lines, time_limit
-from hivebatch.testing.fake_slurm.scheduler import try_start
+from hivebatch.testing.fake_slurm.sbatch import begin_offset_s, parse_sbatch, sbatch_lines, time_limit
+from hivebatch.testing.fake_slurm.scheduler import dependency_status, try_start
 from hivebatch.testing.fake_slurm.state import (
     MIN_JOB_AGE_S,
     QOS_NAMES,
@@ -207,12 +207,15 @@ class FakeSlurm(SlurmBackend):
             num_nodes=num_nodes,
             tres_per_node=tres_per_node,
             admin_comment=admin_comment,
+            dependency=opts.get("dependency") or "",
             required_nodes=nodelist,
             time_limit_s=time_limit(opts.get("time")),
             submit_time=self._s.now(),
             script=script_text,
             env=dict(env or {}),
         )
+        if opts.get("begin", "").startswith("now+"):
+            j.eligible_at = self._s.now() + timedelta(seconds=begin_offset_s(opts["begin"]))
         if held:
             # a hold set at submit, by the user or by the job_submit plugin, is a user hold on 22.05
             j.reason = "JobHeldUser" if not self._is_admin() else "JobHeldAdmin"
@@ -465,6 +468,11 @@ class FakeSlurm(SlurmBackend):
         j.state, j.reason, j.exit_code, j.end_time = state, reason, exit_code, self._s.now()
         self._maybe_schedule()
 
+    def _dependency_text(self, j: Job) -> str:
+        """squeue's form: the condition with its state, "" once fulfilled (Slurm drops it then)."""
+        status = dependency_status(self._s, j.dependency)
+        return "" if status == "fulfilled" or j.state != "PENDING" else f"{j.dependency}({status})"
+
     def _view(self, j: Job) -> SlurmJob:
         return SlurmJob(
             job_id=j.job_id,
@@ -479,6 +487,7 @@ class FakeSlurm(SlurmBackend):
             shards={k: dict(v) for k, v in j.shards.items()},
             comment=j.comment,
             admin_comment=j.admin_comment,
+            dependency=self._dependency_text(j),
             eligible_time=j.eligible_at if j.state == "PENDING" else None,
             submit_time=j.submit_time,
             start_time=j.start_time if j.state != "PENDING" else None,

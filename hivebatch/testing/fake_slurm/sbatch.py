@@ -41,9 +41,9 @@ OPTS_WITH_VALUE = {
     "--gpus-per-task": "gpus_per_task",
     "--signal": None,
     "--mail-type": None,
-    "--begin": None,
-    "--dependency": None,
-    "-d": None,
+    "--begin": "begin",
+    "--dependency": "dependency",
+    "-d": "dependency",
     "--wckey": None,
     "--gpus": "gpus",
     "-G": "gpus",
@@ -119,3 +119,14 @@ def time_limit(text: str | None) -> int | None:
         else:
             h, m, s = parts
     return ((days * 24 + h) * 60 + m) * 60 + s
+
+
+def begin_offset_s(text: str) -> int:
+    """``now+N[seconds|minutes|hours|days]`` (sbatch --begin's relative form) in seconds."""
+    rest = text[len("now+") :]
+    digits = "".join(c for c in rest if c.isdigit())
+    unit = rest[len(digits) :].lower()
+    scale = {"": 1, "seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
+    if not digits or unit not in scale:
+        raise SlurmError(["sbatch"], 1, f"sbatch: error: Invalid time specification {text}")
+    return int(digits) * scale[unit]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from hivebatch.slurm.parse import split_gres
+from hivebatch.slurm.types import FINISHED_STATES
 from hivebatch.testing.fake_slurm.state import PREEMPTABLE_QOS, REQUEUE_DELAY_S, Job, State
 
 
@@ -78,6 +79,10 @@ def try_start(state: State, j: Job) -> bool:
     if j.eligible_at and j.eligible_at > state.now():
         j.reason = "BeginTime"
         return False
+    status = dependency_status(state, j.dependency)
+    if status != "fulfilled":
+        j.reason = "Dependency" if status == "unfulfilled" else "DependencyNeverSatisfied"
+        return False
     chosen = placement(state, j)
     if chosen is None and j.qos != PREEMPTABLE_QOS:
         # preempt/qos with PreemptMode=REQUEUE: opportunistic jobs in the way go back to the queue
@@ -110,3 +115,16 @@ def requeue_in_the_way(state: State, chosen: dict[str, tuple[list[int], dict[int
             other.nodes, other.gpus, other.shards, other.start_time = [], {}, {}, None
             other.restarts += 1
             other.eligible_at = state.now() + timedelta(seconds=REQUEUE_DELAY_S)
+
+
+def dependency_status(state: State, dependency: str) -> str:
+    """fulfilled | unfulfilled | failed, for afterok/afterany on jobs of this fake (as Slurm judges them)."""
+    if not dependency:
+        return "fulfilled"
+    kind, _, ids = dependency.partition(":")
+    others = [state.jobs.get(int(i)) for i in ids.split(":") if i.isdigit()]
+    if any(o is None or o.state not in FINISHED_STATES for o in others):
+        return "unfulfilled"
+    if kind == "afterok" and any(o is not None and o.state != "COMPLETED" for o in others):
+        return "failed"
+    return "fulfilled"

@@ -43,6 +43,7 @@ class Job:
     script: str = ""
     env: dict[str, str] = field(default_factory=dict)
     admin_comment: str = ""
+    dependency: str = ""  # as given: afterok:ID[:ID...] or afterany:ID[:ID...]
 
     @property
     def held(self) -> bool:

@@ -1,0 +1,29 @@
+"""Only jobs Slurm would start now are placed: a job waiting for its dependency, its begin time or its
+owner's release holds no cells, and its owner reads why (verified on the lab: a held job's squeue record
+keeps ``dependency`` as ``afterok:983(unfulfilled)`` and ``eligible_time`` at its ``--begin``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from hivebatch.request import owner_holds, released_by_owner
+from hivebatch.slurm.types import SlurmJob
+
+
+def not_eligible(sj: SlurmJob, now: dt.datetime) -> str | None:
+    """Why Slurm would not start the job now, or None when it would."""
+    if owner_holds(sj):
+        return f"held by its owner (--hold): scontrol release {sj.job_id} lets hivebatch place it"
+    if "(unfulfilled)" in sj.dependency:
+        return f"waits for its dependency {sj.dependency.replace('(unfulfilled)', '')}; it holds no GPUs meanwhile"
+    if "(failed)" in sj.dependency:
+        return f"its dependency {sj.dependency.replace('(failed)', '')} can never be met: cancel it (scancel {sj.job_id})"
+    begin = sj.eligible_time
+    if begin is not None and not released_by_owner(sj) and begin > _aware(now):
+        return f"waits for its begin time {begin.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC; it holds no GPUs meanwhile"
+    return None
+
+
+def _aware(t: dt.datetime) -> dt.datetime:
+    # the controller's clock is naive UTC; Slurm's times are aware
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
