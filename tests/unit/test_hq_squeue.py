@@ -69,3 +69,10 @@ def test_only_hivebatch_fields_need_hq() -> None:
     assert not hb_fields_in("o", "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R")
     assert hb_fields_in("o", "%i %.8{slack}") and hb_fields_in("O", "JobID,placement:20")
     assert set(HB_FIELDS) >= {"vc", "class", "placement", "predictedstart", "predictedend", "slack", "why"}
+
+
+def test_a_first_column_that_fills_its_width_keeps_its_text() -> None:
+    # squeue prints `%.10i` of a pending array as exactly "1202_[1-3]": no leading blank before the marker
+    text, cols = marked_format("o", "%.10i|%{vc}|%.8u")
+    line = "1202_[1-3]|\x011202\x020\x03|   alice"
+    assert fill_markers(line, cols, lambda field, job: f"{field}{job}") == "1202_[1-3]|vc1202|   alice"

@@ -97,7 +97,7 @@ def read_args(argv: Sequence[str]) -> HqArgs:
 
 # -o: %[.][size]{name} for hivebatch's columns; -O: name[:[.][size][suffix]]
 _HB_PERCENT = re.compile(r"%(\.?)(\d*)\{(\w+)\}")
-_FILLED = re.compile("(?:^|\x01)(\\S*) *\x02(\\d+)\x03")
+_FILLED = re.compile("(?:^|\x01)([^\\s\x01]*) *\x02(\\d+)\x03")
 
 
 @dataclass(frozen=True)

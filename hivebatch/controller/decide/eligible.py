@@ -10,8 +10,9 @@ from hivebatch.request import owner_holds, released_by_owner
 from hivebatch.slurm.types import SlurmJob
 
 
-def not_eligible(sj: SlurmJob, now: dt.datetime) -> str | None:
-    """Why Slurm would not start the job now, or None when it would."""
+def not_eligible(sj: SlurmJob, now: dt.datetime, first_start: bool = True) -> str | None:
+    """Why Slurm would not start the job now, or None when it would. A requeued job's begin time is
+    Slurm's short requeue delay, not the owner's wish: it may keep its cells (``first_start`` False)."""
     if owner_holds(sj):
         return f"held by its owner (--hold): scontrol release {sj.job_id} lets hivebatch place it"
     if "(unfulfilled)" in sj.dependency:
@@ -19,7 +20,7 @@ def not_eligible(sj: SlurmJob, now: dt.datetime) -> str | None:
     if "(failed)" in sj.dependency:
         return f"its dependency {sj.dependency.replace('(failed)', '')} can never be met: cancel it (scancel {sj.job_id})"
     begin = sj.eligible_time
-    if begin is not None and not released_by_owner(sj) and begin > _aware(now):
+    if first_start and begin is not None and not released_by_owner(sj) and begin > _aware(now):
         return f"waits for its begin time {begin.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC; it holds no GPUs meanwhile"
     return None
 
