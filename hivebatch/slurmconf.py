@@ -304,32 +304,9 @@ def accounting_commands(plan: AccountingPlan) -> list[list[str]]:
     cmds: list[list[str]] = [[*sa, "add", "cluster", plan.cluster]]
     cmds.append([*sa, "add", "qos", *[q for q in QOS_PRIORITIES if q != DEFAULT_QOS]])
     for qos, prio in QOS_PRIORITIES.items():
-        if qos == PREEMPTABLE_QOS:
-            cmds.append(
-                [
-                    *sa,
-                    "modify",
-                    "qos",
-                    "where",
-                    f"name={qos}",
-                    "set",
-                    f"Priority={prio}",
-                    "PreemptMode=requeue",
-                ]
-            )
-        else:
-            cmds.append(
-                [
-                    *sa,
-                    "modify",
-                    "qos",
-                    "where",
-                    f"name={qos}",
-                    "set",
-                    f"Priority={prio}",
-                    f"Preempt={PREEMPTABLE_QOS}",
-                ]
-            )
+        # the preemptable QOS is requeued when preempted; every other QOS may preempt it
+        preempt = "PreemptMode=requeue" if qos == PREEMPTABLE_QOS else f"Preempt={PREEMPTABLE_QOS}"
+        cmds.append([*sa, "modify", "qos", "where", f"name={qos}", "set", f"Priority={prio}", preempt])
     accounts = list(plan.vcs) + ([ADMIN_ACCOUNT] if plan.operators else [])
     for acct in accounts:
         what = "hivebatch administration" if acct == ADMIN_ACCOUNT else f"virtual cluster {acct}"

@@ -69,6 +69,28 @@ def _still_pending(backend: SlurmBackend, job_id: int) -> bool | None:
     return False
 
 
+def _record_failure(
+    session: Session,
+    rec: Recorder,
+    job: Job,
+    result: ActResult,
+    exc: SlurmError,
+    alive: bool | None,
+    verb: str,
+    noun: str,
+    refused: bool = False,
+) -> None:
+    """Book a failed Slurm call: a job that has ended drops its intent; any other is listed as failed."""
+    if alive is False:
+        job.intent = None
+        rec.event(session, job, "act_failed", f"could not {verb} it, it has already ended: {exc}")
+    else:
+        result.failed.append(f"{noun} of job {job.slurm_job_id}: {exc}")
+        why = f"{noun} refused by Slurm" if refused else f"{noun} failed, will retry next cycle"
+        rec.event(session, job, "act_failed", f"{why}: {exc}")
+    session.commit()
+
+
 def preempt(
     session: Session, rec: Recorder, backend: SlurmBackend, job: Job, by: int | None, result: ActResult
 ) -> None:
@@ -81,13 +103,7 @@ def preempt(
             backend.hold(job.slurm_job_id)
     except SlurmError as exc:
         alive = _still_pending(backend, job.slurm_job_id)
-        if alive is False:
-            job.intent = None
-            rec.event(session, job, "act_failed", f"could not requeue it, it has already ended: {exc}")
-        else:
-            result.failed.append(f"requeue of job {job.slurm_job_id}: {exc}")
-            rec.event(session, job, "act_failed", f"requeue failed, will retry next cycle: {exc}")
-        session.commit()
+        _record_failure(session, rec, job, result, exc, alive, "requeue", "requeue")
         return
     who = f"job {by}" if by is not None else "a higher-priority job"
     book_preemption(
@@ -119,20 +135,13 @@ def place(
         backend.release(job.slurm_job_id)
     except SlurmError as exc:
         alive = _still_pending(backend, job.slurm_job_id)
-        if alive is False:
-            job.intent = None
-            rec.event(session, job, "act_failed", f"could not place it, it has already ended: {exc}")
-        elif alive is True and not redo:
+        refused = alive is True and not redo
+        if refused:
             # undo the intent: the job waits again; the next cycle decides afresh
             job.intent = None
             job.state = "queued" if job.state != "preempted" else job.state
             job.reason = f"Slurm refused the placement: {exc}"
-            result.failed.append(f"placement of job {job.slurm_job_id}: {exc}")
-            rec.event(session, job, "act_failed", f"placement refused by Slurm: {exc}")
-        else:
-            result.failed.append(f"placement of job {job.slurm_job_id}: {exc}")
-            rec.event(session, job, "act_failed", f"placement failed, will retry next cycle: {exc}")
-        session.commit()
+        _record_failure(session, rec, job, result, exc, alive, "place", "placement", refused)
         return
     job.intent = None
     job.state = "placed"

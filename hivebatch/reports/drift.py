@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -141,30 +141,35 @@ def _accounting_findings(
     vcs: list[VCInfo], classes: list[str], accounts: list[str], qos: list[str]
 ) -> list[Finding]:
     """Every VC must be a Slurm account and every class (plus the opportunistic one) a Slurm QOS."""
-    out: list[Finding] = []
     have_accounts = {a.lower() for a in accounts}
-    missing = [v.name for v in vcs if v.name.lower() not in have_accounts]
-    for name in missing:
-        out.append(Finding(
+    out = _missing_findings(
+        [v.name for v in vcs if v.name.lower() not in have_accounts],
+        lambda name: Finding(
             ERROR,
             f"VC {name} has no Slurm account: its users cannot submit (hsub uses the VC as the account)",
             f"sacctmgr -i add account {name} && sacctmgr -i add user USER account={name}",
-        ))  # fmt: skip
-    if not missing:
-        out.append(Finding(OK, f"every VC is a Slurm account ({', '.join(v.name for v in vcs)})"))
+        ),
+        f"every VC is a Slurm account ({', '.join(v.name for v in vcs)})",
+    )
     have_qos = {q.lower() for q in qos}
     wanted = list(dict.fromkeys([*classes, OPPORTUNISTIC]))
-    missing_q = [c for c in wanted if c.lower() not in have_qos]
-    for name in missing_q:
-        extra = " Preempt=… (see `hadmin slurm-config`)" if name != OPPORTUNISTIC else ""
-        out.append(Finding(
+    out += _missing_findings(
+        [c for c in wanted if c.lower() not in have_qos],
+        lambda name: Finding(
             ERROR,
             f"QOS {name} is missing in Slurm: jobs of class {name} are refused",
-            f"sacctmgr -i add qos {name}{extra}, then grant it: sacctmgr -i modify account VC set qos+={name}",
-        ))  # fmt: skip
-    if not missing_q:
-        out.append(Finding(OK, f"every class is a Slurm QOS ({', '.join(wanted)})"))
+            f"sacctmgr -i add qos {name}"
+            + (" Preempt=… (see `hadmin slurm-config`)" if name != OPPORTUNISTIC else "")
+            + f", then grant it: sacctmgr -i modify account VC set qos+={name}",
+        ),
+        f"every class is a Slurm QOS ({', '.join(wanted)})",
+    )
     return out
+
+
+def _missing_findings(missing: list[str], finding: Callable[[str], Finding], all_there: str) -> list[Finding]:
+    """One finding per missing name, or a single OK saying `all_there` when none is missing."""
+    return [finding(name) for name in missing] or [Finding(OK, all_there)]
 
 
 def drift_findings(

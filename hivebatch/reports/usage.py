@@ -11,9 +11,10 @@ Cancelled jobs count in no rate.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from hivebatch.reports.private import PrivateJob, private_queue_delays
 from hivebatch.reports.rows import (
@@ -226,16 +227,26 @@ def _vc_report(name: str, cells: Mapping[str, int] | None = None, gpus: int = 0)
     )
 
 
-def _add_segments(
-    reports: dict[str, VCReport], segments: list[RunSegment], since: datetime, until: datetime
+class GpuHourTotals(Protocol):
+    """The run-segment totals a report keeps (a VC's or a user's)."""
+
+    gpu_hours_guaranteed: float
+    gpu_hours_opportunistic: float
+    preempted_gpu_hours: float
+    preemptions: int
+
+
+def add_segments(
+    segments: list[RunSegment],
+    since: datetime,
+    until: datetime,
+    report_for: Callable[[RunSegment], GpuHourTotals],
 ) -> dict[str, list[RunSegment]]:
-    """Add each run segment's GPU-hours and preemptions to its VC; return the segments by job."""
+    """Add each run segment's GPU-hours and preemptions to its report; return the segments by job."""
     segs_by_job: dict[str, list[RunSegment]] = {}
     for seg in segments:
         segs_by_job.setdefault(seg.job_id, []).append(seg)
-        rep = reports.get(seg.vc)
-        if rep is None:
-            rep = reports[seg.vc] = _vc_report(seg.vc)
+        rep = report_for(seg)
         gpu_h = seg.gpus * clipped_hours(seg, since, until)
         if seg.opportunistic:
             rep.gpu_hours_opportunistic += gpu_h
@@ -245,6 +256,20 @@ def _add_segments(
             rep.preempted_gpu_hours += gpu_h
             rep.preemptions += 1
     return segs_by_job
+
+
+def _add_segments(
+    reports: dict[str, VCReport], segments: list[RunSegment], since: datetime, until: datetime
+) -> dict[str, list[RunSegment]]:
+    """Add each run segment's GPU-hours and preemptions to its VC; return the segments by job."""
+
+    def report_for(seg: RunSegment) -> VCReport:
+        rep = reports.get(seg.vc)
+        if rep is None:
+            rep = reports[seg.vc] = _vc_report(seg.vc)
+        return rep
+
+    return add_segments(segments, since, until, report_for)
 
 
 @dataclass

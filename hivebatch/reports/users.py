@@ -22,6 +22,7 @@ from datetime import datetime
 from hivebatch.reports.rows import GUARANTEED_CLASSES, JobRow, RunSegment
 from hivebatch.reports.usage import (
     ClassRate,
+    add_segments,
     clipped_hours,
     in_window,
     mean,
@@ -82,18 +83,7 @@ def users_report(
             limit_use[user] = []
         return users[user]
 
-    segs_by_job: dict[str, list[RunSegment]] = {}
-    for seg in segments:
-        segs_by_job.setdefault(seg.job_id, []).append(seg)
-        rep = get(seg.user)
-        gpu_h = seg.gpus * clipped_hours(seg, since, until)
-        if seg.opportunistic:
-            rep.gpu_hours_opportunistic += gpu_h
-        else:
-            rep.gpu_hours_guaranteed += gpu_h
-        if seg.preempted and seg.end is not None and since < seg.end <= until:
-            rep.preemptions += 1
-            rep.preempted_gpu_hours += gpu_h
+    segs_by_job = add_segments(segments, since, until, lambda seg: get(seg.user))
 
     for job in jobs:
         rep = get(job.user)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from hivebatch.scheduler import Placement
 from hivebatch.sharing.binpack import choose_binpack
 from hivebatch.sharing.config import SharingConfig
 from hivebatch.sharing.memory import format_mib, shard_rounded_mib
@@ -35,7 +36,6 @@ from hivebatch.sharing.slices import (
     OPP_PREFIX,
     SHARE_PREFIX,
     Allocator,
-    CoreDecision,
     GpuShare,
     Slice,
     SliceDecision,
@@ -149,7 +149,7 @@ class SharingLedger(WholeJobs, Rebuild):
 
     def _probe(
         self, vc: str, priority: int, gpu_type: str | None, need: int
-    ) -> tuple[CoreDecision | None, str | None]:
+    ) -> tuple[Placement | None, str | None]:
         """Ask the cell core, without changing it, where a fresh 1-GPU cell would go."""
         last_reason: str | None = None
         for t in self._types_for(gpu_type):
@@ -167,7 +167,7 @@ class SharingLedger(WholeJobs, Rebuild):
         return None, last_reason
 
     def _bind_and_book(
-        self, job_id: str, vc: str, need: int, priority: int, probe: CoreDecision, kind: str
+        self, job_id: str, vc: str, need: int, priority: int, probe: Placement, kind: str
     ) -> SliceDecision:
         ((node, gpus),) = probe.placement.items()
         gpu = gpus[0]

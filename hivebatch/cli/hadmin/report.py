@@ -25,6 +25,11 @@ def _window_options(func):  # type: ignore[no-untyped-def]
     return func
 
 
+_format_option = click.option(
+    "--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format"
+)
+
+
 def _compute(config: str | None, since_text: str | None, until_text: str | None, vc: str | None):  # type: ignore[no-untyped-def]
     from hivebatch.reports.load import default_since, load_report_data, resolve_window
     from hivebatch.reports.topology import gpus_per_node
@@ -85,7 +90,7 @@ def report() -> None:
 @report.command()
 @_window_options
 @click.option("--vc", metavar="NAME", help="only this virtual cluster")
-@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format")
+@_format_option
 def quota(
     config: str | None, since_text: str | None, until_text: str | None, vc: str | None, fmt: str
 ) -> None:
@@ -120,7 +125,7 @@ def quota(
 @report.command()
 @_window_options
 @click.option("--vc", metavar="NAME", help="only jobs of this virtual cluster")
-@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format")
+@_format_option
 def users(
     config: str | None, since_text: str | None, until_text: str | None, vc: str | None, fmt: str
 ) -> None:

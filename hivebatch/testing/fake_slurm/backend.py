@@ -251,10 +251,8 @@ class FakeSlurm(SlurmBackend):
         self._maybe_schedule()
 
     def release(self, job_id: int) -> None:
-        self._log("release", (job_id,))
         cmd = ["scontrol", "release", str(job_id)]
-        j = self._touchable(job_id, cmd)
-        refuse_finished(j, cmd)
+        j = self._unfinished("release", job_id, cmd)
         if j.reason == "JobHeldAdmin" and not self._is_admin():
             raise SlurmError(
                 cmd,
@@ -269,18 +267,14 @@ class FakeSlurm(SlurmBackend):
         self._maybe_schedule()
 
     def clear_begin_time(self, job_id: int) -> None:
-        self._log("clear_begin_time", (job_id,))
         cmd = ["scontrol", "update", f"JobId={job_id}", "StartTime=now"]
-        j = self._touchable(job_id, cmd)
-        refuse_finished(j, cmd)
+        j = self._unfinished("clear_begin_time", job_id, cmd)
         j.eligible_at = None
         self._maybe_schedule()
 
     def hold(self, job_id: int) -> None:
-        self._log("hold", (job_id,))
         cmd = ["scontrol", "hold", str(job_id)]
-        j = self._touchable(job_id, cmd)
-        refuse_finished(j, cmd)
+        j = self._unfinished("hold", job_id, cmd)
         if j.state != "PENDING":
             raise SlurmError(cmd, 1, f"Job is no longer pending execution for job {job_id}")
         j.reason = "JobHeldAdmin" if self._is_admin() else "JobHeldUser"
@@ -426,6 +420,13 @@ class FakeSlurm(SlurmBackend):
         j = self._s.jobs.get(int(job_id))
         if j is None:
             raise SlurmError([what, str(job_id)], 1, f"Invalid job id specified for job {job_id}")
+        return j
+
+    def _unfinished(self, op: str, job_id: int, cmd: list[str]) -> Job:
+        """Log `op`, then the job `cmd` may change: it exists, is ours, and has not finished."""
+        self._log(op, (job_id,))
+        j = self._touchable(job_id, cmd)
+        refuse_finished(j, cmd)
         return j
 
     def _touchable(self, job_id: int, cmd: list[str]) -> Job:
