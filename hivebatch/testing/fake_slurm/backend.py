@@ -18,7 +18,7 @@ from hivebatch.slurm.types import (
 )
 from hivebatch.testing.fake_slurm.plugin import JobSubmit, park_owner_release, run_job_submit
 from hivebatch.testing.fake_slurm.sbatch import begin_offset_s, parse_sbatch, sbatch_lines, time_limit
-from hivebatch.testing.fake_slurm.scheduler import dependency_status, try_start
+from hivebatch.testing.fake_slurm.scheduler import try_start
 from hivebatch.testing.fake_slurm.state import (
     MIN_JOB_AGE_S,
     QOS_NAMES,
@@ -28,6 +28,7 @@ from hivebatch.testing.fake_slurm.state import (
     State,
     refuse_finished,
 )
+from hivebatch.testing.fake_slurm.views import squeue_view
 
 
 class FakeSlurm(SlurmBackend):
@@ -74,7 +75,7 @@ class FakeSlurm(SlurmBackend):
         return self._s.calls
 
     def job(self, job_id: int) -> SlurmJob:
-        return self._view(self._get(job_id, "squeue"))
+        return squeue_view(self._s, self._get(job_id, "squeue"))
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         """What root can do with ``scontrol update AdminComment=`` (and only root or the plugin)."""
@@ -323,7 +324,7 @@ class FakeSlurm(SlurmBackend):
         wanted = None if job_ids is None else {int(x) for x in job_ids}
         horizon = self._s.now() - timedelta(seconds=MIN_JOB_AGE_S)
         return [
-            self._view(j)
+            squeue_view(self._s, j)
             for j in self._s.jobs.values()
             if (wanted is None or j.job_id in wanted) and not (j.end_time and j.end_time < horizon)
         ]
@@ -468,37 +469,3 @@ class FakeSlurm(SlurmBackend):
             raise SlurmError(["end", str(job_id)], 1, f"job {job_id} is {j.state}, not RUNNING")
         j.state, j.reason, j.exit_code, j.end_time = state, reason, exit_code, self._s.now()
         self._maybe_schedule()
-
-    def _dependency_text(self, j: Job) -> str:
-        """squeue's form: the condition with its state, "" once fulfilled (Slurm drops it then)."""
-        status = dependency_status(self._s, j.dependency)
-        return "" if status == "fulfilled" or j.state != "PENDING" else f"{j.dependency}({status})"
-
-    def _view(self, j: Job) -> SlurmJob:
-        return SlurmJob(
-            job_id=j.job_id,
-            name=j.name,
-            user=j.user,
-            account=j.account,
-            qos=j.qos,
-            state=j.state,
-            reason=j.reason,
-            nodes=list(j.nodes) if j.state != "PENDING" else [],
-            gpus={k: list(v) for k, v in j.gpus.items()},
-            shards={k: dict(v) for k, v in j.shards.items()},
-            comment=j.comment,
-            admin_comment=j.admin_comment,
-            dependency=self._dependency_text(j),
-            eligible_time=j.eligible_at if j.state == "PENDING" else None,
-            submit_time=j.submit_time,
-            start_time=j.start_time if j.state != "PENDING" else None,
-            end_time=j.end_time if j.state in FINISHED_STATES else None,
-            time_limit_s=j.time_limit_s,
-            num_nodes=j.num_nodes,
-            held=j.held,
-            exit_code=j.exit_code if j.state in FINISHED_STATES else None,
-            tres_per_node=j.tres_per_node,
-            required_nodes=list(j.required_nodes),
-            partition="gpu",
-            priority=0 if j.held else 1000,
-        )

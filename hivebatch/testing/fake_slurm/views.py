@@ -1,0 +1,43 @@
+"""What squeue shows of a fake job: the SlurmJob record the backend hands its callers."""
+
+from __future__ import annotations
+
+from hivebatch.slurm.types import FINISHED_STATES, SlurmJob
+from hivebatch.testing.fake_slurm.scheduler import dependency_status
+from hivebatch.testing.fake_slurm.state import Job, State
+
+
+def dependency_text(state: State, j: Job) -> str:
+    """squeue's form: the condition with its state, "" once fulfilled (Slurm drops it then)."""
+    status = dependency_status(state, j.dependency)
+    return "" if status == "fulfilled" or j.state != "PENDING" else f"{j.dependency}({status})"
+
+
+def squeue_view(state: State, j: Job) -> SlurmJob:
+    return SlurmJob(
+        job_id=j.job_id,
+        name=j.name,
+        user=j.user,
+        account=j.account,
+        qos=j.qos,
+        state=j.state,
+        reason=j.reason,
+        nodes=list(j.nodes) if j.state != "PENDING" else [],
+        gpus={k: list(v) for k, v in j.gpus.items()},
+        shards={k: dict(v) for k, v in j.shards.items()},
+        comment=j.comment,
+        admin_comment=j.admin_comment,
+        dependency=dependency_text(state, j),
+        eligible_time=j.eligible_at if j.state == "PENDING" else None,
+        submit_time=j.submit_time,
+        start_time=j.start_time if j.state != "PENDING" else None,
+        end_time=j.end_time if j.state in FINISHED_STATES else None,
+        time_limit_s=j.time_limit_s,
+        num_nodes=j.num_nodes,
+        held=j.held,
+        exit_code=j.exit_code if j.state in FINISHED_STATES else None,
+        tres_per_node=j.tres_per_node,
+        required_nodes=list(j.required_nodes),
+        partition="gpu",
+        priority=0 if j.held else 1000,
+    )
