@@ -249,6 +249,7 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         gpus=gpus,
         shards=shards,
         comment=str(job.get("comment") or ""),
+        admin_comment=str(job.get("admin_comment") or ""),
         submit_time=epoch(job.get("submit_time")),
         start_time=epoch(job.get("start_time")) if state != "PENDING" else None,
         end_time=epoch(job.get("end_time")) if finished else None,

@@ -92,6 +92,8 @@ class SlurmJob:
     gpus: dict[str, list[int]] = field(default_factory=dict)
     shards: dict[str, dict[int, int]] = field(default_factory=dict)
     comment: str = ""
+    #: set only by Slurm operators and admins (the job's owner cannot change it)
+    admin_comment: str = ""
     submit_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
