@@ -182,7 +182,8 @@ class FaultLab:
         raise AssertionError("slurmctld did not stop")
 
     def start_slurmctld(self) -> None:
-        subprocess.run(["slurmctld", "-i"], check=True, timeout=30)
+        subprocess.run(["slurmctld", "-i"], check=True, timeout=30, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if subprocess.run(["scontrol", "ping"], capture_output=True, check=False).returncode == 0:

@@ -42,6 +42,17 @@ def test_slurmctld_stopped_mid_cycle_and_restarted(faults: FaultLab) -> None:
     assert not [e for e in faults.events() if e.kind == "finished"]
 
 
+def test_slurmctld_stopped_and_restarted_inside_one_cycle(faults: FaultLab) -> None:
+    _submit_spread(faults)
+    res = faults.once(kill_at="ctld-bounce")  # 6 placements: the 1st and 2nd fail, the rest go through
+    assert res.returncode == 1, res.stderr
+    failed = [line for line in res.stderr.splitlines() if line.startswith("error: placement of job")]
+    assert len(failed) == 2, res.stderr
+    t_end = time.monotonic()
+    faults.until_all_run(timeout_s=120)  # the restarted slurmctld hears from its nodes again first
+    faults.check("slurmctld bounced inside a cycle", recover_s=time.monotonic() - t_end)
+
+
 def test_slurmctld_restart_with_running_jobs(faults: FaultLab) -> None:
     _submit_spread(faults)
     faults.until_all_run()

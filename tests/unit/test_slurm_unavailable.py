@@ -67,3 +67,12 @@ def test_scontrol_detail_and_squeue_agree_on_the_gpu_indices() -> None:
     assert scontrol == squeue[3].gpus == {"node3": [0, 1], "node4": [0, 1]}
     recorded = Completed(0, (FIXTURES / "scontrol_show_job_multinode.txt").read_text(), "")
     assert CliBackend(lambda argv, stdin, env: recorded).job_gpus(3) == scontrol
+
+
+def test_admin_comment_is_read_and_is_not_the_owners_to_change() -> None:
+    """What the job's owner cannot edit (AdminComment: set by root or an Operator; the owner's
+    ``scontrol update`` is refused, tests/fixtures/slurm/err_update_admin_comment_by_owner.txt)."""
+    (job,) = parse_squeue_json((FIXTURES / "squeue_admin_comment.json").read_text())
+    assert job.admin_comment == 'hivebatch:v1:{"gpus":1,"vc":"cv"}' and job.comment == "user text"
+    refused = (FIXTURES / "err_update_admin_comment_by_owner.txt").read_text().splitlines()
+    assert refused[-1] == "rc=1" and refused[0].startswith("Access/permission denied for job")

@@ -68,29 +68,36 @@ def start(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> None:
 
 def granted_kept(session: Session, rec: Recorder, job: Job, sj: SlurmJob, backend: SlurmBackend) -> bool:
     """Does Slurm run the job on the GPU indices it was granted (IDX in squeue's gres detail, confirmed
-    by ``scontrol -d show job``)? If not, that
-    is an incident, never accepted: the job is requeued and held, to be placed again on its granted
-    GPUs (Slurm keeps its typed gres). Until the requeue succeeds the ledger keeps the granted GPUs
-    and the ones really in use are held as foreign from the nodes' GPU use."""
+    by ``scontrol -d show job``)? If not, that is an incident, never accepted: the job is requeued and
+    held, to be placed again on its granted GPUs (Slurm keeps its typed gres). Until the requeue
+    succeeds the ledger keeps the granted GPUs, and the ones really in use are held as foreign from
+    the nodes' GPU use."""
     actual = gpus_of(sj)
     granted = {n: sorted(int(i) for i in v) for n, v in (job.placement or {}).items()}
     if not actual or not granted or actual == granted:
         return True
-    with suppress(
-        SlurmError
-    ):  # squeue's IDX differs: ask for the job's own record before calling it an incident
+    # squeue's IDX differs: the job's own record decides before it is called an incident
+    with suppress(SlurmError):
         actual = backend.job_gpus(job.slurm_job_id) or actual
     if actual == granted:
         return True
     what = f"Slurm runs it on {placement_text(actual)}, not on the granted {placement_text(granted)}"
+    data = {"granted": granted, "actual": actual}
     try:
         backend.requeue_hold(job.slurm_job_id)
     except SlurmError as exc:
-        rec.event(session, job, "placement_incident", f"{what}; requeue failed, tried again next cycle: {exc}",
-                  {"granted": granted, "actual": actual})  # fmt: skip
+        msg = f"{what}; requeue failed, tried again next cycle: {exc}"
+        rec.event(session, job, "placement_incident", msg, data)
         return False
-    book_preemption(session, rec, job, rec.now, "placement_incident", f"{what}; requeued and held to be placed again",
-                    {"granted": granted, "actual": actual})  # fmt: skip
+    book_preemption(
+        session,
+        rec,
+        job,
+        rec.now,
+        "placement_incident",
+        f"{what}; requeued and held to be placed again",
+        data,
+    )
     job.reason = "Slurm ran it on other GPUs than granted; requeued, it starts again on its granted GPUs"
     return False
 
