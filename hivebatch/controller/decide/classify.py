@@ -33,7 +33,8 @@ def classify(r: Round) -> None:
 def _sort_one(r: Round, job: Job) -> None:
     ledger, spec = r.ledger, r.ctx.spec
     sj = ledger.slurm[job.slurm_job_id]
-    not_yet = not_eligible(sj, r.now, first_start=job.state != "preempted" and not job.placement)
+    first = job.state != "preempted" and not job.placement
+    not_yet = not_eligible(sj, r.now, first_start=first, others=ledger.slurm)
     if not_yet:
         r.out.waits.append(Wait(job, not_yet))
         return

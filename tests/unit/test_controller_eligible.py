@@ -1,0 +1,44 @@
+"""Eligibility from Slurm's records: a held job's dependency and begin time (recorded on the lab)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from hivebatch.controller.decide.eligible import not_eligible
+from hivebatch.slurm.types import SlurmJob
+
+NOW = dt.datetime(2026, 11, 24, 7, 0)
+
+
+def job(job_id: int, state: str = "PENDING", **kw: object) -> SlurmJob:
+    return SlurmJob(
+        job_id=job_id,
+        name="j",
+        user="alice",
+        account="cv",
+        qos="normal",
+        state=state,
+        reason="JobHeldUser",
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def test_a_dependency_slurm_has_not_re_tested_is_judged_from_squeue() -> None:
+    waiting = job(2, dependency="afterok:1(unfulfilled)")
+    assert not_eligible(waiting, NOW, others={1: job(1, "RUNNING")}).startswith(
+        "waits for its dependency afterok:1"
+    )
+    # Slurm skips held jobs when it re-tests dependencies: its text stays stale after job 1 succeeded
+    assert not_eligible(waiting, NOW, others={1: job(1, "COMPLETED")}) is None
+    assert not_eligible(waiting, NOW, others={1: job(1, "FAILED")}) is not None  # afterok is not met
+    assert not_eligible(job(3, dependency="afterany:1:4(unfulfilled)"), NOW,
+                        others={1: job(1, "FAILED"), 4: job(4, "COMPLETED")}) is None  # fmt: skip
+    # a job squeue no longer lists, or a dependency type hivebatch does not judge, is left to Slurm
+    assert not_eligible(waiting, NOW, others={}) is not None
+    assert not_eligible(job(5, dependency="singleton(unfulfilled)"), NOW, others={}) is not None
+
+
+def test_a_begin_time_counts_for_a_first_start_only() -> None:
+    later = job(6, eligible_time=dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC))
+    assert not_eligible(later, NOW).startswith("waits for its begin time 2026-11-24 09:00 UTC")
+    assert not_eligible(later, NOW, first_start=False) is None  # a requeued job's delay is Slurm's own
