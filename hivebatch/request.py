@@ -17,7 +17,6 @@ from typing import Any
 
 from hivebatch.errors import HivebatchError
 
-PREFIX = "hivebatch:v1:"
 #: the admin comment the job_submit plugin writes (hivebatch/data/job_submit.lua)
 ADMIN_PREFIX = "hivebatch:v2:"
 #: begin time (2100-01-01) the plugin gives a waiting GPU job whose owner released it, so Slurm never
@@ -25,8 +24,9 @@ ADMIN_PREFIX = "hivebatch:v2:"
 RELEASED_BEGIN = 4102444800
 #: hsub's model hints in the user's comment
 HINTS_PREFIX = "hivebatch:hints:"
+MODEL_HINTS = ("model", "like", "batch_size", "iters", "within")
 #: gpu_mem_mib as a hint is the share of each GPU a *whole* job declares it uses (slices are shards)
-HINT_FIELDS = ("model", "like", "batch_size", "iters", "within", "gpu_mem_mib")
+HINT_FIELDS = (*MODEL_HINTS, "gpu_mem_mib")
 #: what the plugin records besides the request proper (translations it made, the owner's own hold)
 PLUGIN_EXTRAS = ("user_hold", "cpus_per_gpu", "mem_per_gpu_mb", "ntasks_per_gpu", "tres_bind", "tres_freq")
 CLASSES = ("urgent", "prior", "normal", "opportunistic")
@@ -83,33 +83,9 @@ class JobRequest:
     def to_admin_comment(self, **extras: Any) -> str:
         """What the job_submit plugin writes for this request (tests and recorded fixtures use it)."""
         self.validate()
-        payload = {k: v for k, v in asdict(self).items() if v is not None and k not in HINT_FIELDS}
+        payload = {k: v for k, v in asdict(self).items() if v is not None and k not in MODEL_HINTS}
         payload.update(extras)
         return ADMIN_PREFIX + json.dumps(payload, separators=(",", ":"), sort_keys=True)
-
-    def to_comment(self) -> str:
-        self.validate()
-        payload = {k: v for k, v in asdict(self).items() if v is not None}
-        return PREFIX + json.dumps(payload, separators=(",", ":"), sort_keys=True)
-
-    @classmethod
-    def from_comment(cls, comment: str | None) -> JobRequest | None:
-        """The request in a Slurm comment, or None when the job was not submitted through hsub."""
-        if not comment or not comment.startswith(PREFIX):
-            return None
-        try:
-            raw: Any = json.loads(comment[len(PREFIX) :])
-        except json.JSONDecodeError:
-            return None
-        if not isinstance(raw, dict):
-            return None
-        known = {f.name for f in fields(cls)}
-        try:
-            req = cls(**{k: v for k, v in raw.items() if k in known})
-            req.validate()
-        except (TypeError, HivebatchError):
-            return None
-        return req
 
 
 class RequestError(HivebatchError):
@@ -153,15 +129,8 @@ def request_from_slurm(
     if not admin_comment or not admin_comment.startswith(ADMIN_PREFIX):
         return None
     raw = _json_object(admin_comment[len(ADMIN_PREFIX) :], "admin comment")
-    known = {f.name for f in fields(JobRequest)} - {
-        "vc",
-        "qos",
-        "model",
-        "like",
-        "batch_size",
-        "iters",
-        "within",
-    }
+    # the shape the plugin records: everything but VC and class (Slurm's) and the owner's model hints
+    known = {f.name for f in fields(JobRequest)} - {"vc", "qos", *MODEL_HINTS}
     unknown = sorted(set(raw) - known - set(PLUGIN_EXTRAS) - {"vc", "qos"})
     if unknown:
         raise RequestError(f"its admin comment has fields hivebatch never writes: {', '.join(unknown)}")
