@@ -8,7 +8,6 @@ which must be the GPUs the cells chose (the ledger's placement).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 from lab_controller import Ctl
+from lab_users import popen_as, run_as
 
 # one database is enough here: the controller's SQLite/PostgreSQL parity is test_controller_lab's
 pytestmark = [pytest.mark.integration, pytest.mark.parametrize("ctl", ["sqlite"], indirect=True)]
@@ -53,17 +53,6 @@ def loop(ctl: Ctl) -> Iterator[Loop]:
     assert not lp.errors, lp.errors
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "PYTHONPATH", "VIRTUAL_ENV")}
-
-
-def _as(
-    user: str, argv: list[str], timeout: float = 120, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["runuser", "-u", user, "--", *argv], capture_output=True, text=True, env=_env(),
-                          timeout=timeout, check=False, cwd=cwd)  # fmt: skip
-
-
 def _adopt(ctl: Ctl, name: str, timeout_s: float = 30) -> int:
     """Let the scoped controller see the lab's pending job(s) of this name (submitted by a client)."""
     deadline = time.monotonic() + timeout_s
@@ -89,7 +78,7 @@ def _gpus_line(host: str, cvd: str) -> dict[str, list[int]]:
 def test_plain_sbatch_gres_job_runs_on_the_cells_choice(ctl: Ctl, loop: Loop) -> None:
     name = f"{ctl.tag}-sbatch"
     out = ctl.jobs_dir / f"{name}.out"
-    proc = _as("bob", ["sbatch", "--parsable", "-J", name, "--gres=gpu:2", "-o", str(out), "-t", "5",
+    proc = run_as("bob", ["sbatch", "--parsable", "-J", name, "--gres=gpu:2", "-o", str(out), "-t", "5",
                        "--wrap", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"; sleep 30'])  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     jid = int(proc.stdout.strip())
@@ -102,9 +91,8 @@ def test_plain_sbatch_gres_job_runs_on_the_cells_choice(ctl: Ctl, loop: Loop) ->
 def test_srun_gets_cell_placed_gpus_within_seconds(ctl: Ctl, loop: Loop) -> None:
     name = f"{ctl.tag}-srun"
     t0 = time.monotonic()
-    proc = subprocess.Popen(["runuser", "-u", "alice", "--", "srun", "-J", name, "--gpus=1", "-t", "5",
-                             "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())  # fmt: skip
+    proc = popen_as("alice", ["srun", "-J", name, "--gpus=1", "-t", "5",
+                              "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
     jid = _adopt(ctl, name)
     out, err = proc.communicate(timeout=90)
     waited = time.monotonic() - t0
@@ -116,9 +104,8 @@ def test_srun_gets_cell_placed_gpus_within_seconds(ctl: Ctl, loop: Loop) -> None
 
 def test_salloc_allocation_and_its_own_srun_use_the_cells_gpus(ctl: Ctl, loop: Loop) -> None:
     name = f"{ctl.tag}-salloc"
-    proc = subprocess.Popen(["runuser", "-u", "carol", "--", "salloc", "-J", name, "--gres=gpu:2", "-t", "5",
-                             "srun", "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())  # fmt: skip
+    proc = popen_as("carol", ["salloc", "-J", name, "--gres=gpu:2", "-t", "5",
+                              "srun", "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
     jid = _adopt(ctl, name)
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
@@ -134,7 +121,7 @@ def test_snakemake_style_sbatch_line_runs_on_the_cells_choice(ctl: Ctl, loop: Lo
             "--comment", "rule_train_wildcards_seed=1", "-A", "cv", "-p", "gpu", "-t", "5", "--mem", "1000",
             "--ntasks=1", "--cpus-per-task=1", "--gpus=1", "-D", str(ctl.jobs_dir),
             "--wrap", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"']  # fmt: skip
-    proc = _as("alice", argv)
+    proc = run_as("alice", argv)
     assert proc.returncode == 0, proc.stderr
     jid = int(proc.stdout.strip())
     ctl.mine.add(jid)
@@ -176,9 +163,7 @@ def test_submitit_job_runs_on_the_cells_choice(ctl: Ctl, loop: Loop, tools_pytho
     folder = ctl.jobs_dir / name
     folder.mkdir()
     folder.chmod(0o777)  # the client runs as bob
-    proc = subprocess.Popen(["runuser", "-u", "bob", "--", tools_python, "-c", SUBMITIT, str(folder), name],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-                            cwd=ctl.jobs_dir)  # fmt: skip
+    proc = popen_as("bob", [tools_python, "-c", SUBMITIT, str(folder), name], cwd=ctl.jobs_dir)  # fmt: skip
     jid = _adopt(ctl, name)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-2000:]
@@ -208,9 +193,7 @@ def test_dask_jobqueue_worker_runs_on_the_cells_choice(ctl: Ctl, loop: Loop, too
     logs = ctl.jobs_dir / name
     logs.mkdir()
     logs.chmod(0o777)  # the client runs as carol
-    proc = subprocess.Popen(["runuser", "-u", "carol", "--", tools_python, "-c", DASK, name, str(logs)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-                            cwd=ctl.jobs_dir)  # fmt: skip
+    proc = popen_as("carol", [tools_python, "-c", DASK, name, str(logs)], cwd=ctl.jobs_dir)  # fmt: skip
     jid = _adopt(ctl, name, timeout_s=60)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-2000:]

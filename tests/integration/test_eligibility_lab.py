@@ -3,20 +3,17 @@ waiting for its dependency or its begin time holds no cells until Slurm would st
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 from lab_controller import Ctl
+from lab_users import run_as
 
 pytestmark = [pytest.mark.integration, pytest.mark.parametrize("ctl", ["sqlite"], indirect=True)]
 
 
 def _sbatch(ctl: Ctl, user: str, *opts: str) -> int:
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
-    out = subprocess.run(["runuser", "-u", user, "--", "sbatch", "--parsable", "-o", "/dev/null",
-                          "--chdir", str(ctl.jobs_dir), *opts], capture_output=True, text=True, env=env,
-                         timeout=60, check=False)  # fmt: skip
+    out = run_as(
+        user, ["sbatch", "--parsable", "-o", "/dev/null", "--chdir", str(ctl.jobs_dir), *opts], timeout=60
+    )
     assert out.returncode == 0, out.stderr
     jid = int(out.stdout.strip())
     ctl.mine.add(jid)

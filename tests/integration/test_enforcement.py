@@ -9,22 +9,19 @@ Slurm looks by default).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 
 import pytest
+from lab_users import popen_as, run_as
 
 from hivebatch.request import ADMIN_PREFIX, RELEASED_BEGIN, request_from_slurm
 
 pytestmark = pytest.mark.integration
 
 
-def _as(user: str, argv: list[str], check: bool = False) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
-    return subprocess.run(
-        ["runuser", "-u", user, "--", *argv], capture_output=True, text=True, env=env, timeout=60, check=check
-    )
+def _as(user: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return run_as(user, argv, timeout=60)
 
 
 def _sbatch(lab, user: str, *opts: str) -> int:
@@ -102,13 +99,7 @@ def test_impossible_asks_are_refused_at_submit_with_one_line(slurm_lab, user, op
 def test_srun_and_salloc_gpu_jobs_are_held_for_the_cells(slurm_lab, lab_jobs):
     # interactive clients wait for their allocation: start them, look at the job, then let them go
     procs = [
-        subprocess.Popen(
-            ["runuser", "-u", "alice", "--", *cmd],
-            env={k: v for k, v in os.environ.items() if k != "SLURM_CONF"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        popen_as("alice", cmd)
         for cmd in (
             ["srun", "--gres=gpu:1", "-J", "srun-gpu", "hostname"],
             ["salloc", "--gpus=2", "-J", "salloc-gpu", "true"],
