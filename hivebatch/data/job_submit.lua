@@ -138,15 +138,16 @@ local function get(job_desc, name)
   return nil
 end
 
+-- the GPU items of each TRES field that has some, and what the field keeps without them
 local function gpu_fields(job_desc)
-  local found = {}
+  local found, rest = {}, {}
   for _, f in ipairs({ "tres_per_job", "tres_per_node", "tres_per_task", "tres_per_socket" }) do
-    local items = split_gpu(get(job_desc, f))
+    local items, others = split_gpu(get(job_desc, f))
     if #items > 0 then
-      found[f] = items
+      found[f], rest[f] = items, others
     end
   end
-  return found
+  return found, rest
 end
 
 -- the per-node GPU count and node count of an ask, where Slurm's fields fix them
@@ -324,7 +325,7 @@ local function submit(job_desc, part_list, submit_uid)
   if is_operator(submit_uid) then
     return slurm.SUCCESS
   end
-  local found = gpu_fields(job_desc)
+  local found, rest = gpu_fields(job_desc)
   if next(found) == nil then
     return slurm.SUCCESS
   end
@@ -334,9 +335,8 @@ local function submit(job_desc, part_list, submit_uid)
   end
   translate_per_gpu(job_desc, req)
   local admin_comment = M.encode(req)
-  for f in pairs(found) do
-    local _, rest = split_gpu(get(job_desc, f))
-    job_desc[f] = rest
+  for f, kept in pairs(rest) do
+    job_desc[f] = kept
   end
   clear_gpu_env(job_desc)
   job_desc.admin_comment = admin_comment
@@ -364,7 +364,8 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   end
   local managed = string.sub(job_rec.admin_comment or "", 1, #PREFIX) == PREFIX
   if not managed then
-    if next(gpu_fields(job_desc)) ~= nil then
+    local asked = gpu_fields(job_desc)
+    if next(asked) ~= nil then
       fail("GPUs cannot be added to job " .. tostring(job_rec.job_id) .. " by an update: submit a new job that asks for them")
     end
     return slurm.SUCCESS
