@@ -184,7 +184,18 @@ def act(
     for p in decisions.places:
         if p.job.intent == "place":
             place(session, rec, backend, p.job, result)
+    split_arrays(backend, decisions.splits, result)
     return result
+
+
+def split_arrays(backend: SlurmBackend, splits: list[tuple[int, int]], result: ActResult) -> None:
+    """Give array tasks records of their own; nothing to book: each shows as a held job next cycle."""
+    for array, task in splits:
+        try:
+            backend.split_array_task(array, task)
+        except SlurmError as exc:
+            if not exc.unknown_job:  # a task cancelled meanwhile is simply gone
+                result.failed.append(f"split of array task {array}_{task}: {exc}")
 
 
 __all__ = ["ActResult", "Place", "act", "place", "preempt", "write_intents"]

@@ -31,6 +31,14 @@ class SlurmBackend(ABC):
     def release(self, job_id: int) -> None: ...
 
     @abstractmethod
+    def split_array_task(self, array_job_id: int, task_id: int) -> None:
+        """Give one pending task of an array a job record of its own, so it can be placed alone.
+
+        Any update of one task does this in slurmctld; hivebatch holds the task (``scontrol hold
+        123_4``), which an Operator may do and which leaves it held by an admin, as placement wants
+        it. The task keeps the array's request; its new job id shows in the next listing."""
+
+    @abstractmethod
     def clear_begin_time(self, job_id: int) -> None:
         """Let a pending job start as soon as it is released (drops a --begin or the plugin's far one)."""
 

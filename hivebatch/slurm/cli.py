@@ -74,6 +74,12 @@ class CliBackend(SlurmBackend):
     def __init__(self, runner: Runner | None = None, run_as: str | None = None) -> None:
         self._runner = runner or subprocess_runner()
         self.run_as = run_as
+        # array tasks seen in the last listing, by job id -> "ARRAY_TASK": scontrol and scancel read a
+        # bare array job id as every task of the array, so a task is always named by its index
+        self._task_names: dict[int, str] = {}
+
+    def _name(self, job_id: int) -> str:
+        return self._task_names.get(int(job_id), str(int(job_id)))
 
     def as_user(self, user: str) -> CliBackend:
         return CliBackend(self._runner, run_as=user)
@@ -105,7 +111,7 @@ class CliBackend(SlurmBackend):
         num_nodes: int | None = None,
         gres: str | None = None,
     ) -> None:
-        args = ["scontrol", "update", f"JobId={int(job_id)}"]
+        args = ["scontrol", "update", f"JobId={self._name(job_id)}"]
         if gres is not None:
             args.append(f"Gres={gres}")
         if nodelist is not None:
@@ -118,25 +124,33 @@ class CliBackend(SlurmBackend):
         self._run(args)
 
     def release(self, job_id: int) -> None:
-        self._run(["scontrol", "release", str(int(job_id))])
+        self._run(["scontrol", "release", self._name(job_id)])
+
+    def split_array_task(self, array_job_id: int, task_id: int) -> None:
+        self._run(["scontrol", "hold", f"{int(array_job_id)}_{int(task_id)}"])
 
     def clear_begin_time(self, job_id: int) -> None:
-        self._run(["scontrol", "update", f"JobId={int(job_id)}", "StartTime=now"])
+        self._run(["scontrol", "update", f"JobId={self._name(job_id)}", "StartTime=now"])
 
     def hold(self, job_id: int) -> None:
-        self._run(["scontrol", "hold", str(int(job_id))])
+        self._run(["scontrol", "hold", self._name(job_id)])
 
     def requeue_hold(self, job_id: int) -> None:
-        self._run(["scontrol", "requeuehold", str(int(job_id))])
+        self._run(["scontrol", "requeuehold", self._name(job_id)])
 
     def cancel(self, job_id: int) -> None:
-        self._run(["scancel", str(int(job_id))])
+        self._run(["scancel", self._name(job_id)])
 
     # --- queries ---------------------------------------------------------------------------------
 
     def list_jobs(self, job_ids: list[int] | None = None) -> list[SlurmJob]:
         # squeue --json ignores -j/-u/-t on 22.05: fetch all once and filter here
         jobs = parse_squeue_json(self._run(["squeue", "--json"]))
+        self._task_names = {
+            j.job_id: f"{j.array_job_id}_{j.array_task_id}"
+            for j in jobs
+            if j.array_job_id and j.array_task_id is not None
+        }
         if job_ids is not None:
             wanted = {int(j) for j in job_ids}
             jobs = [j for j in jobs if j.job_id in wanted]
@@ -146,7 +160,7 @@ class CliBackend(SlurmBackend):
         return parse_sinfo_json(self._run(["sinfo", "--json"]))
 
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:
-        return parse_job_gpus(self._run(["scontrol", "-d", "show", "job", str(int(job_id))]))
+        return parse_job_gpus(self._run(["scontrol", "-d", "show", "job", self._name(job_id)]))
 
     def ping(self) -> None:
         # 'Slurmctld(primary) at HOST is UP' (exit 0) or '… is DOWN' and a banner (exit 1)

@@ -264,7 +264,36 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         partition=str(job.get("partition") or ""),
         dependency=str(job.get("dependency") or ""),
         priority=priority,
+        **_array_fields(job),
+        **_node_needs(job),
     )
+
+
+def _array_fields(job: Mapping[str, Any]) -> dict[str, Any]:
+    array_id = _num(job.get("array_job_id"))
+    if not array_id:
+        return {}
+    task = job.get("array_task_id")
+    return {
+        "array_job_id": array_id,
+        "array_task_id": int(task) if isinstance(task, int) else None,
+        "array_pending": str(job.get("array_task_string") or ""),
+        "array_max_tasks": _num(job.get("array_max_tasks")) or 0,
+    }
+
+
+def _node_needs(job: Mapping[str, Any]) -> dict[str, Any]:
+    cpus = _num(job.get("minimum_cpus_per_node")) or 0
+    mem = _num(job.get("memory_per_node")) or 0
+    if not mem and _num(job.get("memory_per_cpu")):
+        mem = (_num(job.get("memory_per_cpu")) or 0) * max(cpus, 1)
+    return {
+        "features": str(job.get("features") or ""),
+        "cpus_per_node": cpus,
+        "mem_per_node_mb": mem,
+        "reservation": str(job.get("resv_name") or ""),
+        "excluded_nodes": expand_hostlist(str(job.get("excluded_nodes") or "")),
+    }
 
 
 def _load(text: str, what: str) -> Mapping[str, Any]:
@@ -340,6 +369,12 @@ def node_from_json(node: Mapping[str, Any]) -> SlurmNode:
         gpus_used=sorted(used),
         gpus_shared=sorted(shared),
         reason=str(node.get("reason") or ""),
+        partitions=[str(p) for p in node.get("partitions") or []],
+        features=[f for f in str(node.get("active_features") or node.get("features") or "").split(",") if f],
+        cpus=_num(node.get("cpus")) or 0,
+        cpus_free=(_num(node.get("cpus")) or 0) - (_num(node.get("alloc_cpus")) or 0),
+        mem_mb=_num(node.get("real_memory")) or 0,
+        mem_free_mb=(_num(node.get("real_memory")) or 0) - (_num(node.get("alloc_memory")) or 0),
     )
 
 

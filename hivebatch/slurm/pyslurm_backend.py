@@ -130,7 +130,15 @@ def job_from_pyslurm(j: Any) -> SlurmJob:
         required_nodes=expand_hostlist(getattr(j, "required_nodes", None) or ""),
         partition=str(getattr(j, "partition", "") or ""),
         priority=int(getattr(j, "priority", 0) or 0),
+        array_job_id=_int_or_none(getattr(j, "array_id", None)),
+        array_task_id=_int_or_none(getattr(j, "array_task_id", None)),
+        array_pending=str(getattr(j, "array_tasks_waiting", "") or ""),
+        array_max_tasks=_int_or_none(getattr(j, "array_max_parallel_tasks", None)) or 0,
     )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def node_from_pyslurm(n: Any) -> SlurmNode:

@@ -23,7 +23,10 @@ FINISHED_STATES = frozenset(
 )
 #: Pending reasons of a held job, as the lab reports them.
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin", "job_requeued_in_held_state"})
-#: Node state words (base state or flag) that make a node unusable for new work.
+#: Node state words (base state or flag) that make a node unusable for new work. Besides the broken
+#: states: a maintenance or other reservation (its nodes serve only the reservation's users, outside
+#: the cells), a reboot asked for or under way, and power saving in any phase — each recorded on the
+#: lab in tests/fixtures/slurm/sinfo_no_new_work_*.json.
 BAD_NODE_WORDS = frozenset(
     {
         "DOWN",
@@ -37,6 +40,18 @@ BAD_NODE_WORDS = frozenset(
         "INVAL",
         "UNKNOWN",
         "FUTURE",
+        "MAINT",
+        "MAINTENANCE",
+        "RESERVED",
+        "RESV",
+        "REBOOT",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "POWER_DOWN",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWERING_UP",
+        "POWER_UP",
     }
 )
 
@@ -111,6 +126,32 @@ class SlurmJob:
     # squeue's dependency text, e.g. "afterok:983(unfulfilled)"; "" when the job has none left
     dependency: str = ""
     priority: int = 0
+    # an array's task: its array's job id and its index. A record still holding several pending tasks
+    # (squeue's ``123_[4-9%2]``) has ``array_task_id`` None and the pending indices in ``array_pending``
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_pending: str = ""
+    array_max_tasks: int = 0  # the ``%`` throttle: at most this many tasks run at once (0: no limit)
+    # what the job needs of a node besides GPUs: Slurm is the judge, hivebatch only avoids pinning a
+    # job where Slurm could not start it
+    features: str = ""
+    cpus_per_node: int = 0
+    mem_per_node_mb: int = 0
+    reservation: str = ""
+    excluded_nodes: list[str] = field(default_factory=list)
+
+    @property
+    def array_pending_meta(self) -> bool:
+        """A record standing for pending array tasks not yet split off: never placed as one job."""
+        return bool(self.array_pending)
+
+    @property
+    def display_id(self) -> str:
+        if self.array_job_id and self.array_pending:
+            return f"{self.array_job_id}_[{self.array_pending}]"
+        if self.array_job_id and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return str(self.job_id)
 
     @property
     def finished(self) -> bool:
@@ -127,6 +168,12 @@ class SlurmNode:
     #: GPU indices on which some job holds shards (GPU sharing)
     gpus_shared: list[int] = field(default_factory=list)
     reason: str = ""
+    partitions: list[str] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)  # active features
+    cpus: int = 0
+    cpus_free: int = 0
+    mem_mb: int = 0
+    mem_free_mb: int = 0  # real memory less what Slurm allocated to jobs
 
     @property
     def responding(self) -> bool:

@@ -36,7 +36,12 @@ class ScopedBackend:
 
     def list_jobs(self, job_ids: list[int] | None = None) -> list[Any]:
         jobs = self.inner.list_jobs(job_ids)
-        return [j for j in jobs if j.job_id in self.mine or j.state in ("RUNNING", "COMPLETING")]
+        # an array's tasks split off later get job ids of their own: they belong to the test too
+        return [
+            j
+            for j in jobs
+            if j.job_id in self.mine or j.array_job_id in self.mine or j.state in ("RUNNING", "COMPLETING")
+        ]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -134,3 +134,21 @@ def test_accounts_and_qos_from_recorded_sacctmgr(slurm_fixture):
     assert be.list_qos() == ["normal", "urgent", "prior", "opportunistic"]
     assert rec.calls[0][0][:3] == ["sacctmgr", "--noheader", "--parsable2"]
     assert rec.calls[1][0][-2:] == ["qos", "format=Name"]
+
+
+def test_array_tasks_are_named_by_their_index_as_scontrol_needs(slurm_fixture):
+    # recorded on the lab: `scontrol update JobId=<task's own id> NumNodes=…` is refused ("Job resizing
+    # not supported for job arrays") and `scontrol release <array id>` releases every task of the array
+    rec = Recorder(Completed(0, slurm_fixture("squeue_array_split.json"), ""))
+    b = CliBackend(runner=rec)
+    b.list_jobs()
+    b.update_pending(2334, nodelist=["node1"], num_nodes=1, gres="gpu:g0:1")
+    b.release(2334)
+    b.release(2333)  # the record of the tasks not split off: its own id (never placed by hivebatch)
+    b.split_array_task(2333, 4)
+    assert [c[0][:3] for c in rec.calls[1:]] == [
+        ["scontrol", "update", "JobId=2333_0"],
+        ["scontrol", "release", "2333_0"],
+        ["scontrol", "release", "2333"],
+        ["scontrol", "hold", "2333_4"],
+    ]

@@ -13,6 +13,7 @@ from hivebatch.slurm.parse import (
     expand_ranges,
     gpus_in_detail,
     job_from_json,
+    node_from_json,
     parse_job_id,
     parse_sacct,
     parse_sinfo_json,
@@ -83,6 +84,27 @@ def test_nodes_down_and_draining_are_bad(slurm_fixture):
         nodes["node4"].bad and nodes["node4"].state == "MIXED+DRAIN" and nodes["node4"].reason == "fan broken"
     )
     assert not nodes["node1"].bad and not nodes["node3"].bad
+
+
+@pytest.mark.parametrize(
+    ("fixture", "node", "state"),
+    [
+        ("sinfo_no_new_work_1.json", "node1", "IDLE+MAINTENANCE+RESERVED"),
+        ("sinfo_no_new_work_1.json", "node2", "DOWN+REBOOT_ISSUED+RESERVED"),
+        ("sinfo_no_new_work_1.json", "node4", "IDLE+POWERED_DOWN"),
+        ("sinfo_no_new_work_2.json", "node1", "MIXED+MAINTENANCE+REBOOT_REQUESTED+RESERVED"),
+    ],
+)
+def test_nodes_that_take_no_new_work_are_bad(slurm_fixture, fixture, node, state):
+    nodes = {n.name: n for n in parse_sinfo_json(slurm_fixture(fixture))}
+    assert nodes[node].state == state and nodes[node].bad
+
+
+def test_each_no_new_work_word_alone_makes_a_node_bad():
+    base = {"name": "n1", "state": "idle", "gres": "gpu:g0:1"}
+    for flag in ["MAINTENANCE", "RESERVED", "REBOOT_REQUESTED", "POWERED_DOWN", "POWERING_UP", "DRAIN"]:
+        assert node_from_json({**base, "state_flags": [flag]}).bad, flag
+    assert not node_from_json({**base, "state_flags": ["PLANNED"]}).bad  # backfill's plan, not a refusal
 
 
 def test_sacct_records(slurm_fixture):

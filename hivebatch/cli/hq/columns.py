@@ -76,7 +76,7 @@ class Field:
 
 
 FIELDS: dict[str, Field] = {
-    "jobid": Field("JOBID", lambda r, n: str(r.job_id), "i", "right"),
+    "jobid": Field("JOBID", lambda r, n: r.display_id or str(r.job_id), "i", "right"),
     "user": Field("USER", lambda r, n: r.user or "", "u"),
     "vc": Field("VC", lambda r, n: r.vc or "", "a"),
     "class": Field("CLASS", lambda r, n: r.qos or "", "q"),

@@ -124,7 +124,8 @@ def _selected_ids(args: Any) -> list[int] | None:
         return None
     keep = [w for w in args.squeue if w not in ("-h", "--noheader")]
     out = run_squeue([*_without_format(keep), "-h", "-o", "%A"])
-    return [int(x) for x in out.split()]
+    # with -r the pending tasks of an array print its record's id once per task: one row stands for them
+    return list(dict.fromkeys(int(x) for x in out.split()))
 
 
 def _without_format(words: list[str]) -> list[str]:
@@ -179,6 +180,10 @@ def _rows(args: Any, ids: list[int] | None) -> list[Any]:
         finished = [r for r in rows if r.job_id not in order and args.own.get("finished") and not r.pending
                     and r.state not in ("RUNNING",)]  # fmt: skip
         rows = sorted((r for r in rows if r.job_id in order), key=lambda r: order[r.job_id]) + finished
+    if o.get("array"):
+        from hivebatch.cli.hq.rows import expand_arrays
+
+        rows = expand_arrays(rows)
     if config and any(r.gpu_mem_mib for r in rows):
         from hivebatch.sharing.integration import add_gpu_capacity
 

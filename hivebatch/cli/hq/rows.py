@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hivebatch.request import request_of
@@ -69,6 +69,7 @@ class JobRow:
     hivebatch: bool = True  # submitted through hsub
     gpu_mem_mib: int | None = None  # --gpu-mem: a slice of one GPU (or the memory used per whole GPU)
     gpu_total_mib: int | None = None  # memory of one such GPU, from the config (for ``8G/32G``)
+    display_id: str = ""  # squeue's JOBID: ``123_4`` for an array task, ``123_[5-9%2]`` for its pending rest
 
     @property
     def is_slice(self) -> bool:
@@ -93,6 +94,7 @@ class JobRow:
 
         return {
             "job_id": self.job_id,
+            "display_id": self.display_id or str(self.job_id),
             "name": self.name,
             "user": self.user,
             "vc": self.vc,
@@ -146,6 +148,7 @@ def row_from_slurm(job: Any) -> JobRow:
         time_limit_s=job.time_limit_s,
         hivebatch=req is not None,
         gpu_mem_mib=req.gpu_mem_mib if req else None,
+        display_id=str(getattr(job, "display_id", "") or ""),
     )
     if row.pending:
         row.placement = {}
@@ -271,3 +274,23 @@ def collect_rows(slurm_jobs: Iterable[Any], db_jobs: Iterable[Any], filters: Fil
     order = {"RUNNING": 0, "COMPLETING": 1, "PENDING": 2}
     far = dt.datetime.max
     return sorted(kept, key=lambda r: (order.get(r.state, 3), r.predicted_start or far, r.job_id))
+
+
+def expand_arrays(rows: list[JobRow]) -> list[JobRow]:
+    """squeue's ``-r``: the record of an array's pending tasks becomes one row per task."""
+    from hivebatch.slurm.arrays import array_tasks
+    from hivebatch.slurm.types import SlurmError
+
+    out: list[JobRow] = []
+    for row in rows:
+        base, _, rest = row.display_id.partition("_[")
+        if not rest:
+            out.append(row)
+            continue
+        try:
+            tasks, _limit = array_tasks(rest.rstrip("]"))
+        except SlurmError:
+            out.append(row)
+            continue
+        out.extend(replace(row, display_id=f"{base}_{t}") for t in tasks)
+    return out

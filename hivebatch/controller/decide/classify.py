@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from hivebatch.controller.decide.arrays import ArrayGate
 from hivebatch.controller.decide.checks import check_request
 from hivebatch.controller.decide.eligible import not_eligible
 from hivebatch.controller.decide.isolate import isolated
@@ -25,16 +26,27 @@ def classify(r: Round) -> None:
         and j.slurm_job_id in ledger.slurm
         and ledger.slurm[j.slurm_job_id].held
     ]
-    candidates.sort(key=lambda j: (j.submit_time or r.now, j.slurm_job_id))
+    # an array's tasks in index order, so the throttle admits the first ones
+    candidates.sort(key=lambda j: (j.submit_time or r.now, _task_index(r, j), j.slurm_job_id))
+    gate = ArrayGate.of(r)
     for job in candidates:
-        isolated(r, job, partial(_sort_one, r, job))
+        isolated(r, job, partial(_sort_one, r, job, gate))
+    gate.request_splits(r)
 
 
-def _sort_one(r: Round, job: Job) -> None:
+def _task_index(r: Round, job: Job) -> int:
+    task = r.ledger.slurm[job.slurm_job_id].array_task_id
+    return -1 if task is None else task
+
+
+def _sort_one(r: Round, job: Job, gate: ArrayGate) -> None:
     ledger, spec = r.ledger, r.ctx.spec
     sj = ledger.slurm[job.slurm_job_id]
+    if sj.array_pending_meta:
+        gate.hold_back(r, job, sj)
+        return
     first = job.state != "preempted" and not job.placement
-    not_yet = not_eligible(sj, r.now, first_start=first, others=ledger.slurm)
+    not_yet = not_eligible(sj, r.now, first_start=first, others=ledger.slurm) or gate.admit(sj)
     if not_yet:
         r.out.waits.append(Wait(job, not_yet))
         return

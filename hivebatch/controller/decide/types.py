@@ -49,6 +49,8 @@ class Decisions:
     places: list[Place] = field(default_factory=list)
     victims: dict[int, int] = field(default_factory=dict)  # preempted slurm id -> slurm id taking its GPUs
     waits: list[Wait] = field(default_factory=list)
+    # array tasks to give a record of their own: (array job id, task index)
+    splits: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
+from hivebatch.slurm.arrays import array_tasks
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import expand_hostlist, split_gres
 from hivebatch.slurm.types import (
@@ -215,6 +217,13 @@ class FakeSlurm(SlurmBackend):
             script=script_text,
             env=dict(env or {}),
         )
+        if opts.get("array"):
+            tasks, j.array_max = array_tasks(opts["array"])
+            j.array_job_id = jid
+            if len(tasks) == 1:
+                j.array_task_id = tasks[0]
+            else:
+                j.array_pending = tasks
         if opts.get("begin", "").startswith("now+"):
             j.eligible_at = self._s.now() + timedelta(seconds=begin_offset_s(opts["begin"]))
         if held:
@@ -250,6 +259,42 @@ class FakeSlurm(SlurmBackend):
         elif j.reason == "BadConstraints":
             j.reason = "None"
         self._maybe_schedule()
+
+    def split_array_task(self, array_job_id: int, task_id: int) -> None:
+        self._log("split_array_task", (array_job_id, task_id))
+        cmd = ["scontrol", "hold", f"{array_job_id}_{task_id}"]
+        meta = next(
+            (
+                j
+                for j in self._s.jobs.values()
+                if j.array_job_id == array_job_id and task_id in j.array_pending
+            ),
+            None,
+        )
+        if meta is None:
+            task = next(
+                (
+                    j
+                    for j in self._s.jobs.values()
+                    if j.array_job_id == array_job_id and j.array_task_id == task_id
+                ),
+                None,
+            )
+            if task is None:
+                raise SlurmError(cmd, 1, "Invalid job id specified")
+            self.hold(task.job_id)
+            return
+        # as slurmctld: the task gets a record (and job id) of its own; the last one left is the record itself
+        meta.array_pending.remove(task_id)
+        jid = self._s.next_id
+        self._s.next_id += 1
+        self._s.jobs[jid] = replace(
+            meta, job_id=jid, array_task_id=task_id, array_pending=[], gpus={}, shards={},
+            env=dict(meta.env), required_nodes=list(meta.required_nodes),
+        )  # fmt: skip
+        self.hold(jid)  # the split-off task: held by whoever split it, an admin for the controller
+        if len(meta.array_pending) == 1:
+            meta.array_task_id = meta.array_pending.pop()
 
     def release(self, job_id: int) -> None:
         cmd = ["scontrol", "release", str(job_id)]

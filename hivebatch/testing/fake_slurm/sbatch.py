@@ -47,6 +47,8 @@ OPTS_WITH_VALUE = {
     "--wckey": None,
     "--gpus": "gpus",
     "-G": "gpus",
+    "--array": "array",
+    "-a": "array",
 }
 FLAGS = {
     "-H": "hold",

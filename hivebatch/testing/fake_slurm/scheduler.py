@@ -83,6 +83,13 @@ def try_start(state: State, j: Job) -> bool:
     if status != "fulfilled":
         j.reason = "Dependency" if status == "unfulfilled" else "DependencyNeverSatisfied"
         return False
+    if j.array_max and j.array_job_id is not None:
+        running = sum(
+            1 for o in state.jobs.values() if o.array_job_id == j.array_job_id and o.state == "RUNNING"
+        )
+        if running >= j.array_max:
+            j.reason = "JobArrayTaskLimit"
+            return False
     chosen = placement(state, j)
     if chosen is None and j.qos != PREEMPTABLE_QOS:
         # preempt/qos with PreemptMode=REQUEUE: opportunistic jobs in the way go back to the queue

@@ -44,6 +44,10 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)
     admin_comment: str = ""
     dependency: str = ""  # as given: afterok:ID[:ID...] or afterany:ID[:ID...]
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_pending: list[int] = field(default_factory=list)  # tasks this record still stands for
+    array_max: int = 0
 
     @property
     def held(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hivebatch.slurm.arrays import array_text
 from hivebatch.slurm.types import FINISHED_STATES, SlurmJob
 from hivebatch.testing.fake_slurm.scheduler import dependency_status
 from hivebatch.testing.fake_slurm.state import Job, State
@@ -40,4 +41,8 @@ def squeue_view(state: State, j: Job) -> SlurmJob:
         required_nodes=list(j.required_nodes),
         partition="gpu",
         priority=0 if j.held else 1000,
+        array_job_id=j.array_job_id,
+        array_task_id=j.array_task_id,
+        array_pending=array_text(j.array_pending, j.array_max) if j.array_pending else "",
+        array_max_tasks=j.array_max,
     )

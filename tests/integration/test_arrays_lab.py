@@ -1,0 +1,45 @@
+"""Array jobs on the real lab: each task is placed on GPUs of its own and the ``%`` throttle holds."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from lab_controller import Ctl
+from lab_users import run_as
+
+pytestmark = [pytest.mark.integration, pytest.mark.parametrize("ctl", ["sqlite"], indirect=True)]
+
+
+def test_array_tasks_run_each_on_their_own_gpu_within_the_throttle(ctl: Ctl) -> None:
+    out = run_as("alice", ["sbatch", "--parsable", "-J", f"{ctl.tag}-arr", "--array=0-3%2", "--gres=gpu:1",
+                           "-t", "5", "--chdir", str(ctl.jobs_dir), "-o", f"{ctl.tag}-arr-%A_%a.out",
+                           "--wrap", 'echo "task=$SLURM_ARRAY_TASK_ID host=$(hostname) cvd=$CUDA_VISIBLE_DEVICES"; sleep 4'],
+                 timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    array = int(out.stdout.strip())
+    ctl.mine.add(array)
+    most_running = 0
+
+    def all_done() -> bool:
+        nonlocal most_running
+        tasks = [j for j in ctl.backend.inner.list_jobs() if j.array_job_id == array]
+        most_running = max(most_running, sum(1 for j in tasks if j.state == "RUNNING"))
+        done = [j for j in tasks if j.state == "COMPLETED" and j.array_task_id is not None]
+        return len(done) == 4
+
+    ctl.until(all_done, timeout_s=150, what=lambda: [
+        (j.display_id, j.state, j.reason) for j in ctl.backend.inner.list_jobs() if j.array_job_id == array])  # fmt: skip
+    assert most_running <= 2
+    seen = {}
+    for task in range(4):
+        text = ctl.lab.wait_for_file(ctl.jobs_dir / f"{ctl.tag}-arr-{array}_{task}.out", "cvd=")
+        m = re.search(r"task=(\d+) host=(\S+) cvd=(\d+)$", text.strip())
+        assert m, text
+        seen[int(m.group(1))] = (m.group(2), int(m.group(3)))
+    assert sorted(seen) == [0, 1, 2, 3]
+    # every task ran on the GPU the cells chose for it, as a job of its own in the ledger
+    tasks = {j.array_task_id: j.job_id for j in ctl.backend.inner.list_jobs() if j.array_job_id == array}
+    for task, jid in tasks.items():
+        ((node, idx),) = ctl.job(jid).placement.items()
+        assert seen[task] == (node, idx[0]) and ctl.job(jid).state == "done"
