@@ -102,13 +102,15 @@ class _Round:
     prio: Callable[[Task], int]
     # Within a round the allocator's free capacity only shrinks (except through preemption), so a
     # request shape that was refused stays refused: remember it instead of asking again.
-    refused: dict[tuple[str, int, int, str | None, int], Placement] = field(default_factory=dict)
+    refused: dict[tuple[str, int, int, str | None, int, frozenset[str]], Placement] = field(
+        default_factory=dict
+    )
 
     def allocate(self, task: Task, shape: Shape) -> Placement:
         """The allocator's answer for ``task`` on ``shape``, reusing a refusal seen this round."""
         from hivebatch.cells import Request
 
-        key = (task.vc, shape.gpus, shape.d_node, task.gpu_type, self.prio(task))
+        key = (task.vc, shape.gpus, shape.d_node, task.gpu_type, self.prio(task), task.avoid_nodes)
         decision = self.refused.get(key)
         if decision is None:
             decision = self.alloc.allocate(
@@ -120,6 +122,7 @@ class _Round:
                     gpu_type=task.gpu_type,
                     within=None,
                     priority=self.prio(task),
+                    avoid_nodes=task.avoid_nodes,
                 )
             )
             if decision.result != "placed":

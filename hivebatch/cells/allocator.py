@@ -40,6 +40,9 @@ from hivebatch.cells.types import (
 SNAPSHOT_VERSION = _snapshot.SNAPSHOT_VERSION
 
 
+_AVOIDED = "\x00avoided"  # the foreign tag of GPUs a request must not use (never a Slurm job id)
+
+
 class CellAllocator(CellState):
     def __init__(self, spec: ClusterSpec, *, check: bool = True) -> None:
         if check:
@@ -55,6 +58,27 @@ class CellAllocator(CellState):
         return self._decide(req, commit=False)
 
     def _decide(self, req: Request, commit: bool) -> Decision:
+        if not req.avoid_nodes:
+            return self._decide_on(req, commit)
+        # the free GPUs of the nodes to avoid count as busy with outside work for this one request:
+        # the search passes them by as it passes a foreign job's GPUs, without the guarantees bad
+        # hardware would put at risk, and nothing of it outlives the request
+        masked = [
+            leaf
+            for name in sorted(req.avoid_nodes)
+            if name in self.tree.node_cell
+            for leaf in self.tree.node_cell[name].leaves
+            if leaf.foreign is None and leaf.job is None
+        ]
+        for leaf in masked:
+            self.set_foreign(leaf, _AVOIDED)
+        try:
+            return self._decide_on(req, commit)
+        finally:
+            for leaf in masked:
+                self.set_foreign(leaf, None)
+
+    def _decide_on(self, req: Request, commit: bool) -> Decision:
         try:
             chains = validate(self, req)
         except Reject as exc:

@@ -36,6 +36,9 @@ class Request:
     gpu_type: str | None = None  # None = the first chain where the VC has room
     within: str | None = None  # a cell type that must contain the whole job
     priority: int = 0  # >= 0 guaranteed, -1 opportunistic
+    # nodes this job must not use although their GPUs are fine: what else it needs (CPUs, memory,
+    # partition, features) is not there, or Slurm did not start it there before
+    avoid_nodes: frozenset[str] = frozenset()
 
 
 @dataclass

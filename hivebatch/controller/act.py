@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_indices
 from hivebatch.controller.observe import phase
 from hivebatch.controller.preemption import book_preemption
@@ -181,11 +182,31 @@ def act(
             preempt(session, rec, backend, victim, by, result)
     for job in redo_place:
         place(session, rec, backend, job, result, redo=True)
+    for job, why in decisions.take_backs:
+        take_back(session, rec, backend, job, why, result)
     for p in decisions.places:
         if p.job.intent == "place":
             place(session, rec, backend, p.job, result)
     split_arrays(backend, decisions.splits, result)
     return result
+
+
+def take_back(
+    session: Session, rec: Recorder, backend: SlurmBackend, job: Job, why: str, result: ActResult
+) -> None:
+    """Hold a placed job Slurm did not start; it waits to be placed again away from those nodes."""
+    try:
+        backend.hold(job.slurm_job_id)
+    except SlurmError as exc:
+        if _still_pending(backend, job.slurm_job_id) is not False:
+            result.failed.append(f"take-back of job {job.slurm_job_id}: {exc}")
+        return  # started or ended meanwhile: the next cycle follows it from there
+    nodes = sorted(job.placement or {})
+    avoid_nodes(session, job.slurm_job_id, nodes, rec.now)
+    job.state = "queued"
+    job.reason = f"{why}; placed again on other nodes"
+    rec.event(session, job, "taken_back", job.reason, {"placement": job.placement})
+    session.commit()
 
 
 def split_arrays(backend: SlurmBackend, splits: list[tuple[int, int]], result: ActResult) -> None:

@@ -15,12 +15,15 @@ if TYPE_CHECKING:
     from hivebatch.qos import Platform, Policy, ProfileStore, QosSettings
 
 DEFAULT_INTERVAL_S = 60.0
+# slurmctld's main and backfill passes start a released job within a minute on a busy cluster
+DEFAULT_START_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
     interval_s: float
     policy: str
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S  # a placed job not started by then is taken back
 
 
 @dataclass
@@ -35,19 +38,26 @@ class ControllerContext:
     limits: Limits = DEFAULT_LIMITS
 
 
+def _seconds(section: dict[str, Any], key: str, default: float) -> float:
+    try:
+        value = float(section.get(key, default))
+    except (TypeError, ValueError):
+        raise ConfigError(f"controller.{key} must be a number of seconds, e.g. {default:.0f}") from None
+    if value <= 0:
+        raise ConfigError(f"controller.{key} must be more than 0 seconds")
+    return value
+
+
 def parse_settings(config_path: Path | None, data: dict[str, Any]) -> ControllerSettings:
     section = data.get("controller") or {}
     if not isinstance(section, dict):
         raise ConfigError("controller: must be a mapping, e.g. {interval_s: 60, policy: qos}")
     # an older config's lock_file is ignored: one controller per database is the lease's job (lease.py)
-    try:
-        interval = float(section.get("interval_s", DEFAULT_INTERVAL_S))
-    except (TypeError, ValueError):
-        raise ConfigError("controller.interval_s must be a number of seconds, e.g. 60") from None
-    if interval <= 0:
-        raise ConfigError("controller.interval_s must be more than 0 seconds")
-    policy = str(section.get("policy", "qos"))
-    return ControllerSettings(interval_s=interval, policy=policy)
+    return ControllerSettings(
+        interval_s=_seconds(section, "interval_s", DEFAULT_INTERVAL_S),
+        policy=str(section.get("policy", "qos")),
+        start_timeout_s=_seconds(section, "start_timeout_s", DEFAULT_START_TIMEOUT_S),
+    )
 
 
 def build_platform(spec: ClusterSpec, qos_settings: QosSettings) -> Platform:

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from hivebatch.cells import ClusterSpec
 from hivebatch.controller.act import act, write_intents
+from hivebatch.controller.avoid import load_avoided
 from hivebatch.controller.context import ControllerContext
 from hivebatch.controller.decide import Decisions, Wait, decide
 from hivebatch.controller.ledger import Ledger
@@ -152,6 +153,7 @@ def run_cycle(
         sync_vcs(session, ctx.spec, obs.now)
         ledger = sync_jobs(session, obs, rec, backend)
         rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
+        ledger.avoided = load_avoided(session, obs.now, ledger.jobs)
         session.commit()
         t = mark("reconcile", t)
 

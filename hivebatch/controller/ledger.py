@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from hivebatch.cells import CellAllocator
 from hivebatch.db.models import Job
 from hivebatch.sharing.ledger import SharingLedger
-from hivebatch.slurm.types import SlurmJob
+from hivebatch.slurm.types import SlurmJob, SlurmNode
 
 
 @dataclass
@@ -23,6 +23,9 @@ class Ledger:
     redo_place: list[Job] = field(default_factory=list)  # intent "place", Slurm job still held: act again
     redo_preempt: list[Job] = field(default_factory=list)  # intent "preempt", Slurm job still running
     bad_nodes: set[str] = field(default_factory=set)
+    nodes: dict[str, SlurmNode] = field(default_factory=dict)  # as Slurm listed them this cycle
+    # per Slurm job id: nodes where the job was pinned and Slurm did not start it (see take_back)
+    avoided: dict[int, frozenset[str]] = field(default_factory=dict)
     sharing: SharingLedger | None = None  # GPU slices booked on top of ``alloc``
 
     @property

@@ -109,6 +109,7 @@ class Task:
     time_limit_s: float | None = None
     gpu_type: str | None = None
     weight: float = 1.0
+    avoid_nodes: frozenset[str] = frozenset()  # nodes the task cannot use (passed on to the cells)
 
     def __post_init__(self) -> None:
         if self.model is not None and (

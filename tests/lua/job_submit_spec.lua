@@ -262,3 +262,21 @@ describe("the job's GPU environment", function()
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
   end)
 end)
+
+describe("reservations", function()
+  before_each(load_plugin)
+
+  it("leaves a GPU job in an admin's reservation to Slurm, on the reserved nodes", function()
+    local d = desc({ tres_per_node = "gres:gpu:2", reservation = "course" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    assert.are.equal("gres:gpu:2", d.tres_per_node)
+    assert.is_nil(d.admin_comment)
+    assert.are.equal(NO_VAL, d.priority)
+  end)
+
+  it("refuses the owner moving a waiting hivebatch job into a reservation", function()
+    local managed = { job_id = 7, admin_comment = 'hivebatch:v2:{"gpus":1,"qos":"normal","vc":"cv"}', priority = 0, tres_per_node = "" }
+    local d = { priority = NO_VAL, min_nodes = NO_VAL, max_nodes = NO_VAL, begin_time = 0, reservation = "course" }
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(d, managed, {}, 1001))
+  end)
+end)

@@ -28,6 +28,7 @@ def ctx(tmp_path_factory: pytest.TempPathFactory) -> ControllerContext:
 
 def test_steps_run_in_the_documented_order() -> None:
     assert [s.__name__ for s in STEPS] == [
+        "take_back_unstarted",
         "classify",
         "resume_requeued",
         "place_slices",

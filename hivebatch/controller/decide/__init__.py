@@ -4,6 +4,7 @@ The queue is every held hsub job of the ledger that waits (queued, preempted or 
 ``decide`` runs ``STEPS`` in order on one ``Round``; each step is its own module and reads or adds to
 the round's decisions:
 
+0. ``take_back_unstarted``— placed jobs Slurm has not started in time give their cells back;
 1. ``classify``       — check each request against the config and Slurm (a bad one gets its reason)
                         and sort the queue: GPU slices, requeued jobs with a typed gres, the rest;
 2. ``resume_requeued``— requeued jobs resume on the GPU indices they had, before newer work;
@@ -32,11 +33,13 @@ from hivebatch.controller.decide.settle import attach_notes, settle_gres
 from hivebatch.controller.decide.slices import place_slices
 from hivebatch.controller.decide.tasks import TaskBuilder, default_shape, plain_shape
 from hivebatch.controller.decide.types import Decisions, Place, Round, Wait
+from hivebatch.controller.decide.unstarted import take_back_unstarted
 from hivebatch.controller.ledger import Ledger
 
 Step = Callable[[Round], None]
 
 STEPS: tuple[Step, ...] = (
+    take_back_unstarted,
     classify,
     resume_requeued,
     place_slices,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import partial
 
 from hivebatch.cells import JobState
+from hivebatch.controller.decide.fit import unfit_text
 from hivebatch.controller.decide.isolate import isolated, reject
 from hivebatch.controller.decide.tasks import predicted_latency
 from hivebatch.controller.decide.times import after, epoch, finite, from_epoch
@@ -35,10 +36,13 @@ def _waiting(r: Round, o: Outcome) -> None:
     slack = finite(o.slack)
     lat = predicted_latency(o.task, o.shape or o.task.shape, r.ctx)
     ect = after(r.now, lat + slack) if lat is not None and slack is not None else None
+    reason = o.reason or ("rejected by the cells" if o.result == "rejected" else "waiting for GPUs")
+    if o.task.avoid_nodes and o.result != "rejected":
+        reason += f"; it cannot use {unfit_text(r.unfit.get(job.slurm_job_id, {}))}"
     r.out.waits.append(
         Wait(
             job,
-            o.reason or ("rejected by the cells" if o.result == "rejected" else "waiting for GPUs"),
+            reason,
             rejected=o.result == "rejected",
             shape=(o.shape.d_node, o.shape.d_gpn) if o.shape is not None else None,
             slack_s=slack,

@@ -43,10 +43,13 @@ def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
     want_nodes = len(old)
     node_type = {n.name: n.gpu_type for n in r.ctx.spec.nodes}
     order = sorted(old) + sorted(n for n in r.gmap if n not in old)
+    sj = r.ledger.slurm.get(job.slurm_job_id)
+    unfit = r.unfit_for(job, sj) if sj is not None else {}
     chosen = [
         n
         for n in order
         if n not in r.ledger.bad_nodes
+        and n not in unfit
         and (req.gpu_type is None or node_type.get(n) == req.gpu_type)
         and _free_on(r.gmap, n, idx, req)
     ][:want_nodes]

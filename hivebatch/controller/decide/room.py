@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from hivebatch.cells import CellAllocator, ClusterSpec
+from hivebatch.controller.decide.fit import unfit_text
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.tasks import gpus_per_node, plain_shape
 from hivebatch.controller.decide.times import from_epoch
@@ -83,8 +84,15 @@ def screen_hopeless(r: Round) -> None:
 
 
 def _screen_one(r: Round, room: Room, job: Job, req: JobRequest, sj: SlurmJob) -> None:
-    if room.may_fit(req):
+    unfit = r.unfit_for(job, sj)
+    usable = [n.name for n in r.ctx.spec.nodes if req.gpu_type in (None, n.gpu_type) and n.name not in unfit]
+    if not usable:
+        wait = hopeless_wait(r, room, job, req, sj)
+        wait.reason = f"no node has what it needs besides GPUs now: {unfit_text(unfit)}"
+        r.out.waits.append(wait)
+    elif room.may_fit(req):
         task = r.builder.task(job, req, sj.time_limit_s)
+        task.avoid_nodes = frozenset(n for n in unfit if n in r.alloc.tree.node_cell)
         r.tasks.append(task)
         r.reqs[task.job_id] = (job, req)
     else:

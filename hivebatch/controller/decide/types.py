@@ -51,6 +51,8 @@ class Decisions:
     waits: list[Wait] = field(default_factory=list)
     # array tasks to give a record of their own: (array job id, task index)
     splits: list[tuple[int, int]] = field(default_factory=list)
+    # placed jobs Slurm has not started in time: held again, their cells given back (job, why)
+    take_backs: list[tuple[Job, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Round:
     untyped: list[tuple[Job, JobRequest, SlurmJob]] = field(default_factory=list)
     tasks: list[Task] = field(default_factory=list)  # for the policy round
     reqs: dict[str, tuple[Job, JobRequest]] = field(default_factory=dict)  # task id -> its job
+    unfit: dict[int, dict[str, str]] = field(default_factory=dict)  # Slurm id -> nodes it cannot use, why
 
     @classmethod
     def start(cls, ctx: ControllerContext, ledger: Ledger, now: dt.datetime) -> Round:
@@ -84,6 +87,15 @@ class Round:
             gmap=alloc.gpu_map(),
             by_sid={str(j.slurm_job_id): j for j in ledger.jobs.values()},
         )
+
+    def unfit_for(self, job: Job, sj: SlurmJob) -> dict[str, str]:
+        """The nodes ``job`` cannot use now (its needs besides GPUs, nodes Slurm did not start it on)."""
+        from hivebatch.controller.decide.fit import unfit_nodes
+
+        if job.slurm_job_id not in self.unfit:
+            avoided = self.ledger.avoided.get(job.slurm_job_id, frozenset())
+            self.unfit[job.slurm_job_id] = unfit_nodes(sj, self.ledger.nodes, avoided)
+        return self.unfit[job.slurm_job_id]
 
     def add_place(self, place: Place) -> None:
         self.out.places.append(place)

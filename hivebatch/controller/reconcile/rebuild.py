@@ -149,6 +149,7 @@ def rebuild_allocator(
     _rebuild_sharing(session, rec, ledger, alloc, spec, data or {}, used, in_cells)
     _occupy_unseen(alloc, ledger, obs, used)
     ledger.bad_nodes = _mark_bad_nodes(session, rec, alloc, obs, spec)
+    ledger.nodes = dict(obs.nodes)
     ledger.alloc = alloc
     return alloc
 

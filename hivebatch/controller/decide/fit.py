@@ -1,0 +1,60 @@
+"""Whether a node has what a job needs besides GPUs, so that Slurm can start the job where it is pinned.
+
+Slurm stays the judge; this only keeps hivebatch from pinning a job where Slurm would leave it pending:
+the job's partition(s), its ``--constraint`` (plain AND/OR of features; bracketed or counted forms
+are left to Slurm), nodes it excluded, and the CPUs and memory per node it asked for against what the
+node has free now. A node where a pinned job did not start before is avoided too (``avoided``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from hivebatch.slurm.types import SlurmJob, SlurmNode
+
+_SIMPLE_FEATURES = re.compile(r"^[\w.-]+([&,|][\w.-]+)*$")
+
+
+def features_met(expr: str, have: list[str]) -> bool:
+    """``a&b``, ``a,b`` (AND) and ``a|b`` (OR, binding looser) against a node's active features."""
+    if not expr or not _SIMPLE_FEATURES.match(expr):
+        return True  # none asked, or a form only Slurm reads (brackets, counts): Slurm judges
+    return any(all(f in have for f in re.split(r"[&,]", alt)) for alt in expr.split("|"))
+
+
+def why_unfit(sj: SlurmJob, node: SlurmNode) -> str | None:
+    """Why Slurm would not start ``sj`` on ``node`` now, in a few words; None when it could."""
+    partitions = [p for p in sj.partition.split(",") if p]
+    if partitions and node.partitions and not set(partitions) & set(node.partitions):
+        return f"not in partition {sj.partition}"
+    if sj.reservation:
+        return None  # a reservation's own nodes: Slurm places such jobs itself (the plugin passes them)
+    if node.name in sj.excluded_nodes:
+        return "excluded by the job"
+    if not features_met(sj.features, node.features):
+        return f"lacks feature {sj.features}"
+    if node.cpus and sj.cpus_per_node > node.cpus_free:
+        return f"{node.cpus_free} CPUs free, the job needs {sj.cpus_per_node}"
+    if node.mem_mb and sj.mem_per_node_mb > node.mem_free_mb:
+        return f"{node.mem_free_mb} MB memory free, the job needs {sj.mem_per_node_mb}"
+    return None
+
+
+def unfit_nodes(
+    sj: SlurmJob, nodes: Mapping[str, SlurmNode], avoided: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """Every node the job cannot use now, with the reason."""
+    out = {name: "Slurm did not start the job there before" for name in avoided}
+    for name, node in nodes.items():
+        why = why_unfit(sj, node)
+        if why and name not in out:
+            out[name] = why
+    return out
+
+
+def unfit_text(unfit: Mapping[str, str], limit: int = 3) -> str:
+    """``node1: 2 CPUs free, the job needs 8; node3: not in partition debug`` (the first few)."""
+    items = sorted(unfit.items())
+    text = "; ".join(f"{n}: {why}" for n, why in items[:limit])
+    return text + (f"; and {len(items) - limit} more" if len(items) > limit else "")

@@ -1,0 +1,125 @@
+"""Feasibility beyond GPUs and taking back a pin Slurm does not start (issue: Slurm's job semantics)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import replace
+
+import pytest
+from controller_support import CONFIG, make_env
+from decide_support import NOW, context, make_round, row, slurm_job
+
+from hivebatch.controller.decide.fit import features_met, unfit_nodes, why_unfit
+from hivebatch.controller.decide.policy_round import run_policy_round
+from hivebatch.controller.decide.room import screen_hopeless
+from hivebatch.controller.decide.unstarted import take_back_unstarted
+from hivebatch.request import JobRequest
+from hivebatch.slurm.parse import parse_sinfo_json, parse_squeue_json
+from hivebatch.slurm.types import SlurmNode
+
+
+def _node(name: str, **kw: object) -> SlurmNode:
+    base = SlurmNode(name=name, state="IDLE", bad=False, gpu_indices=list(range(8)), partitions=["gpu"],
+                     features=["v100"], cpus=16, cpus_free=16, mem_mb=64000, mem_free_mb=64000)  # fmt: skip
+    return replace(base, **kw)
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory: pytest.TempPathFactory):
+    return context(tmp_path_factory.mktemp("fit"))
+
+
+def test_recorded_nodes_and_jobs_carry_what_placement_checks(slurm_fixture):
+    (node1, *_) = parse_sinfo_json(slurm_fixture("sinfo.json"))
+    assert node1.partitions == ["gpu"] and node1.cpus == 16 and node1.mem_mb > 0
+    task = {j.job_id: j for j in parse_squeue_json(slurm_fixture("squeue_array_split.json"))}[2334]
+    assert why_unfit(task, node1) == "lacks feature v100"  # recorded before the nodes had Features
+    node1 = replace(node1, features=["v100"])
+    assert why_unfit(task, node1) is None
+    assert why_unfit(task, replace(node1, cpus_free=2)) == "2 CPUs free, the job needs 4"
+    assert why_unfit(task, replace(node1, mem_free_mb=1000)) == "1000 MB memory free, the job needs 2048"
+    assert why_unfit(task, replace(node1, features=["a100"])) == "lacks feature v100"
+    assert why_unfit(replace(task, partition="debug"), node1) == "not in partition debug"
+    assert why_unfit(replace(task, partition="debug,gpu"), node1) is None
+
+
+def test_feature_expressions():
+    assert features_met("v100&ib", ["v100", "ib"]) and not features_met("v100&ib", ["v100"])
+    assert features_met("a100|v100", ["v100"]) and not features_met("a100|h100", ["v100"])
+    assert features_met("[rack1*2&rack2]", [])  # a form only Slurm reads: Slurm judges it
+
+
+def test_a_job_is_placed_only_where_its_cpus_and_memory_are_free(ctx):
+    job = row(1, JobRequest(vc="nlp", gpus=8))
+    r = make_round(ctx, [job])
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], cpus_per_node=12)
+    r.ledger.nodes = {
+        n: _node(n, cpus_free=4 if n == "node1" else 16) for n in ("node1", "node2", "node3", "node4")
+    }
+    r.untyped.append((job, JobRequest(vc="nlp", gpus=8), r.ledger.slurm[1]))
+    screen_hopeless(r)
+    run_policy_round(r)
+    (place,) = r.out.places
+    assert list(place.placement) == ["node2"]  # node1, first in tree order, has 4 CPUs free
+
+
+def test_a_job_no_node_can_take_waits_saying_why(ctx):
+    job = row(1, JobRequest(vc="cv", gpus=1))
+    r = make_round(ctx, [job])
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], mem_per_node_mb=100000)
+    r.ledger.nodes = {n: _node(n) for n in ("node1", "node2", "node3", "node4")}
+    r.untyped.append((job, JobRequest(vc="cv", gpus=1), r.ledger.slurm[1]))
+    screen_hopeless(r)
+    run_policy_round(r)
+    (wait,) = r.out.waits
+    assert wait.reason.startswith("no node has what it needs besides GPUs now: node1: 64000 MB memory free")
+
+
+def test_nodes_where_slurm_did_not_start_it_are_avoided():
+    job = row(1, JobRequest(vc="cv", gpus=1))
+    unfit = unfit_nodes(slurm_job(job), {"node1": _node("node1")}, frozenset({"node2"}))
+    assert unfit == {"node2": "Slurm did not start the job there before"}
+
+
+def test_a_pin_slurm_does_not_start_in_time_is_taken_back(ctx):
+    placed = row(1, JobRequest(vc="cv", gpus=1), state="placed", placement={"node1": [0]}, gres="gpu:g0:1",
+                 placed_at=NOW - dt.timedelta(seconds=ctx.settings.start_timeout_s + 1))  # fmt: skip
+    fresh = row(2, JobRequest(vc="cv", gpus=1), state="placed", placement={"node1": [1]}, gres="gpu:g1:1",
+                placed_at=NOW - dt.timedelta(seconds=10))  # fmt: skip
+    r = make_round(ctx, [placed, fresh])
+    for j in (placed, fresh):
+        r.ledger.slurm[j.slurm_job_id] = replace(
+            r.ledger.slurm[j.slurm_job_id], held=False, reason="Resources"
+        )
+        r.alloc.adopt(str(j.slurm_job_id), "cv", 0, j.placement)
+    take_back_unstarted(r)
+    assert [(j.slurm_job_id, why) for j, why in r.out.take_backs] == [
+        (
+            1,
+            f"Slurm did not start it within {ctx.settings.start_timeout_s:.0f} s on node1:[0] (Slurm's reason: Resources)",
+        )
+    ]
+    assert "1" not in r.alloc.jobs() and "2" in r.alloc.jobs()
+
+
+def test_taken_back_job_is_placed_again_on_other_nodes(tmp_path):
+    env = make_env(tmp_path, CONFIG.replace("interval_s: 1}", "interval_s: 1, start_timeout_s: 0.2}"),
+                   auto_schedule=False)  # fmt: skip
+    jid = env.submit("alice", "cv", 1)
+    env.cycle()
+    first = env.job(jid).placement
+    assert env.job(jid).state == "placed"
+    env.cycle()
+    assert env.job(jid).state == "placed"  # not yet past the bound
+    time.sleep(0.3)  # Slurm never started it
+    env.cycle()
+    assert env.job(jid).state == "queued" and env.ctl.job(jid).held
+    assert env.events(jid, "taken_back")
+    env.cycle()
+    again = env.job(jid).placement
+    assert env.job(jid).state == "placed" and set(again).isdisjoint(first)
+    assert sorted(again.values()) == sorted(first.values())  # same GPU index: its gres is never re-typed
+    env.slurm.schedule()
+    env.cycle()
+    assert env.job(jid).state == "running" and env.ctl.job(jid).gpus == again
