@@ -103,13 +103,14 @@ def test_opportunistic_job_is_preempted_for_the_owner_and_resumes(ctl: Ctl) -> N
     assert kinds.count("preempted") == 1 and kinds.count("placed") == 2
 
 
-def test_down_node_is_avoided(ctl: Ctl) -> None:
+@pytest.mark.parametrize("state", ["down", "drain"])
+def test_down_or_drained_node_is_avoided(ctl: Ctl, state: str) -> None:
     nodes = {n.name: n for n in ctl.backend.list_nodes()}
     idle = [n for n in sorted(nodes) if not nodes[n].gpus_used and not nodes[n].bad]
     assert idle, "no idle node in the lab to take down"
     victim_node = idle[0]
     subprocess.run(
-        ["scontrol", "update", f"nodename={victim_node}", "state=down", "reason=hivebatch-test"], check=True
+        ["scontrol", "update", f"nodename={victim_node}", f"state={state}", "reason=hivebatch-test"], check=True
     )
     try:
         ctl.cycle()
