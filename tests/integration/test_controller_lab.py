@@ -110,7 +110,8 @@ def test_down_or_drained_node_is_avoided(ctl: Ctl, state: str) -> None:
     assert idle, "no idle node in the lab to take down"
     victim_node = idle[0]
     subprocess.run(
-        ["scontrol", "update", f"nodename={victim_node}", f"state={state}", "reason=hivebatch-test"], check=True
+        ["scontrol", "update", f"nodename={victim_node}", f"state={state}", "reason=hivebatch-test"],
+        check=True,
     )
     try:
         ctl.cycle()

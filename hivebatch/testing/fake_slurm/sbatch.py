@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from hivebatch.slurm.types import SlurmError
+from hivebatch.submit.timefmt import parse_time_limit
 
 OPTS_WITH_VALUE = {
     "-J": "name",
@@ -102,25 +103,8 @@ def sbatch_lines(script: str) -> list[str]:
 
 
 def time_limit(text: str | None) -> int | None:
-    """Slurm time forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS → seconds."""
-    if not text or text.upper() in ("INFINITE", "UNLIMITED"):
-        return None
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-        parts = [int(p) for p in text.split(":")]
-        parts += [0] * (3 - len(parts))
-        h, m, s = parts
-    else:
-        parts = [int(p) for p in text.split(":")]
-        if len(parts) == 1:
-            h, m, s = 0, parts[0], 0
-        elif len(parts) == 2:
-            h, m, s = 0, parts[0], parts[1]
-        else:
-            h, m, s = parts
-    return ((days * 24 + h) * 60 + m) * 60 + s
+    """Seconds of a ``-t`` value as sbatch reads it (None: none given, or UNLIMITED)."""
+    return parse_time_limit(text) if text else None
 
 
 def begin_offset_s(text: str) -> int:
