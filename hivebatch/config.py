@@ -73,6 +73,8 @@ SCHEMA: dict[str, Any] = {
     "database": {"url": _ANY},
     "qos": {"classes": _ANY, "theta": _ANY, "startup_overhead_s": _ANY, "profiles": _ANY},
     "controller": {"lock_file": _ANY, "interval_s": _ANY, "policy": _ANY},
+    # request bounds (hivebatch.bounds, which names its own keys)
+    "limits": _ANY,
     "sharing": {
         "enabled": _ANY,
         "allow_mixed_nodes": _ANY,
