@@ -75,6 +75,8 @@ SCHEMA: dict[str, Any] = {
     "controller": {"lock_file": _ANY, "interval_s": _ANY, "policy": _ANY},
     # request bounds (hivebatch.bounds, which names its own keys)
     "limits": _ANY,
+    # per-user limits on the strict classes (hivebatch.userlimits checks classes, keys and VCs)
+    "user_limits": _ANY,
     "sharing": {
         "enabled": _ANY,
         "allow_mixed_nodes": _ANY,
