@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,6 +20,7 @@ from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation, observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
 from hivebatch.controller.record import Recorder, set_state, write_gpu_map
+from hivebatch.controller.usage import ledger_usage, usage_lua, write_usage
 from hivebatch.db.models import Job, VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
 from hivebatch.slurm.base import SlurmBackend
@@ -153,6 +155,8 @@ def run_cycle(
         ledger = sync_jobs(session, obs, rec, backend)
         rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
         session.commit()
+        if not ctx.user_limits.empty:
+            ledger.strict_use = ledger_usage(session, obs.now)
         t = mark("reconcile", t)
 
         if guard is not None:
@@ -202,6 +206,8 @@ def _record(
         # shared GPUs and their slices, for hadmin cluster (rebuilt from the jobs each cycle)
         set_state(session, "sharing", ledger.sharing.snapshot(), obs.now)
     set_state(session, "slurm_jobs_seen", len(obs.jobs), obs.now)
+    if ctx.usage_path is not None:
+        _write_usage_file(session, ctx.usage_path, obs.now)
     set_state(
         session,
         "last_cycle",
@@ -209,6 +215,15 @@ def _record(
         obs.now,
     )
     session.commit()
+
+
+def _write_usage_file(session: Session, path: Path, now: dt.datetime) -> None:
+    """The job_submit plugin's view of the strict classes; a failure is logged, not fatal: the plugin
+    then stops checking limits at submit once the file is stale, and placement still checks them."""
+    try:
+        write_usage(path, usage_lua(ledger_usage(session, now), now))
+    except OSError as exc:
+        log.warning("cannot write the usage file %s for the job_submit plugin: %s", path, exc.strerror or exc)
 
 
 def check_database(engine: Engine) -> None:

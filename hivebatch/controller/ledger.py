@@ -8,6 +8,7 @@ from hivebatch.cells import CellAllocator
 from hivebatch.db.models import Job
 from hivebatch.sharing.ledger import SharingLedger
 from hivebatch.slurm.types import SlurmJob
+from hivebatch.userlimits import StrictUse, UsageKey
 
 
 @dataclass
@@ -24,6 +25,8 @@ class Ledger:
     redo_preempt: list[Job] = field(default_factory=list)  # intent "preempt", Slurm job still running
     bad_nodes: set[str] = field(default_factory=set)
     sharing: SharingLedger | None = None  # GPU slices booked on top of ``alloc``
+    #: each user's use of the strict classes (filled only when the config limits them)
+    strict_use: dict[UsageKey, StrictUse] = field(default_factory=dict)
 
     @property
     def cells(self) -> CellAllocator:

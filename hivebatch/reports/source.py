@@ -9,6 +9,7 @@ GPU-hours the controller recorded as lost to preemption are laid out as one run 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -72,8 +73,11 @@ def _job_row(job: Any, gpu_share: float = 1.0) -> JobRow:
     )
 
 
-def load_jobs(session: Session, since: datetime | None = None) -> tuple[list[JobRow], list[RunSegment]]:
-    """hivebatch jobs (foreign work excluded) alive at or after ``since``, and their run segments.
+def load_jobs(
+    session: Session, since: datetime | None = None, classes: Iterable[str] | None = None
+) -> tuple[list[JobRow], list[RunSegment]]:
+    """hivebatch jobs (foreign work excluded) alive at or after ``since``, and their run segments;
+    with ``classes``, only the guaranteed jobs of those classes.
 
     Plain column selects, not ORM objects: a week of a large cluster is tens of thousands of jobs.
     """
@@ -82,6 +86,8 @@ def load_jobs(session: Session, since: datetime | None = None) -> tuple[list[Job
     alive: list[Any] = [Job.foreign.is_(False)]
     if since is not None:
         alive.append((Job.end_time.is_(None)) | (Job.end_time >= naive_utc(since)))
+    if classes is not None:
+        alive += [Job.qos.in_(list(classes)), Job.priority >= 0]
     columns = [getattr(Job, name) for name in _JOB_COLUMNS]
     jobs = list(session.execute(select(*columns).where(*alive).order_by(Job.id)))
     events: dict[int, list[tuple[datetime, str]]] = defaultdict(list)
