@@ -104,6 +104,21 @@ def test_a_user_over_the_urgent_limit_is_refused_at_submit_and_may_submit_normal
     env.submit("bob", "nlp", 1, qos="urgent")
 
 
+def test_a_job_whose_owner_went_over_the_limit_after_submit_runs_one_class_down(env: Env) -> None:
+    # accepted while alice had nothing running; by its turn two urgent jobs of hers hold GPUs
+    jobs = [env.submit("alice", "cv", 1, qos="urgent") for _ in range(3)]
+    env.cycle()
+    classes = [env.job(j).qos for j in jobs]
+    assert classes == ["urgent", "urgent", "prior"]
+    third = env.job(jobs[2])
+    assert third.state == "placed" and third.priority == 1
+    assert third.reason == "runs as prior: urgent limit in cv: alice has 2 of 2 urgent jobs holding GPUs"
+    path = env.ctx.usage_path
+    assert path is not None
+    assert _lua_read(path, "u.users.alice.cv.urgent.running") == "2"
+    assert _lua_read(path, "u.users.alice.cv.prior.running") == "1"
+
+
 def test_an_unwritable_usage_file_is_logged_and_the_cycle_goes_on(
     env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -113,3 +128,16 @@ def test_an_unwritable_usage_file_is_logged_and_the_cycle_goes_on(
         report = env.cycle()
     assert report.ok and report.placed == 1
     assert "cannot write the usage file" in caplog.text
+
+
+def test_a_job_the_owner_moved_to_another_class_is_placed_and_kept_in_that_class(env: Env) -> None:
+    jid = env.submit("alice", "cv", 1, qos="normal", extra=["--hold"])
+    env.cycle()
+    assert env.job(jid).state == "queued"  # held by its owner
+    alice = env.slurm.as_user("alice")
+    alice.set_qos(jid, "prior")  # scontrol update QOS=prior while it waits
+    alice.release(jid)
+    env.cycle()
+    env.cycle()
+    job = env.job(jid)
+    assert (job.state, job.qos, job.priority, job.reason) == ("placed", "prior", 1, None)

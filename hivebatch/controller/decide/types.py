@@ -49,6 +49,8 @@ class Decisions:
     places: list[Place] = field(default_factory=list)
     victims: dict[int, int] = field(default_factory=dict)  # preempted slurm id -> slurm id taking its GPUs
     waits: list[Wait] = field(default_factory=list)
+    #: the class each waiting job was decided in (its Slurm QOS, or lower when its owner is over a limit)
+    classes: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -69,6 +71,7 @@ class Round:
     untyped: list[tuple[Job, JobRequest, SlurmJob]] = field(default_factory=list)
     tasks: list[Task] = field(default_factory=list)  # for the policy round
     reqs: dict[str, tuple[Job, JobRequest]] = field(default_factory=dict)  # task id -> its job
+    class_notes: dict[int, str] = field(default_factory=dict)  # slurm id -> why it runs in a lower class
 
     @classmethod
     def start(cls, ctx: ControllerContext, ledger: Ledger, now: dt.datetime) -> Round:
