@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hivebatch.errors import ConfigError
@@ -198,11 +198,17 @@ class StrictRun:
     end: datetime | None  # None: still running
 
 
+def aware_utc(t: datetime) -> datetime:
+    """The ledger keeps naive UTC; runs read from it are aware."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
 def strict_usage(
     runs: Iterable[StrictRun], holding: Iterable[tuple[str, str, str]], now: datetime
 ) -> dict[UsageKey, StrictUse]:
     """Use per (user, VC, class) of the strict classes: GPU-hours of ``runs`` inside the 7 days up to
     ``now``, and one job for each (user, VC, class) in ``holding`` (the jobs placed or running)."""
+    now = aware_utc(now)
     since = now - WINDOW
     out: dict[UsageKey, StrictUse] = {}
     for run in runs:
@@ -228,3 +234,25 @@ def site_limits(limits: UserLimits, vcs: Iterable[str]) -> dict[str, dict[str, d
                 figures = {k: getattr(limit, k) for k in _KEYS if getattr(limit, k) is not None}
                 out.setdefault(vc, {})[cls] = figures
     return out
+
+
+@dataclass(frozen=True)
+class StrictLine:
+    """One user's use of one strict class in one VC, beside its limit (for ``hadmin report users``)."""
+
+    user: str
+    vc: str
+    cls: str
+    use: StrictUse
+    limit: ClassLimit | None
+
+    @property
+    def over(self) -> str | None:
+        return over_limit(self.limit, self.use, self.user, self.cls) if self.limit else None
+
+
+def strict_lines(limits: UserLimits, usage: Mapping[UsageKey, StrictUse]) -> list[StrictLine]:
+    """Every (user, VC, strict class) with some use, by user, VC, then strictest class first."""
+    order = {c: i for i, c in enumerate(STRICT_CLASSES)}
+    keys = sorted(usage, key=lambda k: (k[0], k[1], order.get(k[2], len(order))))
+    return [StrictLine(u, vc, c, usage[(u, vc, c)], limits.limit(vc, c)) for u, vc, c in keys]

@@ -20,9 +20,10 @@ from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation, observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
 from hivebatch.controller.record import Recorder, set_state, write_gpu_map
-from hivebatch.controller.usage import ledger_usage, usage_lua, write_usage
+from hivebatch.controller.usage import usage_lua, write_usage
 from hivebatch.db.models import Job, VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
+from hivebatch.reports.source import ledger_strict_usage
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.state.shares import get_state, gpu_capacity_by_node
 
@@ -156,7 +157,7 @@ def run_cycle(
         rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
         session.commit()
         if not ctx.user_limits.empty:
-            ledger.strict_use = ledger_usage(session, obs.now)
+            ledger.strict_use = ledger_strict_usage(session, obs.now)
         t = mark("reconcile", t)
 
         if guard is not None:
@@ -221,7 +222,7 @@ def _write_usage_file(session: Session, path: Path, now: dt.datetime) -> None:
     """The job_submit plugin's view of the strict classes; a failure is logged, not fatal: the plugin
     then stops checking limits at submit once the file is stale, and placement still checks them."""
     try:
-        write_usage(path, usage_lua(ledger_usage(session, now), now))
+        write_usage(path, usage_lua(ledger_strict_usage(session, now), now))
     except OSError as exc:
         log.warning("cannot write the usage file %s for the job_submit plugin: %s", path, exc.strerror or exc)
 

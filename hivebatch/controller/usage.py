@@ -15,36 +15,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
 from hivebatch.jobsubmit import lua_literal
-from hivebatch.reports.source import load_jobs
-from hivebatch.userlimits import (
-    HOLDING_STATES,
-    STRICT_CLASSES,
-    WINDOW,
-    StrictRun,
-    StrictUse,
-    UsageKey,
-    strict_usage,
-)
-
-
-def ledger_usage(session: Session, now: dt.datetime) -> dict[UsageKey, StrictUse]:
-    """Use of the strict classes per (user, VC, class), from the ledger's jobs of the last 7 days."""
-    jobs, segments = load_jobs(session, since=now - WINDOW, classes=STRICT_CLASSES)
-    by_id = {j.job_id: j for j in jobs}
-    runs = [
-        StrictRun(s.user, s.vc, by_id[s.job_id].qos, s.gpus, s.start, s.end)
-        for s in segments
-        if s.job_id in by_id
-    ]
-    holding = [(j.user, j.vc, j.qos) for j in jobs if j.state in HOLDING_STATES]
-    return strict_usage(runs, holding, _aware(now))
-
-
-def _aware(now: dt.datetime) -> dt.datetime:
-    return now if now.tzinfo is not None else now.replace(tzinfo=dt.UTC)
+from hivebatch.userlimits import WINDOW, StrictUse, UsageKey, aware_utc
 
 
 def usage_lua(usage: Mapping[UsageKey, StrictUse], now: dt.datetime) -> str:
@@ -54,7 +26,7 @@ def usage_lua(usage: Mapping[UsageKey, StrictUse], now: dt.datetime) -> str:
         figures = {"gpu_hours": round(use.gpu_hours, 3), "running": use.running}
         users.setdefault(user, {}).setdefault(vc, {})[cls] = figures
     table = {
-        "written_at": int(_aware(now).timestamp()),
+        "written_at": int(aware_utc(now).timestamp()),
         "window_s": int(WINDOW.total_seconds()),
         "users": users,
     }

@@ -20,6 +20,16 @@ from hivebatch.reports.gpumap import FREE, GpuSlot
 from hivebatch.reports.rows import EventRow, JobRow, RunSegment
 from hivebatch.reports.timeutil import as_utc
 from hivebatch.state.jobstates import FINAL_STATES
+from hivebatch.userlimits import (
+    HOLDING_STATES,
+    STRICT_CLASSES,
+    WINDOW,
+    StrictRun,
+    StrictUse,
+    UsageKey,
+    aware_utc,
+    strict_usage,
+)
 
 START_KINDS = frozenset({"started", "running", "resumed"})
 PREEMPT_KINDS = frozenset({"preempted", "requeued"})
@@ -118,6 +128,19 @@ def load_jobs(
             )
         )
     return rows_out, segments
+
+
+def ledger_strict_usage(session: Session, now: datetime) -> dict[UsageKey, StrictUse]:
+    """Each user's use of the strict classes per VC, from the ledger's jobs of the 7 days up to ``now``."""
+    jobs, segments = load_jobs(session, since=aware_utc(now) - WINDOW, classes=STRICT_CLASSES)
+    by_id = {j.job_id: j for j in jobs}
+    runs = [
+        StrictRun(s.user, s.vc, by_id[s.job_id].qos, s.gpus, s.start, s.end)
+        for s in segments
+        if s.job_id in by_id
+    ]
+    holding = [(j.user, j.vc, j.qos) for j in jobs if j.state in HOLDING_STATES]
+    return strict_usage(runs, holding, now)
 
 
 def job_segments(
