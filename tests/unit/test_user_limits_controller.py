@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from controller_support import CONFIG, Env, make_env
 
+from hivebatch.cli.hsub.main import slurm_refusal
 from hivebatch.controller.usage import usage_lua, write_usage
 from hivebatch.errors import HivebatchError
 from hivebatch.jobsubmit import site_table, usage_file
@@ -100,6 +101,10 @@ def test_a_user_over_the_urgent_limit_is_refused_at_submit_and_may_submit_normal
         "sbatch: error: hivebatch: urgent jobs in cv: alice used 48 of 48 GPU-hours in the last 7 days; "
         "submit as prior or normal;"
     ) in str(refused.value)
+    # hsub, which submits through sbatch, says the plugin's line rather than sbatch's last one
+    assert slurm_refusal(refused.value, "cv", "urgent") == (
+        "hivebatch: urgent jobs in cv: alice used 48 of 48 GPU-hours in the last 7 days; submit as prior or normal"
+    )
     env.submit("alice", "cv", 1, qos="normal")
     env.submit("bob", "nlp", 1, qos="urgent")
 
