@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import pwd
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,11 +30,24 @@ def usage_lua(usage: Mapping[UsageKey, StrictUse], now: dt.datetime) -> str:
         "written_at": int(aware_utc(now).timestamp()),
         "window_s": int(WINDOW.total_seconds()),
         "users": users,
+        "uids": _uids(users),
     }
     return (
         "-- written by the hivebatch controller each cycle; read by job_submit.lua; do not edit\n"
         f"return {lua_literal(table)}\n"
     )
+
+
+def _uids(users: Mapping[str, object]) -> dict[int, str]:
+    """uid → name of each user in the file: slurmctld names a job's owner by uid only on an update.
+    A name this host cannot resolve is left out (its owner then meets the limits at placement only)."""
+    out: dict[int, str] = {}
+    for name in users:
+        try:
+            out[pwd.getpwnam(name).pw_uid] = name
+        except KeyError:
+            continue
+    return out
 
 
 def write_usage(path: Path, text: str) -> None:

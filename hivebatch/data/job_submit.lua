@@ -362,20 +362,21 @@ local function hours(x)
   return (text:gsub("%.0$", ""))
 end
 
--- nil while `user` may add one more `cls` job in `vc`, else the one line saying why not
-function M.limit_problem(user, vc, cls, now)
+-- nil while the user may add one more `cls` job in `vc`, else the one line saying why not; a job
+-- record names its owner by uid only (22.05 leaves job_rec.user_name unset), which the file maps
+function M.limit_problem(user, uid, vc, cls, now)
   local limit = field(field(SITE.user_limits, vc), cls)
   if limit == nil then
-    return nil
-  end
-  if user == nil then
-    slurm.log_error("hivebatch: no user name on a %s job; its limits are checked at placement only", cls)
     return nil
   end
   local usage, why = M.load_usage(now)
   if usage == nil then
     slurm.log_error("hivebatch: %s; %s limits are checked at placement only", why, cls)
     return nil
+  end
+  user = user or field(usage.uids, uid)
+  if user == nil then
+    return nil -- not in the file: no use of the strict classes
   end
   local use = field(field(usage.users[user], vc), cls)
   local used, running = tonumber(field(use, "gpu_hours")) or 0, tonumber(field(use, "running")) or 0
@@ -390,8 +391,8 @@ function M.limit_problem(user, vc, cls, now)
   return cls .. " jobs in " .. vc .. ": " .. over .. "; submit as " .. LOWER[cls]
 end
 
-local function check_limits(user, vc, cls)
-  local problem = M.limit_problem(user, vc, cls, os.time())
+local function check_limits(user, uid, vc, cls)
+  local problem = M.limit_problem(user, uid, vc, cls, os.time())
   if problem ~= nil then
     fail(problem)
   end
@@ -403,7 +404,7 @@ local function check_class_change(job_desc, job_rec)
   local cls = (qos ~= nil and qos ~= "") and qos or job_rec.qos
   local vc = (account ~= nil and account ~= "") and account or job_rec.account
   if cls ~= job_rec.qos or vc ~= job_rec.account then
-    check_limits(job_rec.user_name, vc, cls)
+    check_limits(job_rec.user_name, job_rec.user_id, vc, cls)
   end
 end
 
@@ -416,7 +417,7 @@ local function submit(job_desc, part_list, submit_uid)
     return slurm.SUCCESS
   end
   local req = M.request(job_desc, found)
-  check_limits(get(job_desc, "user_name"), req.vc, req.qos)
+  check_limits(get(job_desc, "user_name"), get(job_desc, "user_id"), req.vc, req.qos)
   if get(job_desc, "priority") == 0 then
     req.user_hold = 1
   end

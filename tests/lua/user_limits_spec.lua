@@ -17,7 +17,7 @@ local function usage(users, written_at)
     parts[#parts + 1] = string.format('["%s"] = { ["cv"] = { ["urgent"] = { ["gpu_hours"] = %s, ["running"] = %d } } }',
       user, tostring(figures[1]), figures[2])
   end
-  usage_file(string.format("return { written_at = %d, window_s = 604800, users = { %s } }",
+  usage_file(string.format("return { written_at = %d, window_s = 604800, users = { %s }, uids = { [1001] = 'alice' } }",
     written_at or os.time(), table.concat(parts, ", ")))
 end
 
@@ -124,7 +124,8 @@ describe("per-user limits on a class change", function()
   before_each(load_plugin)
   teardown(function() os.remove(USAGE) end)
   local waiting = {
-    job_id = 7, user_name = "alice", account = "cv", qos = "normal", priority = 0, tres_per_node = "",
+    -- as slurmctld 22.05 hands it over: the owner by uid, job_rec.user_name unset
+    job_id = 7, user_id = 1001, account = "cv", qos = "normal", priority = 0, tres_per_node = "",
     admin_comment = 'hivebatch:v2:{"gpus":1,"qos":"normal","vc":"cv"}',
   }
   local function upd(fields)
@@ -137,6 +138,14 @@ describe("per-user limits on a class change", function()
     usage({ alice = { 50, 0 } })
     assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ qos = "urgent" }), waiting, {}, 1001))
     assert.matches("urgent jobs in cv: alice used 50 of 48", slurm.logged[1], 1, true)
+  end)
+
+  it("finds no use for an owner the usage file does not list", function()
+    usage({ alice = { 50, 0 } })
+    local other = {}
+    for k, v in pairs(waiting) do other[k] = v end
+    other.user_id = 1002
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ qos = "urgent" }), other, {}, 1002))
   end)
 
   it("lets the owner move it to urgent under the limit, or anywhere else over it", function()

@@ -7,6 +7,7 @@ import datetime as dt
 import logging
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from hivebatch.cli.hsub.main import slurm_refusal
 from hivebatch.controller.usage import usage_lua, write_usage
 from hivebatch.errors import HivebatchError
 from hivebatch.jobsubmit import site_table, usage_file
+from hivebatch.slurm import SlurmError
 from hivebatch.userlimits import StrictUse
 
 LIMITS = """
@@ -50,6 +52,7 @@ def test_the_usage_file_is_a_data_chunk_lua_reads_back(tmp_path: Path) -> None:
     usage = {
         ("alice", "cv", "urgent"): StrictUse(47.5, 1),
         ('ev"il\nname', "cv", "prior"): StrictUse(0.1234, 0),
+        ("root", "sys", "urgent"): StrictUse(1, 0),
     }
     path = tmp_path / "hivebatch_usage.lua"
     write_usage(path, usage_lua(usage, now))
@@ -58,6 +61,8 @@ def test_the_usage_file_is_a_data_chunk_lua_reads_back(tmp_path: Path) -> None:
     assert _lua_read(path, "u.users.alice.cv.urgent.running") == "1"
     assert _lua_read(path, 'u.users["ev\\"il\\nname"].cv.prior.gpu_hours') == "0.123"
     assert _lua_read(path, "u.written_at") == str(int(now.timestamp()))
+    # slurmctld names an updated job's owner by uid only: the file maps the uids this host knows
+    assert _lua_read(path, "u.uids[0]") == "root"
     assert len(path.read_text().splitlines()) == 2  # a comment and one return line, whatever a name holds
 
 
@@ -146,3 +151,10 @@ def test_a_job_the_owner_moved_to_another_class_is_placed_and_kept_in_that_class
     env.cycle()
     job = env.job(jid)
     assert (job.state, job.qos, job.priority, job.reason) == ("placed", "prior", 1, None)
+
+
+def test_hsub_says_the_refusal_line_recorded_on_the_lab(slurm_fixture: Callable[[str], str]) -> None:
+    stderr = slurm_fixture("err_submit_over_user_limit.txt").rsplit("rc=", 1)[0]
+    refusal = slurm_refusal(SlurmError(["sbatch"], 1, stderr), "cv", "urgent")
+    assert refusal == stderr.splitlines()[0].removeprefix("sbatch: error: ")
+    assert refusal.startswith("hivebatch: urgent jobs in cv: alice used 52 of 48 GPU-hours")
