@@ -114,7 +114,8 @@ def load_vc_now(session: Any, data: dict[str, Any]) -> dict[str, VCNow]:
 
 
 def load_strict_lines(data: ReportData, now: datetime, only_vc: str | None = None) -> list[StrictLine]:
-    """Each user's use of the strict classes in the 7 days up to ``now``, beside the config's limits."""
+    """Each user's use of the strict classes in the 7 days up to ``now``, beside the config's limits;
+    nothing when the config sets none (the classes are then unlimited, and the use is in the users table)."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from hivebatch.db.session import read_only_session
@@ -122,6 +123,8 @@ def load_strict_lines(data: ReportData, now: datetime, only_vc: str | None = Non
     from hivebatch.userlimits import parse_user_limits, strict_lines
 
     limits = parse_user_limits(data.config, [v.name for v in data.vcs])
+    if limits.empty:
+        return []
     with read_only_session(data.config_path, data.config) as session:
         if session is None:
             return []

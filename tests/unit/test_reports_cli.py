@@ -254,6 +254,7 @@ def test_bad_gpus_or_a_starved_vc_never_show_green() -> None:
 
 
 def test_users_report_shows_the_strict_classes_against_the_limits(config: Path) -> None:
+    assert "Strict classes" not in run("report", "users", *WINDOW)  # no limits: nothing to set use against
     config.write_text(
         config.read_text() + "user_limits:\n  urgent: {gpu_hours_per_week: 2, running_jobs: 1}\n"
         "  prior: {gpu_hours_per_week: 100}\n"

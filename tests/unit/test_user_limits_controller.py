@@ -123,6 +123,8 @@ def test_a_job_whose_owner_went_over_the_limit_after_submit_runs_one_class_down(
     third = env.job(jobs[2])
     assert third.state == "placed" and third.priority == 1
     assert third.reason == "runs as prior: urgent limit in cv: alice has 2 of 2 urgent jobs holding GPUs"
+    (placed,) = env.events(jobs[2], kind="placed")
+    assert placed.message.endswith("; " + third.reason)  # the audit trail keeps why after it starts
     path = env.ctx.usage_path
     assert path is not None
     assert _lua_read(path, "u.users.alice.cv.urgent.running") == "2"
