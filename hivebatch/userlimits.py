@@ -218,9 +218,17 @@ def strict_usage(
         if end > start:
             use = out.setdefault((run.user, run.vc, run.cls), StrictUse())
             use.gpu_hours += run.gpus * (end - start).total_seconds() / 3600.0
-    for user, vc, cls in holding:
-        if cls in STRICT_CLASSES:
-            out.setdefault((user, vc, cls), StrictUse()).running += 1
+    return with_holding(out, holding)
+
+
+def with_holding(
+    usage: Mapping[UsageKey, StrictUse], holding: Iterable[tuple[str, str, str]]
+) -> dict[UsageKey, StrictUse]:
+    """``usage``'s GPU-hours with the jobs holding GPUs counted afresh from ``holding`` (user, VC, class)."""
+    out = {key: StrictUse(use.gpu_hours, 0) for key, use in usage.items()}
+    for key in holding:
+        if key[2] in STRICT_CLASSES:
+            out.setdefault(key, StrictUse()).running += 1
     return out
 
 

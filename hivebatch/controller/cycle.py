@@ -26,6 +26,7 @@ from hivebatch.errors import HivebatchError
 from hivebatch.reports.source import ledger_strict_usage
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.state.shares import get_state, gpu_capacity_by_node
+from hivebatch.userlimits import HOLDING_STATES, with_holding
 
 log = logging.getLogger("hivebatch.controller")
 
@@ -208,7 +209,7 @@ def _record(
         set_state(session, "sharing", ledger.sharing.snapshot(), obs.now)
     set_state(session, "slurm_jobs_seen", len(obs.jobs), obs.now)
     if ctx.usage_path is not None:
-        _write_usage_file(session, ctx.usage_path, obs.now)
+        _write_usage_file(ctx.usage_path, ledger, obs.now)
     set_state(
         session,
         "last_cycle",
@@ -218,11 +219,18 @@ def _record(
     session.commit()
 
 
-def _write_usage_file(session: Session, path: Path, now: dt.datetime) -> None:
-    """The job_submit plugin's view of the strict classes; a failure is logged, not fatal: the plugin
-    then stops checking limits at submit once the file is stale, and placement still checks them."""
+def _write_usage_file(path: Path, ledger: Ledger, now: dt.datetime) -> None:
+    """The job_submit plugin's view of the strict classes: the GPU-hours read before decide (the
+    ledger is read once a cycle), the jobs holding GPUs after this cycle's placements. A failure is
+    logged, not fatal: the plugin stops checking limits at submit once the file is stale, and
+    placement still checks them."""
+    holding = [
+        (j.user or "", j.vc_name or j.account or "", j.qos or "")
+        for j in ledger.jobs.values()
+        if not j.foreign and j.priority >= 0 and j.state in HOLDING_STATES
+    ]
     try:
-        write_usage(path, usage_lua(ledger_strict_usage(session, now), now))
+        write_usage(path, usage_lua(with_holding(ledger.strict_use, holding), now))
     except OSError as exc:
         log.warning("cannot write the usage file %s for the job_submit plugin: %s", path, exc.strerror or exc)
 
