@@ -165,12 +165,6 @@ def over_limit(limit: ClassLimit, use: StrictUse, user: str, cls: str) -> str | 
     return None
 
 
-def refusal(cls: str, vc: str, why: str) -> str:
-    """The one line a submit over a limit gets (the plugin words it the same way)."""
-    lower = "prior or normal" if cls == "urgent" else "normal"
-    return f"{cls} jobs in {vc}: {why}; submit as {lower}"
-
-
 def class_within(
     limits: UserLimits, usage: Mapping[UsageKey, StrictUse], user: str, vc: str, cls: str
 ) -> tuple[str, str | None]:

@@ -18,7 +18,6 @@ from hivebatch.userlimits import (
     class_within,
     over_limit,
     parse_user_limits,
-    refusal,
     site_limits,
     strict_usage,
 )
@@ -127,15 +126,6 @@ LIMIT = ClassLimit(gpu_hours_per_week=48, running_jobs=2)
 )
 def test_over_limit_at_and_past_the_figure(use: StrictUse, over: str | None) -> None:
     assert over_limit(LIMIT, use, "alice", "urgent") == over
-
-
-def test_the_refusal_is_one_line_naming_what_to_do() -> None:
-    why = over_limit(LIMIT, StrictUse(47.5 + 1, 0), "alice", "urgent")
-    assert why is not None
-    assert refusal("urgent", "cv", why) == (
-        "urgent jobs in cv: alice used 48.5 of 48 GPU-hours in the last 7 days; submit as prior or normal"
-    )
-    assert refusal("prior", "cv", why).endswith("; submit as normal")
 
 
 def test_a_job_over_its_class_limit_runs_as_the_next_class_within() -> None:
