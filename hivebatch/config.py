@@ -72,7 +72,17 @@ SCHEMA: dict[str, Any] = {
     "virtual_clusters": _ANY,
     "database": {"url": _ANY},
     "qos": {"classes": _ANY, "theta": _ANY, "startup_overhead_s": _ANY, "profiles": _ANY},
-    "controller": {"lock_file": _ANY, "interval_s": _ANY, "policy": _ANY, "start_timeout_s": _ANY},
+    "controller": {
+        "lock_file": _ANY,
+        "interval_s": _ANY,
+        "policy": _ANY,
+        "start_timeout_s": _ANY,
+        "usage_file": _ANY,
+    },
+    # request bounds (hivebatch.bounds, which names its own keys)
+    "limits": _ANY,
+    # per-user limits on the strict classes (hivebatch.userlimits checks classes, keys and VCs)
+    "user_limits": _ANY,
     "sharing": {
         "enabled": _ANY,
         "allow_mixed_nodes": _ANY,

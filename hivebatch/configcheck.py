@@ -31,6 +31,13 @@ def _sharing(path: Path, data: dict[str, Any]) -> None:
     parse_sharing_config(data, {n.name for n in spec.nodes}, set(spec.vcs))
 
 
+def _user_limits(path: Path, data: dict[str, Any]) -> None:
+    from hivebatch.cells import parse_cluster_config
+    from hivebatch.userlimits import parse_user_limits
+
+    parse_user_limits(data, parse_cluster_config(data).vcs)
+
+
 def _controller(path: Path, data: dict[str, Any]) -> None:
     from hivebatch.controller.context import parse_settings
 
@@ -56,6 +63,7 @@ CHECKS: dict[str, Callable[[Path, dict[str, Any]], str | None]] = {
     "qos": _qos,
     "sharing": _sharing,
     "controller": _controller,
+    "user_limits": _user_limits,
     "database": _database,
 }
 
@@ -68,7 +76,8 @@ def check_config(path: Path, data: dict[str, Any]) -> tuple[list[str], list[str]
         try:
             note = check(path, data)
         except HivebatchError as exc:  # ConfigError is one
-            problems.append(f"{section}: {exc}" if not str(exc).startswith(section.split()[0]) else str(exc))
+            own = str(exc).startswith((section.split()[0], "line "))
+            problems.append(str(exc) if own else f"{section}: {exc}")
             continue
         if note:
             notes.append(note)

@@ -30,6 +30,8 @@ HINT_FIELDS = (*MODEL_HINTS, "gpu_mem_mib")
 #: what the plugin records besides the request proper (translations it made, the owner's own hold)
 PLUGIN_EXTRAS = ("user_hold", "cpus_per_gpu", "mem_per_gpu_mb", "ntasks_per_gpu", "tres_bind", "tres_freq")
 CLASSES = ("urgent", "prior", "normal", "opportunistic")
+#: cell-core priority of each class: opportunistic work is -1, guaranteed classes rank urgent > prior > normal
+CLASS_PRIORITY = {"opportunistic": -1, "normal": 0, "prior": 1, "urgent": 2}
 _SAFE = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
 
 
@@ -51,8 +53,8 @@ class JobRequest:
 
     @property
     def priority(self) -> int:
-        """Cell-core priority: opportunistic work is -1, guaranteed classes rank urgent > prior > normal."""
-        return {"opportunistic": -1, "normal": 0, "prior": 1, "urgent": 2}[self.qos]
+        """Cell-core priority of the job's class (CLASS_PRIORITY)."""
+        return CLASS_PRIORITY[self.qos]
 
     def validate(self) -> None:
         if self.qos not in CLASSES:

@@ -43,6 +43,8 @@ class ConfigOptions:
     lab_port_offset: int = 0
     device_dir: str | None = None
     tuned: bool = False
+    #: where the files go (slurm.conf's directory on the cluster); None: printed, $SLURM_CONF's directory
+    conf_dir: Path | None = None
 
 
 def lab_options(lab_dir: Path, cluster_name: str, port_offset: int) -> LabOptions:
@@ -74,7 +76,7 @@ def config_files(data: Mapping[str, Any], opts: ConfigOptions) -> dict[str, tupl
         "slurm.conf": (slurm_conf(layout, hw, shards=opts.shards, lab=lab, tuned=opts.tuned), 0o644),
         "gres.conf": (gres_conf(layout, hw, shards=opts.shards, device_dir=devices), 0o644),
         "accounts.sh": (accounting_script(plan), 0o755),
-        "job_submit.lua": (job_submit_lua(data, opts.operators), 0o644),
+        "job_submit.lua": (job_submit_lua(data, opts.operators, opts.conf_dir), 0o644),
     }
     if lab:
         files["slurmdbd.conf"] = (slurmdbd_conf(lab), 0o600)

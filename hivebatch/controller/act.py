@@ -20,6 +20,7 @@ from hivebatch.controller.observe import phase
 from hivebatch.controller.preemption import book_preemption
 from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import Job
+from hivebatch.request import CLASS_PRIORITY
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import SlurmError
 
@@ -52,6 +53,10 @@ def write_intents(session: Session, decisions: Decisions, jobs: dict[int, Job], 
         if place.ect is not None:
             job.expected_completion = place.ect
         job.reason = place.note  # e.g. which profile stood in for the job's model
+        cls = decisions.classes.get(job.slurm_job_id)
+        if cls is not None and cls != job.qos:
+            # the class it runs in: the owner moved it, or a limit put it lower; rebuild and reports follow
+            job.qos, job.priority = cls, CLASS_PRIORITY[cls]
     for victim_id in decisions.victims:
         victim = jobs.get(victim_id)
         if victim is not None:

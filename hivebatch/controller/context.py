@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hivebatch.bounds import DEFAULT_LIMITS, Limits, parse_limits
 from hivebatch.errors import ConfigError
+from hivebatch.userlimits import UserLimits, parse_user_limits
 
 if TYPE_CHECKING:
     from hivebatch.cells import ClusterSpec
@@ -36,6 +37,9 @@ class ControllerContext:
     profiles: ProfileStore | None
     settings: ControllerSettings
     limits: Limits = DEFAULT_LIMITS
+    user_limits: UserLimits = field(default_factory=UserLimits)
+    #: the job_submit plugin's usage file, written each cycle while user_limits has any
+    usage_path: Path | None = None
 
 
 def _seconds(section: dict[str, Any], key: str, default: float) -> float:
@@ -93,6 +97,9 @@ def load_context(config: str | os.PathLike[str] | None = None) -> ControllerCont
             f"controller.policy {settings.policy!r} is unknown: use one of {', '.join(qos.POLICY_NAMES)}"
         )
     profiles = qos.ProfileStore.load(qos_settings.profiles)
+    from hivebatch.jobsubmit import usage_file
+
+    user_limits = parse_user_limits(data, spec.vcs)
     return ControllerContext(
         config_path=path,
         data=data,
@@ -102,4 +109,6 @@ def load_context(config: str | os.PathLike[str] | None = None) -> ControllerCont
         profiles=profiles,
         settings=settings,
         limits=parse_limits(data),
+        user_limits=user_limits,
+        usage_path=None if user_limits.empty else usage_file(data),
     )

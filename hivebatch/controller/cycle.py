@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -20,10 +21,13 @@ from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation, observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
 from hivebatch.controller.record import Recorder, set_state, write_gpu_map
+from hivebatch.controller.usage import usage_lua, write_usage
 from hivebatch.db.models import Job, VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
+from hivebatch.reports.source import ledger_strict_usage
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.state.shares import get_state, gpu_capacity_by_node
+from hivebatch.userlimits import HOLDING_STATES, with_holding
 
 log = logging.getLogger("hivebatch.controller")
 
@@ -155,6 +159,8 @@ def run_cycle(
         rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
         ledger.avoided = load_avoided(session, obs.now, ledger.jobs)
         session.commit()
+        if not ctx.user_limits.empty:
+            ledger.strict_use = ledger_strict_usage(session, obs.now)
         t = mark("reconcile", t)
 
         if guard is not None:
@@ -204,6 +210,8 @@ def _record(
         # shared GPUs and their slices, for hadmin cluster (rebuilt from the jobs each cycle)
         set_state(session, "sharing", ledger.sharing.snapshot(), obs.now)
     set_state(session, "slurm_jobs_seen", len(obs.jobs), obs.now)
+    if ctx.usage_path is not None:
+        _write_usage_file(ctx.usage_path, ledger, obs.now)
     set_state(
         session,
         "last_cycle",
@@ -211,6 +219,22 @@ def _record(
         obs.now,
     )
     session.commit()
+
+
+def _write_usage_file(path: Path, ledger: Ledger, now: dt.datetime) -> None:
+    """The job_submit plugin's view of the strict classes: the GPU-hours read before decide (the
+    ledger is read once a cycle), the jobs holding GPUs after this cycle's placements. A failure is
+    logged, not fatal: the plugin stops checking limits at submit once the file is stale, and
+    placement still checks them."""
+    holding = [
+        (j.user or "", j.vc_name or j.account or "", j.qos or "")
+        for j in ledger.jobs.values()
+        if not j.foreign and j.priority >= 0 and j.state in HOLDING_STATES
+    ]
+    try:
+        write_usage(path, usage_lua(with_holding(ledger.strict_use, holding), now))
+    except OSError as exc:
+        log.warning("cannot write the usage file %s for the job_submit plugin: %s", path, exc.strerror or exc)
 
 
 def check_database(engine: Engine) -> None:

@@ -8,6 +8,7 @@ from hivebatch.cells import CellAllocator
 from hivebatch.db.models import Job
 from hivebatch.sharing.ledger import SharingLedger
 from hivebatch.slurm.types import SlurmJob, SlurmNode
+from hivebatch.userlimits import StrictUse, UsageKey
 
 
 @dataclass
@@ -27,6 +28,8 @@ class Ledger:
     # per Slurm job id: nodes where the job was pinned and Slurm did not start it (see take_back)
     avoided: dict[int, frozenset[str]] = field(default_factory=dict)
     sharing: SharingLedger | None = None  # GPU slices booked on top of ``alloc``
+    #: each user's use of the strict classes (filled only when the config limits them)
+    strict_use: dict[UsageKey, StrictUse] = field(default_factory=dict)
 
     @property
     def cells(self) -> CellAllocator:

@@ -321,6 +321,93 @@ local function clear_gpu_env(job_desc)
   end
 end
 
+-- Per-user limits on the strict classes (hivebatch/userlimits.py, docs/enforcement.md) -------------
+-- The limits come with the site table; the use comes from the usage file the controller rewrites each
+-- cycle (only it and root can write there). Without a fresh, readable file the limits are not
+-- checked here (fail open, logged): refusing every urgent job while the controller is down would stop
+-- the work that most needs to run, and the controller checks the same limits again before it places
+-- a job, running one over its limit in the next class down.
+
+local LOWER = { urgent = "prior or normal", prior = "normal" }
+
+local function field(t, k)
+  if type(t) == "table" then
+    return t[k]
+  end
+  return nil
+end
+
+-- the controller's usage table, or nil and why not; the chunk runs in an empty environment, so the
+-- file can hand back data and do nothing else
+function M.load_usage(now)
+  local path = SITE.usage_file
+  local chunk, err = loadfile(path)
+  if chunk == nil then
+    return nil, "cannot read the usage file: " .. tostring(err)
+  end
+  setfenv(chunk, {})
+  local ok, usage = pcall(chunk)
+  if not ok or type(field(usage, "users")) ~= "table" or type(field(usage, "written_at")) ~= "number" then
+    return nil, "the usage file " .. path .. " holds no usage table"
+  end
+  local age = now - usage.written_at
+  if age > SITE.usage_max_age_s then
+    return nil, "the usage file " .. path .. " is " .. age .. " s old (the controller rewrites it each cycle)"
+  end
+  return usage
+end
+
+local function hours(x)
+  local text = string.format("%.1f", x)
+  return (text:gsub("%.0$", ""))
+end
+
+-- nil while the user may add one more `cls` job in `vc`, else the one line saying why not; a job
+-- record names its owner by uid only (22.05 leaves job_rec.user_name unset), which the file maps
+function M.limit_problem(user, uid, vc, cls, now)
+  local limit = field(field(SITE.user_limits, vc), cls)
+  if limit == nil then
+    return nil
+  end
+  local usage, why = M.load_usage(now)
+  if usage == nil then
+    slurm.log_error("hivebatch: %s; %s limits are checked at placement only", why, cls)
+    return nil
+  end
+  user = user or field(usage.uids, uid)
+  if user == nil then
+    return nil -- not in the file: no use of the strict classes
+  end
+  local use = field(field(usage.users[user], vc), cls)
+  local used, running = tonumber(field(use, "gpu_hours")) or 0, tonumber(field(use, "running")) or 0
+  local over
+  if limit.gpu_hours_per_week ~= nil and used >= limit.gpu_hours_per_week then
+    over = user .. " used " .. hours(used) .. " of " .. hours(limit.gpu_hours_per_week) .. " GPU-hours in the last 7 days"
+  elseif limit.running_jobs ~= nil and running >= limit.running_jobs then
+    over = user .. " has " .. running .. " of " .. limit.running_jobs .. " " .. cls .. " jobs holding GPUs"
+  else
+    return nil
+  end
+  return cls .. " jobs in " .. vc .. ": " .. over .. "; submit as " .. LOWER[cls]
+end
+
+local function check_limits(user, uid, vc, cls)
+  local problem = M.limit_problem(user, uid, vc, cls, os.time())
+  if problem ~= nil then
+    fail(problem)
+  end
+end
+
+-- an owner moving a waiting job into a strict class (or a strict job to another VC) meets the same limits
+local function check_class_change(job_desc, job_rec)
+  local qos, account = get(job_desc, "qos"), get(job_desc, "account")
+  local cls = (qos ~= nil and qos ~= "") and qos or job_rec.qos
+  local vc = (account ~= nil and account ~= "") and account or job_rec.account
+  if cls ~= job_rec.qos or vc ~= job_rec.account then
+    check_limits(job_rec.user_name, job_rec.user_id, vc, cls)
+  end
+end
+
 local function submit(job_desc, part_list, submit_uid)
   if is_operator(submit_uid) then
     return slurm.SUCCESS
@@ -336,6 +423,7 @@ local function submit(job_desc, part_list, submit_uid)
     return slurm.SUCCESS
   end
   local req = M.request(job_desc, found)
+  check_limits(get(job_desc, "user_name"), get(job_desc, "user_id"), req.vc, req.qos)
   if get(job_desc, "priority") == 0 then
     req.user_hold = 1
   end
@@ -377,6 +465,7 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     end
     return slurm.SUCCESS
   end
+  check_class_change(job_desc, job_rec)
   for f, what in pairs(GUARDED) do
     local v = get(job_desc, f)
     if (type(v) == "string" and v ~= "") or (type(v) == "number" and is_set(v)) then

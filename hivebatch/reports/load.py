@@ -14,6 +14,7 @@ from hivebatch.reports.gpumap import ClusterMap, GpuSlot, NodeLayout, build_clus
 from hivebatch.reports.rows import JobRow, RunSegment, VCInfo, VCNow
 from hivebatch.reports.timeutil import parse_since
 from hivebatch.reports.topology import node_layouts, vc_infos
+from hivebatch.userlimits import StrictLine
 
 DEFAULT_WINDOW = timedelta(days=7)
 
@@ -110,6 +111,29 @@ def load_vc_now(session: Any, data: dict[str, Any]) -> dict[str, VCNow]:
         # A snapshot from another hivebatch version or config: the report simply has no "now" column.
         return {}
     return {name: VCNow(name, v.gpus_total, v.gpus_used, v.capacity, v.reason) for name, v in views.items()}
+
+
+def load_strict_lines(data: ReportData, now: datetime, only_vc: str | None = None) -> list[StrictLine]:
+    """Each user's use of the strict classes in the 7 days up to ``now``, beside the config's limits;
+    nothing when the config sets none (the classes are then unlimited, and the use is in the users table)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from hivebatch.db.session import read_only_session
+    from hivebatch.reports.source import ledger_strict_usage
+    from hivebatch.userlimits import parse_user_limits, strict_lines
+
+    limits = parse_user_limits(data.config, [v.name for v in data.vcs])
+    if limits.empty:
+        return []
+    with read_only_session(data.config_path, data.config) as session:
+        if session is None:
+            return []
+        _note_gpu_memory(session, data.config)
+        try:
+            usage = ledger_strict_usage(session, now)
+        except SQLAlchemyError as exc:
+            raise HivebatchError(db_error(exc)) from None
+    return [line for line in strict_lines(limits, usage) if only_vc is None or line.vc == only_vc]
 
 
 def resolve_window(since_text: str | None, until_text: str | None) -> tuple[datetime | None, datetime]:

@@ -10,6 +10,7 @@ from hivebatch.reports.tables import TextTable, to_csv
 from hivebatch.reports.timeutil import fmt_duration, fmt_time
 from hivebatch.reports.usage import ClassRate, QuotaReport
 from hivebatch.reports.users import UserReport
+from hivebatch.userlimits import StrictLine
 
 VERDICT_STYLE = {"starved": "bold red", "idle": "yellow", "full": "cyan", "ok": "green"}
 
@@ -352,6 +353,50 @@ def users_table(users: list[UserReport], with_flags: bool = True) -> TextTable:
         if u.flags and with_flags:
             table.styles[(r, 10)] = "yellow"
     return table
+
+
+def _of(value: float | int, limit: float | int | None, fmt: str) -> str:
+    return format(value, fmt) + (f" / {format(limit, fmt)}" if limit is not None else "")
+
+
+def strict_table(lines: list[StrictLine]) -> TextTable:
+    """Use of the strict classes over the last 7 days against each user's limits (user_limits:)."""
+    table = TextTable(
+        title="Strict classes per user: the 7 days up to the end of the window (use / limit)",
+        headers=["user", "VC", "class", "GPU-h", "holding GPUs", "status"],
+        right={3, 4},
+    )
+    for r, line in enumerate(lines):
+        limit = line.limit
+        table.rows.append(
+            [
+                line.user,
+                line.vc,
+                line.cls,
+                _of(line.use.gpu_hours, limit.gpu_hours_per_week if limit else None, ".1f"),
+                _of(line.use.running, limit.running_jobs if limit else None, "d"),
+                "at limit: new jobs refused" if line.over else ("within" if limit else "no limit"),
+            ]
+        )
+        if line.over:
+            table.styles[(r, 5)] = "yellow"
+    return table
+
+
+def strict_dicts(lines: list[StrictLine]) -> list[dict[str, Any]]:
+    return [
+        {
+            "user": line.user,
+            "vc": line.vc,
+            "class": line.cls,
+            "gpu_hours": round(line.use.gpu_hours, 3),
+            "gpu_hours_limit": line.limit.gpu_hours_per_week if line.limit else None,
+            "holding_gpus": line.use.running,
+            "holding_gpus_limit": line.limit.running_jobs if line.limit else None,
+            "over": line.over,
+        }
+        for line in lines
+    ]
 
 
 def users_flag_lines(users: list[UserReport]) -> list[str]:

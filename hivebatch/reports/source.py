@@ -9,6 +9,7 @@ GPU-hours the controller recorded as lost to preemption are laid out as one run 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,16 @@ from hivebatch.reports.gpumap import FREE, GpuSlot
 from hivebatch.reports.rows import EventRow, JobRow, RunSegment
 from hivebatch.reports.timeutil import as_utc
 from hivebatch.state.jobstates import FINAL_STATES
+from hivebatch.userlimits import (
+    HOLDING_STATES,
+    STRICT_CLASSES,
+    WINDOW,
+    StrictRun,
+    StrictUse,
+    UsageKey,
+    aware_utc,
+    strict_usage,
+)
 
 START_KINDS = frozenset({"started", "running", "resumed"})
 PREEMPT_KINDS = frozenset({"preempted", "requeued"})
@@ -72,8 +83,11 @@ def _job_row(job: Any, gpu_share: float = 1.0) -> JobRow:
     )
 
 
-def load_jobs(session: Session, since: datetime | None = None) -> tuple[list[JobRow], list[RunSegment]]:
-    """hivebatch jobs (foreign work excluded) alive at or after ``since``, and their run segments.
+def load_jobs(
+    session: Session, since: datetime | None = None, classes: Iterable[str] | None = None
+) -> tuple[list[JobRow], list[RunSegment]]:
+    """hivebatch jobs (foreign work excluded) alive at or after ``since``, and their run segments;
+    with ``classes``, only the guaranteed jobs of those classes.
 
     Plain column selects, not ORM objects: a week of a large cluster is tens of thousands of jobs.
     """
@@ -82,6 +96,8 @@ def load_jobs(session: Session, since: datetime | None = None) -> tuple[list[Job
     alive: list[Any] = [Job.foreign.is_(False)]
     if since is not None:
         alive.append((Job.end_time.is_(None)) | (Job.end_time >= naive_utc(since)))
+    if classes is not None:
+        alive += [Job.qos.in_(list(classes)), Job.priority >= 0]
     columns = [getattr(Job, name) for name in _JOB_COLUMNS]
     jobs = list(session.execute(select(*columns).where(*alive).order_by(Job.id)))
     events: dict[int, list[tuple[datetime, str]]] = defaultdict(list)
@@ -112,6 +128,19 @@ def load_jobs(session: Session, since: datetime | None = None) -> tuple[list[Job
             )
         )
     return rows_out, segments
+
+
+def ledger_strict_usage(session: Session, now: datetime) -> dict[UsageKey, StrictUse]:
+    """Each user's use of the strict classes per VC, from the ledger's jobs of the 7 days up to ``now``."""
+    jobs, segments = load_jobs(session, since=aware_utc(now) - WINDOW, classes=STRICT_CLASSES)
+    by_id = {j.job_id: j for j in jobs}
+    runs = [
+        StrictRun(s.user, s.vc, by_id[s.job_id].qos, s.gpus, s.start, s.end)
+        for s in segments
+        if s.job_id in by_id
+    ]
+    holding = [(j.user, j.vc, j.qos) for j in jobs if j.state in HOLDING_STATES]
+    return strict_usage(runs, holding, now)
 
 
 def job_segments(

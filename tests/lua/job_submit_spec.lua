@@ -6,13 +6,7 @@
 local NO_VAL, NO_VAL16, INFINITE = 4294967294, 65534, 4294967295
 
 local function load_plugin()
-  _G.slurm = {
-    SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002,
-    logged = {}, user_msgs = {},
-    log_info = function(fmt, ...) table.insert(slurm.logged, string.format(fmt, ...)) end,
-    log_error = function(fmt, ...) table.insert(slurm.logged, "ERROR " .. string.format(fmt, ...)) end,
-    log_user = function(fmt, ...) table.insert(slurm.user_msgs, string.format(fmt, ...)) end,
-  }
+  dofile("tests/lua/fake_slurm.lua")
   _G.HIVEBATCH_SITE = {
     gpu_types = { v100 = { name = "V100", max_per_node = 8, nodes = 4, total = 32, mem_mib = 32768 } },
     type_list = "v100",

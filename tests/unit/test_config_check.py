@@ -96,3 +96,8 @@ def test_a_loaded_config_can_be_written_back() -> None:
 
     data = load_config(EXAMPLE)[1]
     assert yaml.safe_load(yaml.safe_dump(data)) == data
+
+
+def test_the_limits_section_the_example_documents_is_a_known_section(tmp_path: Path) -> None:
+    path = variant(tmp_path, "# limits:", "limits: {gpus: 64}\n# limits:")
+    assert load_config(path)[1]["limits"] == {"gpus": 64}

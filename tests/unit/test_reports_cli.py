@@ -251,3 +251,33 @@ def test_bad_gpus_or_a_starved_vc_never_show_green() -> None:
     assert [c["cls"] for c in dead] == ["bad", "", ""]
     starved = honest([{**cards[0], "value": "cv", "cls": "bad"}, cards[1]], 0)
     assert [c["cls"] for c in starved] == ["bad", ""]
+
+
+def test_users_report_shows_the_strict_classes_against_the_limits(config: Path) -> None:
+    assert "Strict classes" not in run("report", "users", *WINDOW)  # no limits: nothing to set use against
+    config.write_text(
+        config.read_text() + "user_limits:\n  urgent: {gpu_hours_per_week: 2, running_jobs: 1}\n"
+        "  prior: {gpu_hours_per_week: 100}\n"
+    )
+    out = run("report", "users", *WINDOW)
+    strict = out[out.index("Strict classes per user") :].splitlines()
+    rows = [line.split() for line in strict[3:6]]
+    # alice: j2 prior 4 GPUs × 2 h, j3 urgent 2 GPUs × 1 h; bob: j6 prior 8 GPUs from 8.5 h, still running
+    assert rows == [
+        ["alice", "cv", "urgent", "2.0", "/", "2.0", "0", "/", "1", "at", "limit:", "new", "jobs", "refused"],
+        ["alice", "cv", "prior", "8.0", "/", "100.0", "0", "within"],
+        ["bob", "nlp", "prior", "12.0", "/", "100.0", "1", "within"],
+    ]
+    data = json.loads(run("report", "users", *WINDOW, "--format", "json", "--vc", "nlp"))
+    assert data["strict_classes"] == [
+        {
+            "user": "bob",
+            "vc": "nlp",
+            "class": "prior",
+            "gpu_hours": 12.0,
+            "gpu_hours_limit": 100.0,
+            "holding_gpus": 1,
+            "holding_gpus_limit": None,
+            "over": None,
+        }
+    ]

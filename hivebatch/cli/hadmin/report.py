@@ -129,21 +129,33 @@ def quota(
 def users(
     config: str | None, since_text: str | None, until_text: str | None, vc: str | None, fmt: str
 ) -> None:
-    """Per user: GPU-hours, waits, deadlines met, preemptions, and waste flags.
+    """Per user: GPU-hours, waits, deadlines met, preemptions, and waste flags; and the use of the
+    strict classes (urgent, prior) over the last 7 days against the config's user_limits.
 
     Flags: time limits far longer than the jobs run, frequent preemption, multi-node jobs whose GPUs
     would fit on one node.
     """
-    from hivebatch.reports.render import users_csv, users_dicts, users_flag_lines, users_table, window_line
+    from hivebatch.reports.load import load_strict_lines
+    from hivebatch.reports.render import (
+        strict_dicts,
+        strict_table,
+        users_csv,
+        users_dicts,
+        users_flag_lines,
+        users_table,
+        window_line,
+    )
     from hivebatch.reports.tables import print_tables
 
     data, rep, user_rows = _compute(config, since_text, until_text, vc)
     _no_db_note(data)
+    strict = load_strict_lines(data, rep.until, only_vc=vc)
     if fmt == "json":
         payload = {
             "since": rep.since.isoformat(),
             "until": rep.until.isoformat(),
             "users": users_dicts(user_rows),
+            "strict_classes": strict_dicts(strict),
         }
         click.echo(json.dumps(payload, indent=2))
     elif fmt == "csv":
@@ -151,9 +163,8 @@ def users(
     elif fmt == "html":
         click.echo(_html(data, rep, user_rows, vc))
     else:
-        print_tables(
-            [users_table(user_rows, with_flags=False)], notes=[window_line(rep), *users_flag_lines(user_rows)]
-        )
+        tables = [users_table(user_rows, with_flags=False), *([strict_table(strict)] if strict else [])]
+        print_tables(tables, notes=[window_line(rep), *users_flag_lines(user_rows)])
 
 
 @report.command()

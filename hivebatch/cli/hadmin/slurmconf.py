@@ -142,6 +142,7 @@ def slurm_config(
         lab_port_offset=lab_port_offset,
         device_dir=device_dir,
         tuned=tuned,
+        conf_dir=Path(out).resolve() if out else None,
     )
     files = config_files(data, opts)
     if diff_with:

@@ -17,6 +17,9 @@ from hivebatch.errors import HivebatchError
 PROG = "hsub"
 
 
+PLUGIN_REFUSAL = "sbatch: error: hivebatch: "
+
+
 def _err(message: str) -> None:
     print(f"{PROG}: error: {message}", file=sys.stderr)
 
@@ -24,6 +27,11 @@ def _err(message: str) -> None:
 def slurm_refusal(exc: Exception, vc: str, qos: str) -> str:
     """One line saying why Slurm refused the submission, in hivebatch's terms."""
     stderr = str(getattr(exc, "stderr", "") or exc)
+    for line in stderr.splitlines():
+        # the job_submit plugin's own line (a limit, an impossible ask) says what to fix; sbatch's
+        # "Batch job submission failed" after it does not
+        if line.startswith(PLUGIN_REFUSAL):
+            return line[len("sbatch: error: ") :].strip()
     lower = stderr.lower()
     if "invalid account" in lower or "account/partition" in lower:
         return (

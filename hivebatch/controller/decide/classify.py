@@ -8,6 +8,7 @@ from hivebatch.controller.decide.arrays import ArrayGate
 from hivebatch.controller.decide.checks import check_request
 from hivebatch.controller.decide.eligible import not_eligible
 from hivebatch.controller.decide.isolate import isolated
+from hivebatch.controller.decide.limits import within_limits
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.db.models import Job
 from hivebatch.sharing.integration import is_slice
@@ -51,6 +52,8 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate) -> None:
         r.out.waits.append(Wait(job, not_yet))
         return
     req, problem = check_request(job, sj, spec, r.ctx.limits)
+    if req is not None:
+        req = within_limits(r, job, req)
     if req is None:
         r.out.waits.append(Wait(job, problem or "invalid request", rejected=True))
     elif req.gpus == 0:

@@ -34,7 +34,9 @@ def _settle_one(r: Round, place: Place) -> None:
 def attach_notes(r: Round) -> None:
     """What the profile store said about a job's model reaches its owner: the placed job's reason,
     or after a waiting job's reason."""
-    notes = r.builder.notes
+    notes = dict(r.builder.notes)
+    for sid, why in r.class_notes.items():
+        notes[sid] = f"{why}; {notes[sid]}" if sid in notes else why
     if not notes:
         return
     for place in r.out.places:

@@ -53,6 +53,8 @@ class Decisions:
     splits: list[tuple[int, int]] = field(default_factory=list)
     # placed jobs Slurm has not started in time: held again, their cells given back (job, why)
     take_backs: list[tuple[Job, str]] = field(default_factory=list)
+    #: the class each waiting job was decided in (its Slurm QOS, or lower when its owner is over a limit)
+    classes: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -74,6 +76,7 @@ class Round:
     tasks: list[Task] = field(default_factory=list)  # for the policy round
     reqs: dict[str, tuple[Job, JobRequest]] = field(default_factory=dict)  # task id -> its job
     unfit: dict[int, dict[str, str]] = field(default_factory=dict)  # Slurm id -> nodes it cannot use, why
+    class_notes: dict[int, str] = field(default_factory=dict)  # slurm id -> why it runs in a lower class
 
     @classmethod
     def start(cls, ctx: ControllerContext, ledger: Ledger, now: dt.datetime) -> Round:
