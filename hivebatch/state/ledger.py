@@ -24,7 +24,8 @@ DEFAULT_URL = "sqlite:///var/hivebatch.db"
 JOB_COLUMNS = (
     "slurm_job_id", "name", "user", "account", "vc_name", "qos", "priority", "foreign", "request", "gpus",
     "gpu_type", "state", "reason", "placement", "predicted_start", "predicted_end", "expected_completion",
-    "slack_s", "submit_time", "start_time", "end_time", "preemptions",
+    "slack_s", "submit_time", "start_time", "end_time", "preemptions", "intent", "gres", "latency_s",
+    "shape_nodes", "shape_gpn", "placed_at",
 )  # fmt: skip
 JSON_COLUMNS = ("request", "placement")
 TIME_COLUMNS = (
@@ -34,6 +35,7 @@ TIME_COLUMNS = (
     "submit_time",
     "start_time",
     "end_time",
+    "placed_at",
 )
 
 

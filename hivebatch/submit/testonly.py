@@ -1,22 +1,29 @@
 """``hsub --test-only``: where and when the job would start if the controller decided now.
 
-It runs the controller's own round (``hivebatch.scheduler.schedule_round`` with the configured policy)
-on a copy of the cell state the controller last recorded (or rebuilt from Slurm), together with the
-jobs already waiting, so the answer is the one the controller would give — nothing is written.
+It runs the controller's own ``decide`` (every step: eligibility, arrays, requeued jobs first, the
+policy round, predicted starts) on a copy of the cell state the controller last recorded (or rebuilt
+from Slurm), with the jobs already waiting and this one, so the answer is the one the controller
+would give — nothing is written.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from dataclasses import dataclass, field
-from types import SimpleNamespace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hivebatch.controller.decide import Decisions, decide
+from hivebatch.controller.ledger import Ledger
+from hivebatch.db.models import Job
+from hivebatch.errors import HivebatchError
 from hivebatch.request import JobRequest, request_of
+from hivebatch.slurm.types import SlurmJob
+from hivebatch.state.ledger import JOB_COLUMNS
 from hivebatch.submit.build import Submission
 
-TEST_ID = "0"  # Slurm never uses job id 0: it cannot clash with a queued job
+TEST_SID = 0  # Slurm never uses job id 0: it cannot clash with a queued job
+TEST_ID = str(TEST_SID)
 
 
 @dataclass
@@ -34,53 +41,53 @@ class Prediction:
     label: str | None = None  # a GPU slice's placement: "node2:[3] 8G/32G"
 
 
-def _epoch(t: dt.datetime) -> float:
-    return t.replace(tzinfo=dt.UTC).timestamp()
+def _job(row: Any) -> Job:
+    """A ledger row as the transient Job the controller's steps read (never added to a session)."""
+    return Job(**{c: getattr(row, c, None) for c in JOB_COLUMNS})
 
 
-def _from_epoch(x: float | None) -> dt.datetime | None:
-    if x is None or x != x or x in (float("inf"), float("-inf")):
-        return None
-    return dt.datetime.fromtimestamp(x, dt.UTC).replace(tzinfo=None)
-
-
-def _waiting_requests(ledger_jobs: list[Any]) -> list[tuple[Any, JobRequest]]:
-    out = []
-    for j in ledger_jobs:
-        if j.foreign or j.state not in ("queued", "preempted") or not j.request:
-            continue
-        try:
-            req = JobRequest(**j.request)
-        except TypeError:
-            continue
-        out.append((j, req))
-    return out
-
-
-def estimate_start(
-    ledger_jobs: list[Any], vc: str, gpus: int, free_now: int, now: dt.datetime
-) -> dt.datetime | None:
-    """When enough of the VC's GPUs free up, from the predicted ends of its running jobs (shape ignored)."""
-    ends = sorted(
-        (j.predicted_end, j.gpus or 0)
-        for j in ledger_jobs
-        if j.vc_name == vc
-        and j.state in ("placed", "running")
-        and j.predicted_end is not None
-        and not j.foreign
+def _held_record(job: Job, req: JobRequest) -> SlurmJob:
+    """The Slurm record of a waiting job as the controller sees it: held, carrying its request."""
+    return SlurmJob(
+        job_id=job.slurm_job_id,
+        name=job.name or "",
+        user=job.user or "",
+        account=req.vc,
+        qos=req.qos,
+        state="PENDING",
+        reason="JobHeldAdmin",
+        held=True,
+        admin_comment=req.to_admin_comment(),
+        submit_time=job.submit_time,
+        time_limit_s=req.time_limit_s,
     )
-    free = free_now
-    for end, n in ends:
-        free += n
-        if free >= gpus:
-            return max(end, now)
-    return None
+
+
+def _request(row: Job) -> JobRequest | None:
+    try:
+        return JobRequest(**row.request) if row.request else None
+    except (TypeError, HivebatchError):
+        return None
+
+
+def decide_with(ctx: Any, rows: list[Any], alloc: Any, req: JobRequest, now: dt.datetime) -> Decisions:
+    """The controller's own ``decide`` over the ledger's jobs and this one request, on ``alloc``."""
+    jobs = {r.slurm_job_id: _job(r) for r in rows if not r.foreign}
+    mine = Job(slurm_job_id=TEST_SID, name="test-only", state="queued", foreign=False, vc_name=req.vc,
+               qos=req.qos, priority=req.priority, gpus=req.gpus, gpu_type=req.gpu_type, submit_time=now,
+               preemptions=0, request={k: v for k, v in asdict(req).items() if v is not None})  # fmt: skip
+    jobs[TEST_SID] = mine
+    slurm = {}
+    for job in jobs.values():
+        waiting_req = _request(job) if job.state in ("queued", "preempted") and job.intent is None else None
+        if waiting_req is not None:
+            slurm[job.slurm_job_id] = _held_record(job, waiting_req)
+    return decide(ctx, Ledger(jobs=jobs, slurm=slurm, alloc=alloc), now)
 
 
 def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
     from hivebatch.controller.context import load_context
-    from hivebatch.controller.decide import TaskBuilder
-    from hivebatch.scheduler import schedule_round
+    from hivebatch.sharing.integration import is_slice
     from hivebatch.state.ledger import read_ledger
     from hivebatch.state.rebuild import reader_allocator
 
@@ -88,58 +95,22 @@ def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
     ctx = load_context(sub.config_path)
     ledger = read_ledger(sub.config_path, sub.config, want_cells=True)
     alloc, source = reader_allocator(ctx.spec, ledger.snapshot, ledger.snapshot_time)
-
-    from hivebatch.sharing.integration import is_slice
-
     req = sub.request
     if is_slice(ctx.spec, req.gpus, req.gpu_mem_mib, req.gpu_type):
         return predict_slice(ctx, req, alloc, source, now)
-
-    builder = TaskBuilder(ctx, now)
-    requests: dict[str, JobRequest] = {}
-    tasks = []
-    for j, req in _waiting_requests(ledger.jobs):
-        tasks.append(builder.task(j, req, None))
-        requests[str(j.slurm_job_id)] = req
-    mine = SimpleNamespace(slurm_job_id=TEST_ID, submit_time=now)
-    tasks.append(builder.task(mine, sub.request, sub.request.time_limit_s))
-    requests[TEST_ID] = sub.request
-
-    outcomes = schedule_round(
-        tasks,
-        _epoch(now),
-        alloc,
-        ctx.policy,
-        ctx.platform,
-        {k for k, r in requests.items() if r.priority < 0},
-        priority_of=lambda t: requests[str(t.job_id)].priority,
-    )
-    ahead = 0
-    for o in outcomes:
-        if str(o.task.job_id) != TEST_ID:
-            ahead += o.result == "placed"
-            continue
-        shape = (o.shape.d_node, o.shape.d_gpn) if o.shape is not None else None
-        pred = Prediction(
-            result=o.result,
-            placement={n: sorted(g) for n, g in o.placement.items()},
-            shape=shape,
-            preempted=list(o.preempted),
-            predicted_start=_from_epoch(o.predicted_start),
-            predicted_end=_from_epoch(o.predicted_end),
-            slack_s=o.slack
-            if o.slack is not None and o.slack == o.slack and abs(o.slack) != float("inf")
-            else None,
-            reason=o.reason,
-            source=source,
-            ahead=ahead,
-        )
-        if o.result == "waiting" and sub.request.priority >= 0:
-            view = alloc.vc_view(sub.request.vc)
-            pred.predicted_start = estimate_start(
-                ledger.jobs, sub.request.vc, sub.request.gpus, view.gpus_free, now
-            )
-        return pred
+    out = decide_with(ctx, ledger.jobs, alloc, req, now)
+    others = [p for p in out.places if p.job.slurm_job_id != TEST_SID]
+    for i, p in enumerate(out.places):
+        if p.job.slurm_job_id == TEST_SID:
+            return Prediction(result="placed", placement={n: sorted(g) for n, g in p.placement.items()},
+                              shape=p.shape, preempted=[str(v) for v in p.preempts], predicted_start=now,
+                              predicted_end=p.predicted_end, slack_s=p.slack_s, source=source,
+                              ahead=sum(1 for q in out.places[:i] if q.job.slurm_job_id != TEST_SID))  # fmt: skip
+    for w in out.waits:
+        if w.job.slurm_job_id == TEST_SID:
+            return Prediction(result="rejected" if w.rejected else "waiting", shape=w.shape,
+                              predicted_start=w.predicted_start, predicted_end=w.predicted_end,
+                              slack_s=w.slack_s, reason=w.reason, source=source, ahead=len(others))  # fmt: skip
     return Prediction(result="waiting", reason="the policy chose not to start it now", source=source)
 
 
