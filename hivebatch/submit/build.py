@@ -11,13 +11,13 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hivebatch.errors import HivebatchError
 from hivebatch.request import CLASSES, JobRequest
 from hivebatch.slurmconf import SHARD_MIB
 from hivebatch.submit.checks import interpret_shape
-from hivebatch.submit.options import OPTIONS, Parsed, parse_args, parse_directives, parse_env
+from hivebatch.submit.options import OPTIONS, Parsed, parse_args, parse_directives, parse_env, problems_error
 from hivebatch.submit.script import decode_script
 from hivebatch.submit.timefmt import parse_time_limit
 
@@ -139,68 +139,106 @@ def read_script(
     return text, text_name, script_args
 
 
-def build_request(values: Mapping[str, str | bool], default_vc: str | None = None) -> JobRequest:
-    """The JobRequest the options describe (shape arithmetic included), checked on its own."""
+T = TypeVar("T")
+
+
+def _guarded(problems: list[str], fn: Callable[[], T], fallback: T) -> T:
+    """``fn()``, or ``fallback`` with its error added to ``problems`` (so every mistake is told at once)."""
+    try:
+        return fn()
+    except HivebatchError as exc:
+        problems.append(str(exc))
+        return fallback
+
+
+def _account_and_class(
+    values: Mapping[str, str | bool], default_vc: str | None, problems: list[str]
+) -> tuple[str, str]:
     vc = values.get("account") or default_vc
     if not vc:
-        raise HivebatchError("say which virtual cluster to use with -A VC (--account), as with sbatch")
+        problems.append("say which virtual cluster to use with -A VC (--account), as with sbatch")
     qos = str(values.get("qos") or "normal").strip().lower()
     if qos not in CLASSES:
-        raise HivebatchError(f"unknown class {qos!r} for -q/--qos: use one of {', '.join(CLASSES)}")
+        problems.append(f"unknown class {qos!r} for -q/--qos: use one of {', '.join(CLASSES)}")
+    return str(vc or ""), qos
 
+
+def _gpu_shape(
+    values: Mapping[str, str | bool], problems: list[str]
+) -> tuple[int, int | None, int | None, list[str]]:
+    """(GPUs, GPUs per node, nodes, GPU types named) from sbatch's ways of asking."""
     types: list[str] = []
-    nodes = _int("nodes", values.get("nodes"))
+    unread: tuple[str | None, int | None] = (None, None)
+    nodes = _guarded(problems, lambda: _int("nodes", values.get("nodes")), None)
     gpus: int | None = None
     gpn: int | None = None
     if values.get("gpus") is not None:
-        kind, gpus = _typed_count("gpus", str(values["gpus"]))
+        kind, gpus = _guarded(problems, lambda: _typed_count("gpus", str(values["gpus"])), unread)
         types += [kind] if kind else []
     if values.get("gpus_per_node") is not None:
-        kind, gpn = _typed_count("gpus-per-node", str(values["gpus_per_node"]))
+        kind, gpn = _guarded(
+            problems, lambda: _typed_count("gpus-per-node", str(values["gpus_per_node"])), unread
+        )
         types += [kind] if kind else []
     elif values.get("gres") is not None:
-        kind, gpn = _gres_gpus(str(values["gres"]))
+        kind, gpn = _guarded(problems, lambda: _gres_gpus(str(values["gres"])), unread)
         types += [kind] if kind else []
     if values.get("gpu_type"):
         types.append(str(values["gpu_type"]))
     if len({t.lower() for t in types}) > 1:
-        raise HivebatchError(f"conflicting GPU types {', '.join(sorted(set(types)))}: ask for one")
+        problems.append(f"conflicting GPU types {', '.join(sorted(set(types)))}: ask for one")
     if gpus == 0 or gpn == 0:
-        raise HivebatchError(
-            "hsub is for GPU jobs: ask for at least one GPU (submit CPU-only jobs with sbatch)"
-        )
-
+        problems.append("hsub is for GPU jobs: ask for at least one GPU (submit CPU-only jobs with sbatch)")
+        return 1, None, nodes, types
     if gpn is not None:
         if gpus is None:
             nodes = nodes or 1
             gpus = nodes * gpn
         elif nodes is None:
             if gpus % gpn:
-                raise HivebatchError(f"--gpus {gpus} is not a multiple of --gpus-per-node {gpn}")
-            nodes = gpus // gpn
+                problems.append(f"--gpus {gpus} is not a multiple of --gpus-per-node {gpn}")
+            nodes = max(gpus // gpn, 1)
     elif gpus is None:
         if nodes is not None:
-            raise HivebatchError("with -N/--nodes also say how many GPUs: --gpus N or --gpus-per-node N")
+            problems.append("with -N/--nodes also say how many GPUs: --gpus N or --gpus-per-node N")
         gpus = 1
+    return gpus, gpn, nodes, types
 
-    time_raw = values.get("time")
-    time_limit_s = parse_time_limit(str(time_raw)) if time_raw else None
+
+def _model_hints(
+    values: Mapping[str, str | bool], problems: list[str]
+) -> tuple[str | None, str | None, int | None, int | None]:
     model = str(values["model"]) if values.get("model") else None
     like = str(values["like"]) if values.get("like") else None
-    batch = _int("batch-size", values.get("batch_size"))
-    iters = _int("iters", values.get("iters"))
+    batch = _guarded(problems, lambda: _int("batch-size", values.get("batch_size")), None)
+    iters = _guarded(problems, lambda: _int("iters", values.get("iters")), None)
     if like and not model:
-        raise HivebatchError("--like names a known model to borrow a profile from: give --model too")
+        problems.append("--like names a known model to borrow a profile from: give --model too")
     if model and (batch is None or iters is None):
-        raise HivebatchError(
+        problems.append(
             "--model needs --batch-size and --iters so the placement model can predict the run time"
         )
     if (batch is not None or iters is not None) and not model:
-        raise HivebatchError("--batch-size and --iters describe a model: give --model too")
-    mem = parse_size_mib(str(values["gpu_mem"])) if values.get("gpu_mem") else None
+        problems.append("--batch-size and --iters describe a model: give --model too")
+    return model, like, batch, iters
 
+
+def build_request(values: Mapping[str, str | bool], default_vc: str | None = None) -> JobRequest:
+    """The JobRequest the options describe (shape arithmetic included), checked on its own; every
+    problem found is told at once, as sbatch's own option errors are."""
+    problems: list[str] = []
+    vc, qos = _account_and_class(values, default_vc, problems)
+    gpus, gpn, nodes, types = _gpu_shape(values, problems)
+    time_raw = values.get("time")
+    time_limit_s = _guarded(problems, lambda: parse_time_limit(str(time_raw)) if time_raw else None, None)
+    model, like, batch, iters = _model_hints(values, problems)
+    mem = _guarded(
+        problems, lambda: parse_size_mib(str(values["gpu_mem"])) if values.get("gpu_mem") else None, None
+    )
+    if problems:
+        raise problems_error(problems)
     req = JobRequest(
-        vc=str(vc),
+        vc=vc,
         qos=qos,
         gpus=gpus,
         nodes=nodes,

@@ -216,8 +216,14 @@ class Parsed:
 
     def raise_problems(self) -> None:
         if self.problems:
-            raise HivebatchError("; ".join(self.problems) if len(self.problems) == 1 else
-                                 f"{len(self.problems)} problems:\n  " + "\n  ".join(self.problems))  # fmt: skip
+            raise problems_error(self.problems)
+
+
+def problems_error(problems: list[str]) -> HivebatchError:
+    """One error for every problem found: the line itself, or ``N problems:`` and one line each."""
+    if len(problems) == 1:
+        return HivebatchError(problems[0])
+    return HivebatchError(f"{len(problems)} problems:\n  " + "\n  ".join(problems))
 
 
 def _store(parsed: Parsed, opt: Opt, value: str | None) -> None:

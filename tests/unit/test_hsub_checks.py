@@ -141,3 +141,20 @@ def test_gpu_mem_with_several_gpus_means_whole_gpus(config) -> None:  # type: ig
     path, data = config
     _req, notes, env = check_request(JobRequest(vc="cv", gpus=2, gpu_mem_mib=20 * 1024), data, path)
     assert env == {} and "whole GPU" in notes[0]
+
+
+def test_every_problem_of_the_request_is_told_at_once() -> None:
+    from hivebatch.submit.build import build_request
+
+    with pytest.raises(HivebatchError) as err:
+        build_request({"qos": "vip", "gpus": "3", "gpus_per_node": "2", "time": "2h", "iters": "10"})
+    assert str(err.value).splitlines() == [
+        "5 problems:",
+        "  say which virtual cluster to use with -A VC (--account), as with sbatch",
+        "  unknown class 'vip' for -q/--qos: use one of urgent, prior, normal, opportunistic",
+        "  --gpus 3 is not a multiple of --gpus-per-node 2",
+        "  time limit '2h' is not a Slurm time: use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS",
+        "  --batch-size and --iters describe a model: give --model too",
+    ]
+    with pytest.raises(HivebatchError, match="^--gpus 3 is not a multiple of --gpus-per-node 2$"):
+        build_request({"account": "cv", "gpus": "3", "gpus_per_node": "2"})
