@@ -22,6 +22,7 @@ from hivebatch.cells import views
 from hivebatch.cells.binding import BindLog, bind_around, unbind_if_idle
 from hivebatch.cells.capacity import check_feasibility
 from hivebatch.cells.invariants import check_invariants
+from hivebatch.cells.notice import Hold
 from hivebatch.cells.search import place
 from hivebatch.cells.shape import shape, validate
 from hivebatch.cells.spec import ClusterSpec
@@ -61,6 +62,7 @@ class CellAllocator(CellState):
             return Decision("rejected", error=str(exc))
         first_wait: tuple[str, str, int, int] | None = None
         first_reject: str | None = None
+        notice: Hold | None = None  # the first chain whose victims must be told to leave first
         for chain in chains:
             try:
                 n, g = shape(self, req, chain)
@@ -79,6 +81,12 @@ class CellAllocator(CellState):
                 log.rollback()
                 first_reject = first_reject or str(exc)
                 continue
+            hold = self.notice.hold(preempt) if self.notice is not None and preempt else None
+            if hold is not None:
+                log.rollback()
+                if notice is None:  # a notice says more than another chain's wait
+                    notice, first_wait = hold, (hold.reason(), chain, n, g)
+                continue
             order = self.tree.node_order
             placement = placement_of(leaves)
             placement = {k: sorted(placement[k]) for k in sorted(placement, key=order.__getitem__)}
@@ -95,6 +103,8 @@ class CellAllocator(CellState):
         if commit:
             self.ended.add(req.job_id)
             self.released.discard(req.job_id)
+            if notice is not None and self.notice is not None:
+                self.notice.tell(req.job_id, notice)
         reason, chain, n, g = first_wait
         return Decision("waiting", reason=reason, gpu_type=chain, nodes=n, gpus_per_node=g)
 
