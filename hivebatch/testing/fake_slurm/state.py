@@ -44,6 +44,7 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)
     admin_comment: str = ""
     dependency: str = ""  # as given: afterok:ID[:ID...] or afterany:ID[:ID...]
+    signals: list[tuple[str, str]] = field(default_factory=list)  # (signal, target) sent by scancel
 
     @property
     def held(self) -> bool:
