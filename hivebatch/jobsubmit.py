@@ -29,7 +29,11 @@ def lua_literal(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        return (
+            '"'
+            + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+            + '"'
+        )
     if isinstance(value, Mapping):
         items = ", ".join(f"[{lua_literal(k)}] = {lua_literal(v)}" for k, v in value.items())
         return "{ " + items + " }"

@@ -192,7 +192,7 @@ class FakeSlurm(SlurmBackend):
         if self._s.job_submit is not None and not self._is_admin():
             default = allowed[0] if allowed else None
             tres_per_node, admin_comment, by_plugin = run_job_submit(
-                self._s.job_submit, opts, self.user, default, tres_per_node
+                self._s.job_submit, opts, self.user, default, tres_per_node, script_text, env
             )
             held = held or by_plugin
         elif opts.get("gpus"):
