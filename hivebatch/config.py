@@ -73,6 +73,7 @@ SCHEMA: dict[str, Any] = {
     "database": {"url": _ANY},
     "qos": {"classes": _ANY, "theta": _ANY, "startup_overhead_s": _ANY, "profiles": _ANY},
     "controller": {"lock_file": _ANY, "interval_s": _ANY, "policy": _ANY},
+    "preemption": {"notice_s": _ANY, "notice_s_by_class": _ANY},
     "sharing": {
         "enabled": _ANY,
         "allow_mixed_nodes": _ANY,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hivebatch.bounds import DEFAULT_LIMITS, Limits, parse_limits
 from hivebatch.errors import ConfigError
+from hivebatch.notice import NoticeSettings, parse_notice
 
 if TYPE_CHECKING:
     from hivebatch.cells import ClusterSpec
@@ -33,6 +34,7 @@ class ControllerContext:
     profiles: ProfileStore | None
     settings: ControllerSettings
     limits: Limits = DEFAULT_LIMITS
+    notice: NoticeSettings = field(default_factory=NoticeSettings)
 
 
 def parse_settings(config_path: Path | None, data: dict[str, Any]) -> ControllerSettings:
@@ -92,4 +94,5 @@ def load_context(config: str | os.PathLike[str] | None = None) -> ControllerCont
         profiles=profiles,
         settings=settings,
         limits=parse_limits(data),
+        notice=parse_notice(data),
     )

@@ -22,6 +22,7 @@ class Ledger:
     alloc: CellAllocator | None = None
     redo_place: list[Job] = field(default_factory=list)  # intent "place", Slurm job still held: act again
     redo_preempt: list[Job] = field(default_factory=list)  # intent "preempt", Slurm job still running
+    redo_notice: list[Job] = field(default_factory=list)  # intent "notice", signal maybe not sent yet
     bad_nodes: set[str] = field(default_factory=set)
     sharing: SharingLedger | None = None  # GPU slices booked on top of ``alloc``
 

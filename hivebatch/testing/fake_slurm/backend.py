@@ -78,6 +78,10 @@ class FakeSlurm(SlurmBackend):
     def job(self, job_id: int) -> SlurmJob:
         return squeue_view(self._s, self._get(job_id, "squeue"))
 
+    def signals_sent(self, job_id: int) -> list[tuple[str, str]]:
+        """(signal, target) of every scancel --signal the job received, in order."""
+        return list(self._get(job_id, "signals").signals)
+
     def set_admin_comment(self, job_id: int, text: str) -> None:
         """What root can do with ``scontrol update AdminComment=`` (and only root or the plugin)."""
         self._get(job_id, "scontrol").admin_comment = text
