@@ -39,6 +39,8 @@ from hivebatch.cells.types import (
 )
 
 SNAPSHOT_VERSION = _snapshot.SNAPSHOT_VERSION
+#: the outside-work tag of GPUs kept for a placement waiting on a notice (for one round)
+NOTICE_TAG = "notice:"
 
 
 class CellAllocator(CellState):
@@ -63,6 +65,7 @@ class CellAllocator(CellState):
         first_wait: tuple[str, str, int, int] | None = None
         first_reject: str | None = None
         notice: Hold | None = None  # the first chain whose victims must be told to leave first
+        notice_leaves: list[Cell] = []
         for chain in chains:
             try:
                 n, g = shape(self, req, chain)
@@ -85,7 +88,7 @@ class CellAllocator(CellState):
             if hold is not None:
                 log.rollback()
                 if notice is None:  # a notice says more than another chain's wait
-                    notice, first_wait = hold, (hold.reason(), chain, n, g)
+                    notice, first_wait, notice_leaves = hold, (hold.reason(), chain, n, g), leaves
                 continue
             order = self.tree.node_order
             placement = placement_of(leaves)
@@ -105,6 +108,7 @@ class CellAllocator(CellState):
             self.released.discard(req.job_id)
             if notice is not None and self.notice is not None:
                 self.notice.tell(req.job_id, notice)
+                self._reserve(req.job_id, notice_leaves)
         reason, chain, n, g = first_wait
         return Decision("waiting", reason=reason, gpu_type=chain, nodes=n, gpus_per_node=g)
 
@@ -130,6 +134,22 @@ class CellAllocator(CellState):
             self.set_job(leaf, job.job_id, job.priority < 0)
         self.placed[job.job_id] = job
         self.vc_jobs[job.vc][job.job_id] = job
+
+    def _reserve(self, job_id: str, leaves: list[Cell]) -> None:
+        """Keep the free GPUs of a placement that waits on a notice from the rest of the round: a victim
+        that has left already must not see its GPUs go to other work (or to itself again) while the
+        others finish their notice. Held as outside work, so every counter stays right."""
+        tag = NOTICE_TAG + job_id
+        free = [lf for lf in leaves if lf.job is None and not lf.bad and lf.foreign is None]
+        for leaf in free:
+            self.set_foreign(leaf, tag)
+        if free:
+            self.foreign_leaves.setdefault(tag, []).extend(free)
+
+    def release_notice_holds(self) -> None:
+        """Give back the GPUs kept for placements waiting on notices (done before each round)."""
+        for tag in [t for t in self.foreign_leaves if t.startswith(NOTICE_TAG)]:
+            self.release_foreign(tag)
 
     # ======================================================================== release
     def release(self, job_id: str) -> None:

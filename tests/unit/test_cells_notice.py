@@ -83,3 +83,22 @@ def test_opportunistic_victims_losing_the_least_are_chosen() -> None:
     a.at_stake = {"o1": 500.0, "o2": 400.0, "o3": 10.0, "o4": 300.0}
     assert a.try_allocate(req("g", "x", 2)).preempted == ["o3"]
     assert a.try_allocate(req("g", "x", 4)).preempted == ["o3", "o4"]
+
+
+def test_gpus_a_victim_left_stay_kept_for_the_waiting_job_for_the_round() -> None:
+    a = lab({"x": {"V100-NODE": 1}}, nodes=1)
+    a.allocate(req("gone", "x", 4, priority=-1))
+    a.allocate(req("slow", "x", 4, priority=-1))
+    a.at_stake = {"gone": 5.0, "slow": 9.0}
+    a.notice = NoticeBook(now=0.0, notice_s={"gone": 60.0, "slow": 60.0})
+    assert a.allocate(req("g", "x", 8)).result == "waiting"
+    a.release("gone")  # it left at once (died of its signal); "slow" saves its work first
+    a.notice = NoticeBook(now=1.0, notice_s={}, leaving={"gone": 60.0, "slow": 60.0})
+    assert a.allocate(req("g", "x", 8)).result == "waiting"
+    # the GPUs "gone" gave back are the waiting job's: no opportunistic job (not even "gone") takes them
+    assert a.allocate(req("gone", "x", 4, priority=-1)).result == "waiting"
+    a.check_invariants()
+    a.release_notice_holds()  # next round: free again, and the waiting job is asked first
+    a.release("slow")
+    assert a.allocate(req("g", "x", 8)).placement == {"node1": list(range(8))}
+    a.check_invariants()
