@@ -205,18 +205,16 @@ class Simulation:
                 _, kind, _, data = heapq.heappop(self._heap)
                 self.events += 1
                 if kind == _COMPLETE:
-                    jid, token = data
-                    rec = self.running.get(jid)
-                    if rec is None or rec.token != token:
+                    rec = self._this_run(data)
+                    if rec is None:
                         continue  # a run that was preempted
                     self._finish(rec, now)
                     finished += 1
                     dirty.add(rec.job.vc)
                     freed = True
                 elif kind == _LEAVE:
-                    jid, token = data
-                    rec = self.running.get(jid)
-                    if rec is None or rec.token != token:
+                    rec = self._this_run(data)
+                    if rec is None:
                         continue  # it completed during its notice
                     self._preempt(rec, now)
                     dirty.update(self.vc_gpus)  # the job waiting for its GPUs may be of any VC
@@ -246,6 +244,12 @@ class Simulation:
             events=self.events,
             rounds=self.rounds,
         )
+
+    def _this_run(self, data: tuple[str, int]) -> JobRecord | None:
+        """The running job an event was pushed for, None when that run has ended since."""
+        jid, token = data
+        rec = self.running.get(jid)
+        return rec if rec is not None and rec.token == token else None
 
     def _cluster_gpus(self) -> int:
         return sum(len(n.gpu_indices) for n in self.spec.nodes)
