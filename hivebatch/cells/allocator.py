@@ -58,6 +58,11 @@ class CellAllocator(CellState):
         return self._decide(req, commit=False)
 
     def _decide(self, req: Request, commit: bool) -> Decision:
+        if commit and self.notice is not None:
+            # asked again (another shape of it, in the same round): what an earlier try told and kept
+            # is decided afresh, so a shape that fits without victims warns none and keeps nothing
+            self.notice.withdraw(req.job_id)
+            self.release_foreign(NOTICE_TAG + req.job_id)
         try:
             chains = validate(self, req)
         except Reject as exc:

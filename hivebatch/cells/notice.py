@@ -64,3 +64,8 @@ class NoticeBook:
     def tell(self, by: str, hold: Hold) -> None:
         for v, until in hold.told.items():
             self.told.setdefault(v, (by, until))
+
+    def withdraw(self, by: str) -> None:
+        """``by`` was placed after all (another shape, later in the round): its victims stay unwarned."""
+        for v in [v for v, (who, _) in self.told.items() if who == by]:
+            del self.told[v]

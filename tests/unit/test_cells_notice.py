@@ -126,3 +126,16 @@ def test_notice_settings_and_signals_from_the_admin_comment() -> None:
     assert signal_of({"signal": "NOPE"}) == DEFAULT_SIGNAL == signal_of({})
     assert (DEFAULT_SIGNAL.signal, DEFAULT_SIGNAL.target) == ("TERM", "all")
     assert notice_seconds(rule, "prior", DEFAULT_SIGNAL) == 90
+
+
+def test_a_job_placed_on_another_shape_takes_back_its_notice() -> None:
+    a = lab({"x": {"V100-NODE": 2}}, nodes=2)
+    a.allocate(req("x0", "x", 4))  # binds node1
+    assert a.allocate(req("o", "x", 4, priority=-1)).placement == {"node2": [0, 1, 2, 3]}
+    a.notice = NoticeBook(now=0.0, notice_s={"o": 60.0})
+    assert a.allocate(req("p", "x", 8, nodes=1)).result == "waiting"  # node2 whole: o must go
+    assert a.notice.told == {"o": ("p", 60.0)}
+    d = a.allocate(req("p", "x", 8, nodes=2))  # the next shape fits around it
+    assert d.result == "placed" and d.preempted == []
+    assert a.notice.told == {} and a.foreign() == {}
+    a.check_invariants()
