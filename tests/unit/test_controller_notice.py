@@ -167,3 +167,17 @@ def test_the_victim_that_ran_the_shortest_is_told_to_leave(env: Env, clock: Cloc
     env.cycle()
     # an hour of 8 GPUs' work on each of the others, one minute on the fresh one
     assert _signalled(env, [*opp, fresh]) == {fresh: [("TERM", "all")]}
+
+
+def test_a_lower_class_of_the_same_vc_gets_its_notice_too(env: Env, clock: Clock) -> None:
+    low = env.submit("alice", "cv", 8, qos="normal")
+    env.cycle()
+    env.cycle()
+    assert env.job(low).state == "running"
+    high = env.submit("alice", "cv", 8, qos="urgent")
+    env.cycle()
+    assert env.slurm.signals_sent(low) == [("TERM", "all")]
+    assert env.job(high).state == "queued" and f"job {low} to leave" in (env.job(high).reason or "")
+    clock.advance(121)
+    env.cycle()
+    assert env.job(low).state == "preempted" and env.job(high).state == "placed"
