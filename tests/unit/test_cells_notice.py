@@ -104,30 +104,6 @@ def test_gpus_a_victim_left_stay_kept_for_the_waiting_job_for_the_round() -> Non
     a.check_invariants()
 
 
-def test_notice_settings_and_signals_from_the_admin_comment() -> None:
-    import pytest
-
-    from hivebatch.errors import ConfigError
-    from hivebatch.notice import DEFAULT_SIGNAL, notice_seconds, parse_notice, signal_of
-
-    rule = parse_notice({"preemption": {"notice_s": 90, "notice_s_by_class": {"normal": 300}}})
-    assert (rule.for_class("opportunistic"), rule.for_class("normal")) == (90, 300)
-    assert parse_notice({}).for_class("normal") == 120
-    with pytest.raises(ConfigError, match="notice_s_by_class.huge: unknown class"):
-        parse_notice({"preemption": {"notice_s_by_class": {"huge": 1}}})
-    with pytest.raises(ConfigError, match="whole number of seconds"):
-        parse_notice({"preemption": {"notice_s": -1}})
-    b_usr1 = signal_of({"signal": "USR1", "signal_time_s": 30, "signal_batch": 1})
-    assert (b_usr1.signal, b_usr1.target, b_usr1.time_s) == ("USR1", "batch", 30)
-    assert notice_seconds(rule, "normal", b_usr1) == 30  # it asked for less than the class gives
-    steps = signal_of({"signal": "SIGUSR2"})  # no @TIME: Slurm's default 60 s
-    assert (steps.signal, steps.target, steps.time_s) == ("USR2", "steps", 60)
-    assert signal_of({"signal": "10"}).signal == "USR1"
-    assert signal_of({"signal": "NOPE"}) == DEFAULT_SIGNAL == signal_of({})
-    assert (DEFAULT_SIGNAL.signal, DEFAULT_SIGNAL.target) == ("TERM", "all")
-    assert notice_seconds(rule, "prior", DEFAULT_SIGNAL) == 90
-
-
 def test_a_job_placed_on_another_shape_takes_back_its_notice() -> None:
     a = lab({"x": {"V100-NODE": 2}}, nodes=2)
     a.allocate(req("x0", "x", 4))  # binds node1
