@@ -181,3 +181,16 @@ def test_a_lower_class_of_the_same_vc_gets_its_notice_too(env: Env, clock: Clock
     clock.advance(121)
     env.cycle()
     assert env.job(low).state == "preempted" and env.job(high).state == "placed"
+
+
+def test_a_notice_that_ended_while_the_controller_was_down_is_carried_out(env: Env, clock: Clock) -> None:
+    opp = _opportunistic(env)
+    owner = env.submit("alice", "cv", 8, qos="prior")
+    env.cycle()
+    (victim,) = _signalled(env, opp)
+    clock.advance(600)  # no cycle for ten minutes
+    report = env.cycle()
+    assert report.preempted == 1 and report.placed == 1
+    assert env.slurm.job(victim).held and env.job(victim).state == "preempted"
+    assert env.job(owner).state == "placed"
+    assert env.slurm.signals_sent(victim) == [("TERM", "all")]  # told once, not again
