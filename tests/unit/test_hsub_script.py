@@ -116,6 +116,23 @@ def test_a_signal_to_the_batch_shell_reaches_the_users_trap(tmp_path: Path) -> N
     assert proc.returncode == 7
 
 
+def test_sigint_reaches_the_users_trap_although_the_script_runs_in_the_background(tmp_path: Path) -> None:
+    """bash starts a background command with SIGINT ignored, and a script cannot trap a signal
+    ignored when it started: the wrapper puts it back before running the user's script."""
+    import signal
+
+    user = "#!/bin/bash\ntrap 'echo interrupted; exit 9' INT\ntouch started\nsleep 5 >/dev/null & wait\n"
+    job = tmp_path / "job.sh"
+    job.write_text(render_job_script(user, [], vc="cv", qos="normal"))
+    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HOME": "/nonexistent"}
+    proc = subprocess.Popen(["bash", str(job)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    _wait_for(tmp_path / "started")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert out == "interrupted\n"
+    assert proc.returncode == 9
+
+
 def test_a_signal_that_kills_the_users_script_is_the_jobs_end(tmp_path: Path) -> None:
     import signal
 
