@@ -115,3 +115,13 @@ def test_a_job_placed_on_another_shape_takes_back_its_notice() -> None:
     assert d.result == "placed" and d.preempted == []
     assert a.notice.told == {} and a.foreign() == {}
     a.check_invariants()
+
+
+def test_a_multi_node_job_preempts_on_the_nodes_losing_the_least() -> None:
+    a = lab({"x": {"V100-NODE": 4}}, nodes=4)
+    for i in range(4):
+        a.allocate(req(f"n{i}", "x", 8, priority=0))  # one per node, node1..node4
+    a.at_stake = {"n0": 900.0, "n1": 50.0, "n2": 800.0, "n3": 10.0}
+    d = a.allocate(req("big", "x", 16, nodes=2, priority=1))
+    assert d.preempted == ["n1", "n3"] and sorted(d.placement) == ["node2", "node4"]
+    a.check_invariants()
