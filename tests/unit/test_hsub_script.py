@@ -89,6 +89,16 @@ def _wait_for(path: Path, timeout: float = 10.0) -> None:
     assert path.exists(), f"{path.name} never appeared"
 
 
+def _started(tmp_path: Path, user: str, qos: str) -> subprocess.Popen[str]:
+    """hsub's job script around ``user`` running, once the user's script has touched ``started``."""
+    job = tmp_path / "job.sh"
+    job.write_text(render_job_script(user, [], vc="cv", qos=qos))
+    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HOME": "/nonexistent"}
+    proc = subprocess.Popen(["bash", str(job)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    _wait_for(tmp_path / "started")
+    return proc
+
+
 def test_a_signal_to_the_batch_shell_reaches_the_users_trap(tmp_path: Path) -> None:
     """--signal=B:USR1 signals the batch shell alone: the wrapper passes it on, the user's trap runs
     (checkpoints), the script goes on after the trap, and its exit status is the job's."""
@@ -102,11 +112,7 @@ def test_a_signal_to_the_batch_shell_reaches_the_users_trap(tmp_path: Path) -> N
         "echo after-trap\n"
         "exit 7\n"
     )
-    job = tmp_path / "job.sh"
-    job.write_text(render_job_script(user, [], vc="cv", qos="opportunistic"))
-    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HOME": "/nonexistent"}
-    proc = subprocess.Popen(["bash", str(job)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
-    _wait_for(tmp_path / "started")
+    proc = _started(tmp_path, user, "opportunistic")
     proc.send_signal(signal.SIGUSR1)  # the batch shell alone, as scancel --batch does
     _wait_for(tmp_path / "trapped")
     (tmp_path / "go-on").touch()
@@ -122,11 +128,7 @@ def test_sigint_reaches_the_users_trap_although_the_script_runs_in_the_backgroun
     import signal
 
     user = "#!/bin/bash\ntrap 'echo interrupted; exit 9' INT\ntouch started\nsleep 5 >/dev/null & wait\n"
-    job = tmp_path / "job.sh"
-    job.write_text(render_job_script(user, [], vc="cv", qos="normal"))
-    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HOME": "/nonexistent"}
-    proc = subprocess.Popen(["bash", str(job)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
-    _wait_for(tmp_path / "started")
+    proc = _started(tmp_path, user, "normal")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)
     assert out == "interrupted\n"
@@ -137,11 +139,7 @@ def test_a_signal_that_kills_the_users_script_is_the_jobs_end(tmp_path: Path) ->
     import signal
 
     user = "#!/bin/bash\ntouch started\nsleep 5 >/dev/null & wait\necho never\n"
-    job = tmp_path / "job.sh"
-    job.write_text(render_job_script(user, [], vc="cv", qos="normal"))
-    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HOME": "/nonexistent"}
-    proc = subprocess.Popen(["bash", str(job)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
-    _wait_for(tmp_path / "started")
+    proc = _started(tmp_path, user, "normal")
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     assert out == ""
