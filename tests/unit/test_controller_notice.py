@@ -194,3 +194,14 @@ def test_a_notice_that_ended_while_the_controller_was_down_is_carried_out(env: E
     assert env.slurm.job(victim).held and env.job(victim).state == "preempted"
     assert env.job(owner).state == "placed"
     assert env.slurm.signals_sent(victim) == [("TERM", "all")]  # told once, not again
+
+
+def test_the_waiting_job_is_predicted_to_start_when_the_notice_ends(env: Env, clock: Clock) -> None:
+    low = env.submit("alice", "cv", 8, qos="normal", time_limit_s=36000)
+    env.cycle()
+    env.cycle()
+    high = env.submit("alice", "cv", 8, qos="urgent")
+    env.cycle()
+    until = env.job(low).notice_until
+    assert until is not None
+    assert env.job(high).predicted_start == until  # not the victim's ten-hour time limit
