@@ -83,6 +83,7 @@ SCHEMA: dict[str, Any] = {
     "limits": _ANY,
     # per-user limits on the strict classes (hivebatch.userlimits checks classes, keys and VCs)
     "user_limits": _ANY,
+    "preemption": {"notice_s": _ANY, "notice_s_by_class": _ANY},
     "sharing": {
         "enabled": _ANY,
         "allow_mixed_nodes": _ANY,

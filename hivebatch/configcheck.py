@@ -58,12 +58,19 @@ def _database(path: Path, data: dict[str, Any]) -> str | None:
     return None
 
 
+def _preemption(path: Path, data: dict[str, Any]) -> None:
+    from hivebatch.notice import parse_notice
+
+    parse_notice(data)
+
+
 CHECKS: dict[str, Callable[[Path, dict[str, Any]], str | None]] = {
     "cluster and virtual_clusters": _cells,
     "qos": _qos,
     "sharing": _sharing,
     "controller": _controller,
     "user_limits": _user_limits,
+    "preemption": _preemption,
     "database": _database,
 }
 

@@ -28,7 +28,18 @@ MODEL_HINTS = ("model", "like", "batch_size", "iters", "within")
 #: gpu_mem_mib as a hint is the share of each GPU a *whole* job declares it uses (slices are shards)
 HINT_FIELDS = (*MODEL_HINTS, "gpu_mem_mib")
 #: what the plugin records besides the request proper (translations it made, the owner's own hold)
-PLUGIN_EXTRAS = ("user_hold", "cpus_per_gpu", "mem_per_gpu_mb", "ntasks_per_gpu", "tres_bind", "tres_freq")
+PLUGIN_EXTRAS = (
+    "user_hold",
+    "cpus_per_gpu",
+    "mem_per_gpu_mb",
+    "ntasks_per_gpu",
+    "tres_bind",
+    "tres_freq",
+    # the job's --signal, for its preemption notice (hivebatch.notice)
+    "signal",
+    "signal_time_s",
+    "signal_batch",
+)
 CLASSES = ("urgent", "prior", "normal", "opportunistic")
 #: cell-core priority of each class: opportunistic work is -1, guaranteed classes rank urgent > prior > normal
 CLASS_PRIORITY = {"opportunistic": -1, "normal": 0, "prior": 1, "urgent": 2}
@@ -171,15 +182,22 @@ def request_of(job: Any) -> JobRequest | None:
         return None
 
 
+def plugin_extras(job: Any) -> dict[str, Any]:
+    """What the job_submit plugin recorded besides the request (``PLUGIN_EXTRAS``); empty when the job
+    is not hivebatch's or its admin comment cannot be read."""
+    text = str(getattr(job, "admin_comment", "") or "")
+    if not text.startswith(ADMIN_PREFIX):
+        return {}
+    try:
+        raw = _json_object(text[len(ADMIN_PREFIX) :], "admin comment")
+    except RequestError:
+        return {}
+    return {k: v for k, v in raw.items() if k in PLUGIN_EXTRAS}
+
+
 def owner_holds(job: Any) -> bool:
     """The job's owner held it themselves (sbatch --hold) and has not released it yet."""
-    text = str(getattr(job, "admin_comment", "") or "")
-    if not text.startswith(ADMIN_PREFIX) or getattr(job, "reason", "") != "JobHeldUser":
-        return False
-    try:
-        return _json_object(text[len(ADMIN_PREFIX) :], "admin comment").get("user_hold") == 1
-    except RequestError:
-        return False
+    return getattr(job, "reason", "") == "JobHeldUser" and plugin_extras(job).get("user_hold") == 1
 
 
 def released_by_owner(job: Any) -> bool:

@@ -22,6 +22,7 @@ from hivebatch.cells import views
 from hivebatch.cells.binding import BindLog, bind_around, unbind_if_idle
 from hivebatch.cells.capacity import check_feasibility
 from hivebatch.cells.invariants import check_invariants
+from hivebatch.cells.notice import Hold
 from hivebatch.cells.search import place
 from hivebatch.cells.shape import shape, validate
 from hivebatch.cells.spec import ClusterSpec
@@ -38,6 +39,8 @@ from hivebatch.cells.types import (
 )
 
 SNAPSHOT_VERSION = _snapshot.SNAPSHOT_VERSION
+#: the outside-work tag of GPUs kept for a placement waiting on a notice (for one round)
+NOTICE_TAG = "notice:"
 
 
 _AVOIDED = "\x00avoided"  # the foreign tag of GPUs a request must not use (never a Slurm job id)
@@ -58,6 +61,11 @@ class CellAllocator(CellState):
         return self._decide(req, commit=False)
 
     def _decide(self, req: Request, commit: bool) -> Decision:
+        if commit and self.notice is not None:
+            # asked again (another shape of it, in the same round): what an earlier try told and kept
+            # is decided afresh, so a shape that fits without victims warns none and keeps nothing
+            self.notice.withdraw(req.job_id)
+            self.release_foreign(NOTICE_TAG + req.job_id)
         if not req.avoid_nodes:
             return self._decide_on(req, commit)
         # the free GPUs of the nodes to avoid count as busy with outside work for this one request:
@@ -85,6 +93,8 @@ class CellAllocator(CellState):
             return Decision("rejected", error=str(exc))
         first_wait: tuple[str, str, int, int] | None = None
         first_reject: str | None = None
+        notice: Hold | None = None  # the first chain whose victims must be told to leave first
+        notice_leaves: list[Cell] = []
         for chain in chains:
             try:
                 n, g = shape(self, req, chain)
@@ -103,6 +113,12 @@ class CellAllocator(CellState):
                 log.rollback()
                 first_reject = first_reject or str(exc)
                 continue
+            hold = self.notice.hold(preempt) if self.notice is not None and preempt else None
+            if hold is not None:
+                log.rollback()
+                if notice is None:  # a notice says more than another chain's wait
+                    notice, first_wait, notice_leaves = hold, (hold.reason(), chain, n, g), leaves
+                continue
             order = self.tree.node_order
             placement = placement_of(leaves)
             placement = {k: sorted(placement[k]) for k in sorted(placement, key=order.__getitem__)}
@@ -119,6 +135,9 @@ class CellAllocator(CellState):
         if commit:
             self.ended.add(req.job_id)
             self.released.discard(req.job_id)
+            if notice is not None and self.notice is not None:
+                self.notice.tell(req.job_id, notice)
+                self._reserve(req.job_id, notice_leaves)
         reason, chain, n, g = first_wait
         return Decision("waiting", reason=reason, gpu_type=chain, nodes=n, gpus_per_node=g)
 
@@ -144,6 +163,22 @@ class CellAllocator(CellState):
             self.set_job(leaf, job.job_id, job.priority < 0)
         self.placed[job.job_id] = job
         self.vc_jobs[job.vc][job.job_id] = job
+
+    def _reserve(self, job_id: str, leaves: list[Cell]) -> None:
+        """Keep the free GPUs of a placement that waits on a notice from the rest of the round: a victim
+        that has left already must not see its GPUs go to other work (or to itself again) while the
+        others finish their notice. Held as outside work, so every counter stays right."""
+        tag = NOTICE_TAG + job_id
+        free = [lf for lf in leaves if lf.job is None and not lf.bad and lf.foreign is None]
+        for leaf in free:
+            self.set_foreign(leaf, tag)
+        if free:
+            self.foreign_leaves.setdefault(tag, []).extend(free)
+
+    def release_notice_holds(self) -> None:
+        """Give back the GPUs kept for placements waiting on notices (done before each round)."""
+        for tag in [t for t in self.foreign_leaves if t.startswith(NOTICE_TAG)]:
+            self.release_foreign(tag)
 
     # ======================================================================== release
     def release(self, job_id: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from hivebatch.cells.capacity import level_capacity
 from hivebatch.cells.state import CellState, Wait
 from hivebatch.cells.tree import Cell
+from hivebatch.cells.victims import lost_work
 
 
 class BindLog:
@@ -106,6 +107,9 @@ def bind(st: CellState, vc: str, chain: str, level: int) -> Cell:
     before = None if feasible(st, chain) else chain_shortfall(st, chain)
     tname = st.spec.chains[chain].type_at(level)
     cands = st.buddy.candidates(chain, level)
+    if st.at_stake:
+        # of the cells whose opportunistic jobs would be preempted, the one whose jobs lose the least
+        cands.sort(key=lambda c: (c.level, _opportunistic_loss(st, c)))
     if not cands:
         raise Wait(f"no healthy free {tname} cell is left to bind{st.bad_note(chain)}")
     for start in cands:
@@ -129,6 +133,10 @@ def bind(st: CellState, vc: str, chain: str, level: int) -> Cell:
         f"the healthy free cells left are needed to keep other VCs' guarantees, so no {tname} "
         f"can be bound for VC {vc}{st.bad_note(chain)}"
     )
+
+
+def _opportunistic_loss(st: CellState, cell: Cell) -> float:
+    return lost_work(st, [lf for lf in cell.leaves if lf.opp]) if cell.n_opp else 0.0
 
 
 def bind_exactly(st: CellState, cell: Cell, vc: str) -> bool:

@@ -18,7 +18,7 @@ from hivebatch.cells.state import CellState, Wait
 from hivebatch.cells.symmetric import choose_symmetric, leaves_of, place_multi
 from hivebatch.cells.tree import Cell
 from hivebatch.cells.types import Request
-from hivebatch.cells.victims import Victims, avail, cheapest, leaf_cost
+from hivebatch.cells.victims import Victims, avail, cheapest, leaf_cost, lost_work
 
 
 def place(
@@ -53,25 +53,33 @@ def _place_guaranteed(
 
 
 # ---------------------------------------------------------------- guaranteed, on one node
+Key = tuple[int, int, float, int]  # level, victims' class cost, work they lose, GPUs left over
+
+
 def pick_in(
     st: CellState, cell: Cell, g: int, lo: int, hi: int, victims: Victims | None
-) -> tuple[tuple[int, int, int], list[Cell]] | None:
-    """Best g GPUs inside a bound cell, within one sub-cell of level lo..hi (tightest first)."""
+) -> tuple[Key, list[Cell]] | None:
+    """Best g GPUs inside a bound cell, within one sub-cell of level lo..hi (tightest first; among
+    sub-cells that need victims, the ones whose victims lose the least work)."""
     if avail(cell, victims) < g:
         return None
     for lv in range(lo, min(hi, cell.level) + 1):
-        best: tuple[tuple[int, int, int], Cell] | None = None
+        best: tuple[Key, Cell] | None = None
         for sub in cell.by_level[lv]:
             a = avail(sub, victims)
             if a < g:
                 continue
+            key: Key
             if victims is None:
-                key = (lv, min(sub.n_opp, max(0, g - (a - sub.n_opp))), a - g)
+                opp = min(sub.n_opp, max(0, g - (a - sub.n_opp)))
+                lost = lost_work(st, cheapest(st, sub, g, None)) if opp and st.at_stake else 0.0
+                key = (lv, opp, lost, a - g)
             else:  # rare path: preempting within the VC, price the victims
-                key = (lv, sum(leaf_cost(st, lf) for lf in cheapest(st, sub, g, victims)), a - g)
+                taken = cheapest(st, sub, g, victims)
+                key = (lv, sum(leaf_cost(st, lf) for lf in taken), lost_work(st, taken), a - g)
             if best is None or key < best[0]:
                 best = (key, sub)
-                if key[1] == 0 and key[2] == 0:
+                if key[1] == 0 and key[3] == 0:
                     break
         if best is not None:
             return best[0], cheapest(st, best[1], g, victims)
@@ -92,7 +100,7 @@ def place_single(
     for lv in range(lmin, ch.top_level + 1):
         if not v.total[chain][lv]:
             continue
-        best: tuple[tuple[int, int, int, int], list[Cell]] | None = None
+        best: tuple[tuple[int, int, float, int, int], list[Cell]] | None = None
         if victims is not None:
             # the second pass: only cells holding victims can offer more than the first pass saw
             pool: Iterable[Cell] = (c for c in v.bound[chain][lv].values() if victims.extra(c))

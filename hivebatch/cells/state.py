@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hivebatch.cells.buddy import Buddy
+from hivebatch.cells.notice import NoticeBook
 from hivebatch.cells.spec import ClusterSpec
 from hivebatch.cells.tree import Cell, PhysicalTree
 from hivebatch.cells.types import JobState
@@ -98,6 +99,10 @@ class CellState:
         self.foreign_leaves: dict[str, list[Cell]] = {}  # tag -> GPUs busy with outside work
         self.unhealthy: dict[str, int] = {c: 0 for c in spec.chains}  # bad or foreign GPUs per chain
         self.charge_order = list(self.vcs)[::-1]
+        # what the caller knows of the running jobs, set before a round (none: every victim costs the
+        # same and is preempted at once): GPU-seconds each would lose if preempted now, and notices
+        self.at_stake: dict[str, float] = {}
+        self.notice: NoticeBook | None = None
         # unbound VC cells per chain and level, summed over VCs (the demand the free cells must back)
         self.demand: dict[str, list[int]] = {}
         for cname, chain in spec.chains.items():

@@ -13,7 +13,7 @@ from hivebatch.cells.shape import min_level
 from hivebatch.cells.state import CellState, Wait
 from hivebatch.cells.tree import Cell
 from hivebatch.cells.types import Request
-from hivebatch.cells.victims import Victims, avail, blocked, usable
+from hivebatch.cells.victims import Victims, avail, blocked, lost_work, usable
 
 
 def mask(node: Cell, victims: Victims | None, opp_mode: bool = False) -> int:
@@ -114,7 +114,19 @@ class _MultiNode:
         self.lmin = min_level(st, chain, g)
         self.notes: list[str] = []  # why bindings failed, for the wait reason
 
+    def _least_loss_first(self, nodes: Iterable[Cell]) -> Iterable[Cell]:
+        """Nodes whose jobs that would be preempted lose the least work first (order kept otherwise)."""
+        if not self.st.at_stake:
+            return nodes
+        return sorted(
+            nodes,
+            key=lambda node: lost_work(
+                self.st, [lf for lf in node.leaves if lf.job and usable(lf, self.victims)]
+            ),
+        )
+
     def _choose(self, nodes: Iterable[Cell]) -> list[Cell] | None:
+        nodes = self._least_loss_first(nodes)
         got = choose_symmetric(nodes, self.n, self.g, self.lmin, 0, self.victims)
         return None if got is None else leaves_of(got[0], got[1])
 
@@ -170,6 +182,7 @@ class _MultiNode:
         ch, chain, v, n = self.ch, self.chain, self.v, self.n
         levels = range(ch.node_level, ch.top_level + 1)
         slots = [node for lv in levels for c in v.bound[chain][lv].values() for node in c.node_cells]
+        slots = list(self._least_loss_first(slots))
         fresh = sum(v.unbound[chain][lv] * self.st.spec.cell_types[ch.type_at(lv)].nodes for lv in levels)
         proto = self.st.tree.nodes_of_chain[chain][0]
         got = choose_symmetric(slots, n, self.g, self.lmin, fresh, self.victims, proto=proto)

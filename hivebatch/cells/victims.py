@@ -74,8 +74,18 @@ def leaf_cost(st: CellState, leaf: Cell) -> int:
     return 2 + st.placed[leaf.job].priority
 
 
+def lost_work(st: CellState, leaves: list[Cell]) -> float:
+    """GPU-seconds the jobs on ``leaves`` would lose if preempted now, each job counted once (taking
+    one of its GPUs ends its whole run)."""
+    jobs = {lf.job for lf in leaves if lf.job is not None}
+    return sum(st.at_stake.get(j, 0.0) for j in jobs)
+
+
 def cheapest(st: CellState, cell: Cell, g: int, victims: Victims | None) -> list[Cell]:
-    """The ``g`` usable GPUs of the cell that cost the least to take."""
+    """The ``g`` usable GPUs of the cell that cost the least to take: free ones, then by class, then
+    the victims losing the least work (a job's GPUs side by side, so one victim gives all it has)."""
     usable_leaves = [lf for lf in cell.leaves if usable(lf, victims)]
-    usable_leaves.sort(key=lambda lf: leaf_cost(st, lf))
+    usable_leaves.sort(
+        key=lambda lf: (leaf_cost(st, lf), st.at_stake.get(lf.job, 0.0) if lf.job else 0.0, lf.job or "")
+    )
     return usable_leaves[:g]

@@ -16,13 +16,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_indices
+from hivebatch.controller.notice import send_notice, write_notice
 from hivebatch.controller.observe import phase
 from hivebatch.controller.preemption import book_preemption
 from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import Job
 from hivebatch.request import CLASS_PRIORITY
 from hivebatch.slurm.base import SlurmBackend
-from hivebatch.slurm.types import SlurmError
+from hivebatch.slurm.types import SlurmError, SlurmJob
 
 
 @dataclass
@@ -61,6 +62,10 @@ def write_intents(session: Session, decisions: Decisions, jobs: dict[int, Job], 
         victim = jobs.get(victim_id)
         if victim is not None:
             victim.intent = "preempt"
+    for victim_id, (by, until) in decisions.notices.items():
+        victim = jobs.get(victim_id)
+        if victim is not None and victim.intent is None:
+            write_notice(victim, by, until)
 
 
 def _still_pending(backend: SlurmBackend, job_id: int) -> bool | None:
@@ -176,9 +181,18 @@ def act(
     jobs: dict[int, Job],
     redo_preempt: list[Job],
     redo_place: list[Job],
+    redo_notice: list[Job] | None = None,
+    slurm: dict[int, SlurmJob] | None = None,
 ) -> ActResult:
-    """Victims first (their GPUs must be free before the new job is released), then placements."""
+    """Notices and victims first (their GPUs must be free before the new job is released), then placements."""
     result = ActResult()
+    slurm = slurm or {}
+    for job in redo_notice or []:
+        send_notice(session, rec, backend, job, slurm.get(job.slurm_job_id), result.failed)
+    for victim_id in decisions.notices:
+        victim = jobs.get(victim_id)
+        if victim is not None and victim.intent == "notice":
+            send_notice(session, rec, backend, victim, slurm.get(victim_id), result.failed)
     for job in redo_preempt:
         preempt(session, rec, backend, job, None, result)
     for victim_id, by in decisions.victims.items():

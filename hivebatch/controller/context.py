@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from hivebatch.bounds import DEFAULT_LIMITS, Limits, parse_limits
 from hivebatch.errors import ConfigError
+from hivebatch.notice import NoticeSettings, parse_notice
 from hivebatch.userlimits import UserLimits, parse_user_limits
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class ControllerContext:
     user_limits: UserLimits = field(default_factory=UserLimits)
     #: the job_submit plugin's usage file, written each cycle while user_limits has any
     usage_path: Path | None = None
+    notice: NoticeSettings = field(default_factory=NoticeSettings)
 
 
 def _seconds(section: dict[str, Any], key: str, default: float) -> float:
@@ -111,4 +113,5 @@ def load_context(config: str | os.PathLike[str] | None = None) -> ControllerCont
         limits=parse_limits(data),
         user_limits=user_limits,
         usage_path=None if user_limits.empty else usage_file(data),
+        notice=parse_notice(data),
     )

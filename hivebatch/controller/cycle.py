@@ -183,6 +183,8 @@ def run_cycle(
             ledger.jobs,
             ledger.redo_preempt,
             ledger.redo_place,
+            ledger.redo_notice,
+            ledger.slurm,
         )
         t = mark("act", t)
 

@@ -23,6 +23,7 @@ class Ledger:
     alloc: CellAllocator | None = None
     redo_place: list[Job] = field(default_factory=list)  # intent "place", Slurm job still held: act again
     redo_preempt: list[Job] = field(default_factory=list)  # intent "preempt", Slurm job still running
+    redo_notice: list[Job] = field(default_factory=list)  # intent "notice", signal maybe not sent yet
     bad_nodes: set[str] = field(default_factory=set)
     nodes: dict[str, SlurmNode] = field(default_factory=dict)  # as Slurm listed them this cycle
     # per Slurm job id: nodes where the job was pinned and Slurm did not start it (see take_back)

@@ -25,6 +25,7 @@ def book_preemption(
     if end is not None:
         account_run(session, job, end, preempted=True)
     job.intent = None
+    job.notice_until = None
     job.state = "preempted"
     job.preemptions = (job.preemptions or 0) + 1
     rec.event(session, job, kind, message, data)

@@ -408,6 +408,72 @@ local function check_class_change(job_desc, job_rec)
   end
 end
 
+-- "[{R|B}:]SIG[@TIME]" (sbatch's --signal) -> { signal =, time =, batch = } or nil
+function M.parse_signal(text)
+  if type(text) ~= "string" then
+    return nil
+  end
+  local flags, rest = text:match("^([RrBb]+):(.+)$")
+  if flags == nil then
+    flags, rest = "", text
+  end
+  local sig, time = rest:match("^(%w+)@(%d+)$")
+  if sig == nil then
+    sig = rest:match("^(%w+)$")
+  end
+  if sig == nil then
+    return nil
+  end
+  return { signal = string.upper(sig), time = tonumber(time), batch = string.find(string.upper(flags), "B") ~= nil }
+end
+
+-- the last --signal among the script's directives, read as sbatch reads them: lines beginning with
+-- #SBATCH, up to the first line that is neither blank nor a comment
+function M.script_signal(script)
+  if type(script) ~= "string" then
+    return nil
+  end
+  local found = nil
+  for line in string.gmatch(script, "([^\n]*)\n?") do
+    if line:match("^%s*[^%s#]") then
+      break
+    end
+    local args = line:match("^#SBATCH%s+(.*)$")
+    for value in string.gmatch(args or "", "%-%-signal[=%s]+(%S+)") do
+      found = value
+    end
+  end
+  return found
+end
+
+-- Slurm 22.05 gives this plugin no warn_signal/warn_time/warn_flags (job_submit_lua.c), so the job's
+-- --signal is read from what its submission shows: SBATCH_SIGNAL in its environment (sbatch lets it
+-- override the script), else the script's directives. It only chooses the signal the job's own
+-- preemption notice uses; the notice's length is the admin's.
+local function record_signal(job_desc, req)
+  local from_env = nil
+  local ok, env = pcall(function()
+    return job_desc.environment
+  end)
+  if ok and env ~= nil then
+    local has, value = pcall(function()
+      return env["SBATCH_SIGNAL"]
+    end)
+    if has and value ~= nil and value ~= "" then
+      from_env = value
+    end
+  end
+  local spec = M.parse_signal(from_env or M.script_signal(get(job_desc, "script")))
+  if spec == nil then
+    return
+  end
+  req.signal = spec.signal
+  req.signal_time_s = spec.time
+  if spec.batch then
+    req.signal_batch = 1
+  end
+end
+
 local function submit(job_desc, part_list, submit_uid)
   if is_operator(submit_uid) then
     return slurm.SUCCESS
@@ -428,6 +494,7 @@ local function submit(job_desc, part_list, submit_uid)
     req.user_hold = 1
   end
   translate_per_gpu(job_desc, req)
+  record_signal(job_desc, req)
   local admin_comment = M.encode(req)
   for f, kept in pairs(rest) do
     job_desc[f] = kept

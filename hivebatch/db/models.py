@@ -12,8 +12,10 @@ Job states (``Job.state``)::
        └── rejected (request invalid now, e.g. unknown VC; the job stays held with a reason and is
                      looked at again every cycle, so fixing the config is enough)
 
-``Job.intent`` marks a Slurm action the controller committed to *before* running it ("place" or
-"preempt"); the next cycle finishes or checks it against Slurm, which makes a killed controller safe.
+``Job.intent`` marks a Slurm action the controller committed to *before* running it ("place",
+"preempt", or "notice": signal a victim that it must leave); the next cycle finishes or checks it
+against Slurm, which makes a killed controller safe. A running job with ``notice_until`` set has been
+told to leave: it keeps its GPUs until it does, or until that time, when it is requeued and held.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-INTENTS = ("place", "preempt")
+INTENTS = ("place", "preempt", "notice")
 GPU_KINDS = ("free", "guaranteed", "opportunistic", "foreign")
 
 
@@ -170,6 +172,8 @@ class Job(Base):
     end_time: Mapped[dt.datetime | None] = mapped_column(DateTime)
     exit_code: Mapped[str | None] = mapped_column(String(32))
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    # a preemption notice: the job was signalled and is requeued and held at this time at the latest
+    notice_until: Mapped[dt.datetime | None] = mapped_column(DateTime)
 
     gpu_hours_guaranteed: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_hours_opportunistic: Mapped[float] = mapped_column(Float, default=0.0)

@@ -23,13 +23,15 @@ from hivebatch.cells import CellAllocator
 from hivebatch.errors import HivebatchError
 from hivebatch.qos import Shape, Task, get_policy, task_ect
 from hivebatch.scheduler import Outcome, schedule_round
+from hivebatch.sim.notice import SimNotice, progress_kept, told
+from hivebatch.sim.notice import prime as prime_notices
 from hivebatch.sim.quota import QuotaPool
 from hivebatch.sim.runtime import RuntimeModel, tightest_shape
 from hivebatch.sim.workload import SimJob
 
 MODES = ("cells", "quota")
 
-_COMPLETE, _NODE, _ARRIVE = 0, 1, 2  # order of events at the same instant
+_COMPLETE, _LEAVE, _NODE, _ARRIVE = 0, 1, 2, 3  # order of events at the same instant
 
 
 @dataclass
@@ -57,6 +59,9 @@ class JobRecord:
     lost_gpu_s: float = 0.0
     rejected: str | None = None
     token: int = 0
+    leaving: float | None = None  # told to leave: the end of its notice
+    saved_at: float | None = None  # when it checkpointed on its notice's signal
+    saved_fraction: float = 0.0  # of the whole job's work, kept by checkpoints
 
     @property
     def queue_s(self) -> float:
@@ -95,8 +100,10 @@ class Simulation:
         progress: Callable[[int, int], None] | None = None,
         after_round: Callable[[Simulation, float, list[Outcome]], None] | None = None,
         pool_nodes: list[str] | None = None,
+        notice: SimNotice | None = None,
     ) -> None:
-        """``pool_nodes``: quota mode only, the nodes the shared pool has (default: every node)."""
+        """``pool_nodes``: quota mode only, the nodes the shared pool has (default: every node).
+        ``notice``: cells mode only, preemption with notice (hivebatch.sim.notice); None: at once."""
         if mode not in MODES:
             raise HivebatchError(f"unknown mode {mode!r}: use cells or quota")
         self.spec = spec
@@ -111,6 +118,7 @@ class Simulation:
         self.opportunistic = opportunistic and mode == "cells"
         self.progress = progress
         self.after_round = after_round
+        self.notice = notice if mode == "cells" else None
         self.vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
         if mode == "cells":
             self.alloc: Any = CellAllocator(spec)
@@ -197,13 +205,19 @@ class Simulation:
                 _, kind, _, data = heapq.heappop(self._heap)
                 self.events += 1
                 if kind == _COMPLETE:
-                    jid, token = data
-                    rec = self.running.get(jid)
-                    if rec is None or rec.token != token:
+                    rec = self._this_run(data)
+                    if rec is None:
                         continue  # a run that was preempted
                     self._finish(rec, now)
                     finished += 1
                     dirty.add(rec.job.vc)
+                    freed = True
+                elif kind == _LEAVE:
+                    rec = self._this_run(data)
+                    if rec is None:
+                        continue  # it completed during its notice
+                    self._preempt(rec, now)
+                    dirty.update(self.vc_gpus)  # the job waiting for its GPUs may be of any VC
                     freed = True
                 elif kind == _ARRIVE:
                     rec = self.records[data]
@@ -230,6 +244,12 @@ class Simulation:
             events=self.events,
             rounds=self.rounds,
         )
+
+    def _this_run(self, data: tuple[str, int]) -> JobRecord | None:
+        """The running job an event was pushed for, None when that run has ended since."""
+        jid, token = data
+        rec = self.running.get(jid)
+        return rec if rec is not None and rec.token == token else None
 
     def _cluster_gpus(self) -> int:
         return sum(len(n.gpu_indices) for n in self.spec.nodes)
@@ -271,9 +291,12 @@ class Simulation:
             if not tasks:
                 return
             self.rounds += 1
+            prime_notices(self, now)
             outcomes = schedule_round(
                 tasks, now, self.alloc, self.policy, self.platform, self.opp_ids, limits=limits
             )
+            for rec, leave_at in told(self, now):
+                self._push(leave_at, _LEAVE, (rec.job.job_id, rec.token))
             dirty = set()
             freed = False
             for o in outcomes:
@@ -299,8 +322,9 @@ class Simulation:
         del self.waiting[jid]
         rec.placement = o.placement
         rec.shape = o.shape
-        run = self.runtime.run_time(rec.job, o.placement)
+        run = self.runtime.run_time(rec.job, o.placement) * (1.0 - rec.saved_fraction)
         rec.run_s = run
+        rec.leaving = rec.saved_at = None
         rec.start = now
         if rec.first_start is None:
             rec.first_start = now
@@ -312,7 +336,8 @@ class Simulation:
         self._push(now + run, _COMPLETE, (jid, rec.token))
 
     def _preempt(self, rec: JobRecord, now: float) -> None:
-        """Requeue a preempted job; its GPUs were already taken back by the cell core."""
+        """Requeue a preempted job; the cell core took its GPUs back already, or, when it had a notice,
+        they are given back here."""
         jid = rec.job.job_id
         if jid not in self.running:
             return
@@ -321,7 +346,12 @@ class Simulation:
         gpus = _gpus(rec.placement)
         done = now - rec.start
         self.busy_gpu_s -= (rec.run_s - done) * gpus  # the part it will not run now
-        rec.lost_gpu_s += done * gpus
+        kept = progress_kept(rec)
+        # a checkpoint keeps the run up to its signal; the time spent saving is lost all the same
+        rec.lost_gpu_s += (now - (rec.saved_at if rec.saved_at is not None else rec.start)) * gpus
+        rec.saved_fraction = kept
+        if rec.leaving is not None:
+            self.alloc.release(jid)  # it kept its cells through its notice
         if jid not in self.opp_ids:
             self.used[rec.job.vc] -= gpus
         rec.preemptions += 1

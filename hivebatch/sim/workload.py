@@ -46,6 +46,7 @@ class SimJob:
     duration_s: float | None = None  # trace jobs: run time on the tightest placement of ``gpus``
     opportunistic: bool = False
     gpu_type: str | None = None
+    checkpoints: bool = False  # saves its work on its preemption notice's signal (a trap)
 
     @property
     def is_trace_job(self) -> bool:

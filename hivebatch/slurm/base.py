@@ -53,6 +53,12 @@ class SlurmBackend(ABC):
     def cancel(self, job_id: int) -> None: ...
 
     @abstractmethod
+    def signal(self, job_id: int, signal: str, target: str) -> None:
+        """Send a running job ``signal`` (a name without SIG, e.g. USR1) without ending it. ``target``:
+        "batch" the batch shell alone, "steps" its job steps alone, "all" the batch shell, its
+        children and the steps (recorded in tests/fixtures/slurm/scancel_signal_targets.txt)."""
+
+    @abstractmethod
     def list_jobs(self, job_ids: list[int] | None = None) -> list[SlurmJob]:
         """Jobs Slurm still knows (pending, running, and finished ones for MinJobAge seconds)."""
 

@@ -17,7 +17,14 @@ from hivebatch.slurm.parse import (
     parse_sinfo_json,
     parse_squeue_json,
 )
-from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
+from hivebatch.slurm.types import (
+    SIGNAL_TARGETS,
+    AcctRecord,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    SlurmUnavailable,
+)
 
 #: Fixed environment for every command: epoch times, and nothing from the user's SQUEUE_FORMAT etc.
 FIXED_ENV = {"SLURM_TIME_FORMAT": "%s"}
@@ -140,6 +147,9 @@ class CliBackend(SlurmBackend):
 
     def cancel(self, job_id: int) -> None:
         self._run(["scancel", self._name(job_id)])
+
+    def signal(self, job_id: int, signal: str, target: str) -> None:
+        self._run(["scancel", *SIGNAL_TARGETS[target], f"--signal={signal}", str(int(job_id))])
 
     # --- queries ---------------------------------------------------------------------------------
 

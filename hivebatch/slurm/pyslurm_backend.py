@@ -60,6 +60,11 @@ class PyslurmBackend(CliBackend):
     def cancel(self, job_id: int) -> None:
         self._act(job_id, "cancel")
 
+    def signal(self, job_id: int, signal: str, target: str) -> None:
+        # pyslurm's Job.send_signal names scancel's three targets batch, children and all
+        steps = {"batch": "batch", "steps": "children", "all": "all"}[target]
+        self._act(job_id, "send_signal", signal, steps=steps)
+
     def list_jobs(self, job_ids: list[int] | None = None) -> list[SlurmJob]:
         try:
             loaded = self._ps.Jobs.load()

@@ -18,7 +18,7 @@ from hivebatch.request import CLASSES, JobRequest
 from hivebatch.slurmconf import SHARD_MIB
 from hivebatch.submit.checks import interpret_shape
 from hivebatch.submit.options import OPTIONS, Parsed, parse_args, parse_directives, parse_env, problems_error
-from hivebatch.submit.script import decode_script
+from hivebatch.submit.script import decode_script, directive_safe
 from hivebatch.submit.timefmt import parse_time_limit
 
 # sbatch would apply these again (or add GPUs to a job that must have none), so they never reach it
@@ -44,6 +44,8 @@ class Submission:
     config: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     job_env: dict[str, str] = field(default_factory=dict)  # e.g. a GPU slice's limit (HIVEBATCH_GPU_MEM_*)
+    # options that must sit in the job script, where Slurm's job_submit plugin can read them
+    directives: list[str] = field(default_factory=list)
     _job_script: str | None = None
 
     def job_script(self) -> str:
@@ -57,6 +59,7 @@ class Submission:
                 self.request.qos,
                 self.request.gpu_mem_mib,
                 self.job_env,
+                self.directives,
             )
         return self._job_script
 
@@ -311,9 +314,18 @@ def sbatch_arguments(
         if values.get(dest):
             args.append(f"{flag}={values[dest]}")
     for dest, tokens in passthrough.items():
-        if dest != "comment":
+        if dest != "comment" and not (dest in SCRIPT_OPTIONS and all(directive_safe(t) for t in tokens)):
             args.extend(tokens)
     return args
+
+
+#: options passed as ``#SBATCH`` lines of the job script: Slurm 22.05 shows a job's --signal to its
+#: job_submit plugin only there (its preemption notice uses it, see hivebatch.notice)
+SCRIPT_OPTIONS = ("signal",)
+
+
+def script_directives(passthrough: Mapping[str, list[str]]) -> list[str]:
+    return [t for d in SCRIPT_OPTIONS for t in passthrough.get(d, []) if directive_safe(t)]
 
 
 def default_account(user: str | None = None) -> str:
@@ -374,6 +386,11 @@ def prepare(
         sub.config_path, sub.config = load_config(str(explicit) if explicit else None)
         sub.request, sub.notes, sub.job_env = check_request(req, sub.config, sub.config_path)
     sub.sbatch_args = sbatch_arguments(sub.request, values, merged.passthrough, name)
+    sub.directives = script_directives(merged.passthrough)
+    if sub.directives:
+        # hsub merged it already (command line over environment over script); in the environment it
+        # would override the directive, which sbatch ranks lowest
+        sub.env.pop("SBATCH_SIGNAL", None)
     return sub
 
 

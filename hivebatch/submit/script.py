@@ -8,6 +8,7 @@ unquoted.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -36,7 +37,9 @@ def render_job_script(
     qos: str,
     gpu_mem_mib: int | None = None,
     job_env: dict[str, str] | None = None,
+    directives: list[str] | None = None,
 ) -> str:
+    """``directives``: sbatch options written as ``#SBATCH`` lines (each checked by ``directive_safe``)."""
     import jinja2  # only when a script is really generated
 
     directory = template_dir()
@@ -59,7 +62,17 @@ def render_job_script(
         qos=qos,
         gpu_mem_mib=gpu_mem_mib,
         job_env=dict(sorted((job_env or {}).items())),
+        directives=[d for d in directives or [] if directive_safe(d)],
     )
+
+
+_DIRECTIVE = re.compile(r"^--[a-z-]+=[A-Za-z0-9:@+._-]+$")
+
+
+def directive_safe(option: str) -> bool:
+    """An option that can stand on a ``#SBATCH`` line as it is: one word, nothing a shell or sbatch's
+    directive reader would split or expand."""
+    return bool(_DIRECTIVE.match(option))
 
 
 # --- reading the script's directives exactly as sbatch does (src/sbatch/opt.c _opt_batch_script) ---

@@ -64,9 +64,14 @@ class LuaJobSubmit:
 
 
 def job_desc(
-    opts: Mapping[str, str], user: str, default_account: str | None, tres_per_node: str
+    opts: Mapping[str, str],
+    user: str,
+    default_account: str | None,
+    tres_per_node: str,
+    script: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """slurmctld's job_desc for the fake's parsed sbatch options."""
+    """slurmctld's job_desc for the fake's parsed sbatch options (and the job's script and environment)."""
     lo, _, hi = str(opts.get("nodes") or "").partition("-")
     desc: dict[str, Any] = {
         "user_name": user,
@@ -85,5 +90,7 @@ def job_desc(
         "tres_per_node": tres_per_node or None,
         "tres_per_job": f"gres:gpu:{opts['gpus']}" if opts.get("gpus") else None,
         "tres_per_task": f"gres:gpu:{opts['gpus_per_task']}" if opts.get("gpus_per_task") else None,
+        "script": script,
+        "environment": dict(env) if env else None,
     }
     return desc

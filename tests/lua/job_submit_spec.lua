@@ -274,3 +274,38 @@ describe("reservations", function()
     assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(d, managed, {}, 1001))
   end)
 end)
+
+describe("the job's --signal, for its preemption notice", function()
+  before_each(load_plugin)
+
+  it("records the script's last --signal directive", function()
+    local script = "#!/bin/bash\n#SBATCH --signal=USR2@30\n\n#SBATCH -t 10 --signal B:USR1@120\nsrun train.py\n#SBATCH --signal=HUP\n"
+    local d = desc({ tres_per_node = "gres:gpu:1", script = script })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    local r = request_of(d)
+    assert.are.equal("USR1", r.signal)
+    assert.are.equal(120, r.signal_time_s)
+    assert.are.equal(1, r.signal_batch)
+  end)
+
+  it("lets SBATCH_SIGNAL win over the script, as sbatch does", function()
+    local d = desc({
+      tres_per_node = "gres:gpu:1",
+      script = "#!/bin/bash\n#SBATCH --signal=B:USR1@120\ntrue\n",
+      environment = { SBATCH_SIGNAL = "sigterm" },
+    })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    local r = request_of(d)
+    assert.are.equal("SIGTERM", r.signal)
+    assert.is_nil(r.signal_time_s)
+    assert.is_nil(r.signal_batch)
+  end)
+
+  it("records nothing without a --signal, or for one sbatch would refuse", function()
+    for _, script in ipairs({ "#!/bin/bash\ntrue\n", "#!/bin/bash\n#SBATCH --signal=USR1@soon\n", "#!/bin/bash\n#SBATCH --signal=B:\n" }) do
+      local d = desc({ tres_per_node = "gres:gpu:1", script = script })
+      assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+      assert.is_nil(request_of(d).signal)
+    end
+  end)
+end)

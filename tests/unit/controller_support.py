@@ -35,7 +35,12 @@ virtual_clusters:
   sys: {cells: {V100-SWITCH: 1, V100: 2}}
 database: {url: "sqlite:///var/hb.db"}
 controller: {lock_file: var/ctl.lock, interval_s: 1}
+# these scenarios follow what comes after a requeue; test_controller_notice.py runs the notice before it
+preemption: {notice_s: 0}
 """
+
+#: the same cluster with the default preemption notice (120 s)
+NOTICE_CONFIG = CONFIG.replace("preemption: {notice_s: 0}\n", "")
 
 SCRIPT = "#!/bin/sh\necho $CUDA_VISIBLE_DEVICES\n"
 

@@ -28,12 +28,14 @@ def ctx(tmp_path_factory: pytest.TempPathFactory) -> ControllerContext:
 
 def test_steps_run_in_the_documented_order() -> None:
     assert [s.__name__ for s in STEPS] == [
+        "prime_notices",
         "take_back_unstarted",
         "classify",
         "resume_requeued",
         "place_slices",
         "screen_hopeless",
         "run_policy_round",
+        "collect_notices",
         "settle_gres",
         "attach_notes",
         "estimate_starts",

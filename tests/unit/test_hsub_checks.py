@@ -88,7 +88,7 @@ def test_dry_run_prints_command_and_script_without_slurm(tmp_path: Path) -> None
     assert lines[1].startswith("sbatch --parsable --gpus=2 --job-name=named --open-mode=append --account=cv")
     assert "--hold" not in lines[1] and "--comment" not in lines[1]
     assert "#!/bin/bash" in lines and "echo hi" in lines
-    assert lines[-1] == "\"$hb_script\" 'it'\"'\"'s'"
+    assert "( trap - INT QUIT; exec \"$hb_script\" 'it'\"'\"'s' ) <&0 &" in lines
 
 
 def test_dry_run_does_not_import_heavy_modules(tmp_path: Path) -> None:

@@ -78,3 +78,102 @@ def test_no_sbatch_directives_reach_sbatch_from_the_users_script() -> None:
         head.append(line)
     assert not [h for h in head if h.startswith("#SBATCH")]
     assert text.index("#SBATCH --gpus=8") > text.index("cat >")
+
+
+def _wait_for(path: Path, timeout: float = 10.0) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert path.exists(), f"{path.name} never appeared"
+
+
+def _started(tmp_path: Path, user: str, qos: str) -> subprocess.Popen[str]:
+    """hsub's job script around ``user`` running, once the user's script has touched ``started``."""
+    job = tmp_path / "job.sh"
+    job.write_text(render_job_script(user, [], vc="cv", qos=qos))
+    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HOME": "/nonexistent"}
+    proc = subprocess.Popen(["bash", str(job)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    _wait_for(tmp_path / "started")
+    return proc
+
+
+def test_a_signal_to_the_batch_shell_reaches_the_users_trap(tmp_path: Path) -> None:
+    """--signal=B:USR1 signals the batch shell alone: the wrapper passes it on, the user's trap runs
+    (checkpoints), the script goes on after the trap, and its exit status is the job's."""
+    import signal
+
+    user = (
+        "#!/bin/bash\n"
+        "trap 'echo saved > checkpoint; touch trapped' USR1\n"
+        "touch started\n"
+        "for i in 1 2 3 4 5 6 7 8 9 10; do [ -e go-on ] && break; sleep 0.2 & wait; done\n"
+        "echo after-trap\n"
+        "exit 7\n"
+    )
+    proc = _started(tmp_path, user, "opportunistic")
+    proc.send_signal(signal.SIGUSR1)  # the batch shell alone, as scancel --batch does
+    _wait_for(tmp_path / "trapped")
+    (tmp_path / "go-on").touch()
+    out, _ = proc.communicate(timeout=30)
+    assert (tmp_path / "checkpoint").read_text() == "saved\n"
+    assert out == "after-trap\n"
+    assert proc.returncode == 7
+
+
+def test_sigint_reaches_the_users_trap_although_the_script_runs_in_the_background(tmp_path: Path) -> None:
+    """bash starts a background command with SIGINT ignored, and a script cannot trap a signal
+    ignored when it started: the wrapper puts it back before running the user's script."""
+    import signal
+
+    user = "#!/bin/bash\ntrap 'echo interrupted; exit 9' INT\ntouch started\nsleep 5 >/dev/null & wait\n"
+    proc = _started(tmp_path, user, "normal")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert out == "interrupted\n"
+    assert proc.returncode == 9
+
+
+def test_a_signal_that_kills_the_users_script_is_the_jobs_end(tmp_path: Path) -> None:
+    import signal
+
+    user = "#!/bin/bash\ntouch started\nsleep 5 >/dev/null & wait\necho never\n"
+    proc = _started(tmp_path, user, "normal")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert out == ""
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert not list(tmp_path.glob("hivebatch-job.*"))
+
+
+def test_stdin_still_reaches_the_users_script(tmp_path: Path) -> None:
+    job = tmp_path / "job.sh"
+    job.write_text(render_job_script("#!/bin/sh\ncat\n", [], vc="cv", qos="normal"))
+    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HOME": "/nonexistent"}
+    proc = subprocess.run(
+        ["bash", str(job)], input="in\n", env=env, capture_output=True, text=True, timeout=30
+    )
+    assert proc.stdout == "in\n"
+
+
+def test_signal_option_becomes_a_directive_the_plugin_reads() -> None:
+    text = render_job_script(
+        "#!/bin/sh\ntrue\n", [], vc="cv", qos="normal", directives=["--signal=B:USR1@120"]
+    )
+    assert text.splitlines()[:2] == ["#!/bin/bash", "#SBATCH --signal=B:USR1@120"]
+    # anything that could break out of the comment line is left to sbatch's command line
+    text = render_job_script(
+        "#!/bin/sh\ntrue\n", [], vc="cv", qos="normal", directives=["--signal=USR1\necho x"]
+    )
+    assert "echo x" not in text.split("cat >", 1)[0]
+
+
+def test_hsub_writes_its_signal_into_the_job_script() -> None:
+    from hivebatch.submit.build import prepare
+
+    argv = ["-A", "cv", "--gpus", "1", "--signal", "B:USR1@120", "--wrap", "true"]
+    sub = prepare(argv, environ={"SBATCH_SIGNAL": "TERM@30"}, check_config=False)
+    assert not any(a.startswith("--signal") for a in sub.sbatch_args)
+    assert "SBATCH_SIGNAL" not in sub.env  # it would override the directive in sbatch
+    assert "#SBATCH --signal=B:USR1@120" in sub.job_script().splitlines()[:3]

@@ -4,6 +4,7 @@ The queue is every held hsub job of the ledger that waits (queued, preempted or 
 ``decide`` runs ``STEPS`` in order on one ``Round``; each step is its own module and reads or adds to
 the round's decisions:
 
+0. ``prime_notices``  — what each running job would lose if preempted, and the notice it would get;
 0. ``take_back_unstarted``— placed jobs Slurm has not started in time give their cells back;
 1. ``classify``       — check each request against the config and Slurm (a bad one gets its reason)
                         and sort the queue: GPU slices, requeued jobs with a typed gres, the rest;
@@ -11,6 +12,7 @@ the round's decisions:
 3. ``place_slices``   — GPU slices through the sharing ledger;
 4. ``screen_hopeless``— jobs that cannot start whatever the policy says wait without costing it;
 5. ``run_policy_round``— the rest through ``hivebatch.scheduler.schedule_round`` (the simulator's too);
+   ``collect_notices``— the running victims the round told to leave (act signals them);
 6. ``settle_gres``    — each placement's Slurm GRES;
 7. ``attach_notes``   — what the profile store said about a job's model reaches its owner;
 8. ``estimate_starts``— predicted starts of the jobs left waiting.
@@ -26,6 +28,7 @@ from hivebatch.controller.decide.checks import check_request
 from hivebatch.controller.decide.classify import classify
 from hivebatch.controller.decide.estimate import estimate_starts
 from hivebatch.controller.decide.gres import gres_for, symmetric_indices
+from hivebatch.controller.decide.notice import collect_notices, prime_notices
 from hivebatch.controller.decide.policy_round import run_policy_round
 from hivebatch.controller.decide.resume import resume_requeued
 from hivebatch.controller.decide.room import Room, screen_hopeless
@@ -39,12 +42,14 @@ from hivebatch.controller.ledger import Ledger
 Step = Callable[[Round], None]
 
 STEPS: tuple[Step, ...] = (
+    prime_notices,
     take_back_unstarted,
     classify,
     resume_requeued,
     place_slices,
     screen_hopeless,
     run_policy_round,
+    collect_notices,
     settle_gres,
     attach_notes,
     estimate_starts,

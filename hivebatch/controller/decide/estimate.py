@@ -22,6 +22,8 @@ def _pool(priority: int, vc: str | None) -> str:
 
 
 def _end_of_running(job: Job, now: dt.datetime) -> float | None:
+    if job.notice_until is not None:  # told to leave: gone by then at the latest
+        return max(epoch(job.notice_until), epoch(now))
     if job.predicted_end is not None:
         return max(epoch(job.predicted_end), epoch(now))
     limit = (job.request or {}).get("time_limit_s")
@@ -46,6 +48,8 @@ def _releases(r: Round) -> tuple[Releases, dict[str, int]]:
         job = running.get(int(state.job_id)) if str(state.job_id).isdigit() else None
         pool = _pool(state.priority, state.vc)
         known = _end_of_running(job, r.now) if job is not None else None
+        if job is not None and job.slurm_job_id in r.out.notices:  # told to leave in this very round
+            known = epoch(r.out.notices[job.slurm_job_id][1])
         end = known if known is not None else cell_end.get(str(state.job_id), math.inf)
         release.setdefault(pool, []).append((end, int(state.gpus)))
         used[pool] = used.get(pool, 0) + int(state.gpus)

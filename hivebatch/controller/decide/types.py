@@ -48,6 +48,8 @@ class Wait:
 class Decisions:
     places: list[Place] = field(default_factory=list)
     victims: dict[int, int] = field(default_factory=dict)  # preempted slurm id -> slurm id taking its GPUs
+    # running victims told to leave: slurm id -> (the job waiting for its GPUs, end of its notice)
+    notices: dict[int, tuple[int, dt.datetime]] = field(default_factory=dict)
     waits: list[Wait] = field(default_factory=list)
     # array tasks to give a record of their own: (array job id, task index)
     splits: list[tuple[int, int]] = field(default_factory=list)

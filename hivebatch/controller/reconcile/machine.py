@@ -11,6 +11,7 @@ from contextlib import suppress
 from sqlalchemy.orm import Session
 
 from hivebatch.controller.ledger import Ledger
+from hivebatch.controller.notice import follow_notice
 from hivebatch.controller.observe import to_utc
 from hivebatch.controller.preemption import book_preemption
 from hivebatch.controller.reconcile.slurm_view import gpus_of
@@ -33,6 +34,7 @@ def finish(
     account_run(session, job, end)
     job.state = state
     job.intent = None
+    job.notice_until = None
     job.end_time = end
     if sj is not None and sj.exit_code:
         job.exit_code = str(sj.exit_code)
@@ -201,6 +203,8 @@ def follow(
     session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
 ) -> None:
     """One hsub job: ledger state × Slurm phase → new ledger state (see the table in the README section)."""
+    if follow_notice(session, rec, ledger, job, sj, ph, backend):
+        return
     if job.intent == "place":
         _follow_place_intent(session, rec, ledger, job, sj, ph, backend)
     elif job.intent == "preempt":

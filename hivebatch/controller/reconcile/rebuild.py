@@ -91,6 +91,10 @@ def _occupy_unseen(alloc: CellAllocator, ledger: Ledger, obs: Observation, used:
         if job.foreign and job.state == "running" and job.placement:
             _occupy(alloc, f"slurm:{job.slurm_job_id}", job.placement)
             _mark_used(used, job.placement)
+        elif job.intent == "preempt" and job.notice_until is not None and job.placement:
+            # its notice is over and act requeues it before any placement: the GPUs Slurm still shows
+            # in use are its, and free for this cycle's decisions (a job placed there starts once it left)
+            _mark_used(used, job.placement)
     for name, node in obs.nodes.items():
         busy = {int(i) for i in node.gpus_used or []} | {int(i) for i in node.gpus_shared or []}
         stray = sorted(busy - used.get(name, set()))

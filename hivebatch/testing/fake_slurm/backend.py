@@ -12,6 +12,7 @@ from hivebatch.slurm.parse import expand_hostlist, split_gres
 from hivebatch.slurm.types import (
     CONTROLLER_UNREACHABLE,
     FINISHED_STATES,
+    SIGNAL_TARGETS,
     AcctRecord,
     SlurmError,
     SlurmJob,
@@ -78,6 +79,10 @@ class FakeSlurm(SlurmBackend):
 
     def job(self, job_id: int) -> SlurmJob:
         return squeue_view(self._s, self._get(job_id, "squeue"))
+
+    def signals_sent(self, job_id: int) -> list[tuple[str, str]]:
+        """(signal, target) of every scancel --signal the job received, in order."""
+        return list(self._get(job_id, "signals").signals)
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         """What root can do with ``scontrol update AdminComment=`` (and only root or the plugin)."""
@@ -193,7 +198,7 @@ class FakeSlurm(SlurmBackend):
         if self._s.job_submit is not None and not self._is_admin():
             default = allowed[0] if allowed else None
             tres_per_node, admin_comment, by_plugin = run_job_submit(
-                self._s.job_submit, opts, self.user, default, tres_per_node
+                self._s.job_submit, opts, self.user, default, tres_per_node, script_text, env
             )
             held = held or by_plugin
         elif opts.get("gpus"):
@@ -331,8 +336,8 @@ class FakeSlurm(SlurmBackend):
         j = self._touchable(job_id, cmd)
         if j.state == "PENDING":
             raise SlurmError(cmd, 1, f"Job is pending execution for job {job_id}")
-        if j.state in FINISHED_STATES:
-            raise SlurmError(cmd, 1, f"Job has already finished for job {job_id}")
+        # a finished batch job Slurm still lists is requeued too (recorded on the lab: COMPLETED, FAILED
+        # and CANCELLED jobs all go back to PENDING, held)
         # keeps its GRES and node list, loses the running allocation
         j.state, j.reason = "PENDING", "job_requeued_in_held_state"
         j.nodes, j.gpus, j.shards, j.start_time = [], {}, {}, None
@@ -355,6 +360,19 @@ class FakeSlurm(SlurmBackend):
         if not was_running:
             j.nodes, j.gpus, j.shards = [], {}, {}
         self._maybe_schedule()
+
+    def signal(self, job_id: int, signal: str, target: str) -> None:
+        self._log("signal", (job_id, signal, target))
+        cmd = ["scancel", *SIGNAL_TARGETS[target], f"--signal={signal}", str(job_id)]
+        j = self._touchable(job_id, cmd)
+        if j.state in FINISHED_STATES:
+            raise SlurmError(
+                cmd, 1, f"scancel: error: Kill job error on job id {job_id}: Invalid job id specified"
+            )
+        if j.state != "RUNNING":
+            why = "Job can not be altered now, try again later"
+            raise SlurmError(cmd, 228, f"scancel: error: Kill job error on job id {job_id}: {why}")
+        j.signals.append((signal, target))
 
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:
         self._answering("scontrol -d show job", CONTROLLER_UNREACHABLE)

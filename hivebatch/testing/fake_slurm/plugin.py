@@ -22,12 +22,18 @@ class JobSubmit(Protocol):
 
 
 def run_job_submit(
-    plugin: JobSubmit, opts: Mapping[str, str], user: str, default_account: str | None, tres_per_node: str
+    plugin: JobSubmit,
+    opts: Mapping[str, str],
+    user: str,
+    default_account: str | None,
+    tres_per_node: str,
+    script: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[str, str, bool]:
     """What the plugin makes of a submission: (GRES left on the job, admin comment, held by it)."""
     from hivebatch.testing.lua_job_submit import job_desc
 
-    verdict = plugin(job_desc(opts, user, default_account, tres_per_node))
+    verdict = plugin(job_desc(opts, user, default_account, tres_per_node, script, env))
     if not verdict.accepted:
         raise SlurmError(
             ["sbatch"],

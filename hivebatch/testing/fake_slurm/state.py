@@ -48,6 +48,7 @@ class Job:
     array_task_id: int | None = None
     array_pending: list[int] = field(default_factory=list)  # tasks this record still stands for
     array_max: int = 0
+    signals: list[tuple[str, str]] = field(default_factory=list)  # (signal, target) sent by scancel
 
     @property
     def held(self) -> bool:

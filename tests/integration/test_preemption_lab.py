@@ -1,0 +1,76 @@
+"""Preemption with notice on the real lab: an opportunistic job that asked for ``--signal=B:USR1@20``
+runs hsub's job script around a script whose ``trap`` writes a checkpoint; a guaranteed job needs its
+GPUs. The victim's trap runs (the signal reached the batch shell, and the wrapper passed it on), the
+victim is requeued held, and the guaranteed job starts after it left."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+import yaml
+from lab_controller import Ctl
+
+from hivebatch.controller.context import load_context
+from hivebatch.submit.script import render_job_script
+
+pytestmark = [pytest.mark.integration, pytest.mark.parametrize("ctl", ["sqlite"], indirect=True)]
+
+USER_SCRIPT = """#!/bin/bash
+trap 'echo "saved at $(date +%s)" > "ckpt-$SLURM_JOB_ID"; exit 0' USR1
+echo "started $SLURM_JOB_ID"
+sleep 600 & wait
+"""
+
+
+def _with_notice(ctl: Ctl, seconds: int) -> None:
+    data = yaml.safe_load(ctl.config.read_text())
+    data["preemption"] = {"notice_s": seconds}
+    ctl.config.write_text(yaml.safe_dump(data))
+    ctl.ctx = load_context(ctl.config)
+
+
+def _opportunistic(ctl: Ctl, n: int) -> list[int]:
+    script = render_job_script(USER_SCRIPT, [], "sys", "opportunistic", directives=["--signal=B:USR1@20"])
+    ids = []
+    for i in range(n):
+        name = f"{ctl.tag}-opp{i}"
+        args = ["-A", "sys", "-q", "opportunistic", "-J", name, "-t", "10", "--gres=gpu:8", "--requeue",
+                "--chdir", str(ctl.jobs_dir), "-o", str(ctl.jobs_dir / f"{name}-%j.out"), "--open-mode=append"]  # fmt: skip
+        jid = ctl.lab.backend("carol").submit(script, args)
+        ctl.mine.add(jid)
+        ids.append(jid)
+    return ids
+
+
+def test_victim_checkpoints_on_its_signal_is_requeued_held_and_the_owner_starts_after(ctl: Ctl) -> None:
+    _with_notice(ctl, 60)
+    opp = _opportunistic(ctl, 4)  # the whole cluster
+    ctl.until(
+        lambda: all(ctl.job(j).state == "running" for j in opp), what=lambda: [ctl.job(j).reason for j in opp]
+    )
+    time.sleep(2)  # the jobs' shells have set their traps
+    owner = ctl.submit("alice", "cv", 8, qos="prior", sleep=30)
+    ctl.cycle()
+    told = [j for j in opp if ctl.job(j).notice_until is not None or ctl.job(j).state == "preempted"]
+    assert len(told) == 1, [ctl.job(j).reason for j in opp]
+    (victim,) = told
+    assert ctl.job(owner).state == "queued" and f"waiting for job {victim} to leave" in (
+        ctl.job(owner).reason or ""
+    )
+    # the trap ran: the checkpoint file exists, and the job left well before its 20 s notice ended
+    ckpt = ctl.lab.wait_for_file(ctl.jobs_dir / f"ckpt-{victim}", "saved at", timeout_s=20)
+    saved_at = int(ckpt.split()[-1])
+    ctl.until(
+        lambda: ctl.job(owner).state in ("placed", "running"),
+        timeout_s=40,
+        what=lambda: ctl.job(owner).reason,
+    )
+    held = ctl.lab.wait_for(victim, {"PENDING"}, held=True, timeout_s=20)
+    assert held.reason == "job_requeued_in_held_state"
+    assert ctl.job(victim).state == "preempted" and ctl.job(victim).preemptions == 1
+    ctl.until(lambda: ctl.job(owner).state == "running", timeout_s=40, what=lambda: ctl.job(owner).reason)
+    started = ctl.job(owner).start_time
+    assert started is not None and started >= dt.datetime.fromtimestamp(saved_at, dt.UTC).replace(tzinfo=None)
+    assert ctl.job(owner).placement == ctl.job(victim).placement

@@ -1,0 +1,207 @@
+"""Preemption with notice through whole controller cycles (fake Slurm running the real job_submit.lua):
+the victim gets the signal it asked for, keeps its GPUs until it leaves or its notice ends, and the
+preempting job starts after; a controller stopped mid-notice carries on."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hivebatch.controller import observe
+from tests.unit.controller_support import NOTICE_CONFIG, Env, make_env
+
+CHECKPOINTING = "#!/bin/bash\n#SBATCH --signal=B:USR1@60\ntrap 'save' USR1\nsrun train.py & wait\n"
+PLAIN = "#!/bin/sh\ntrain.py\n"
+
+
+class Clock:
+    """Moves the controller's clock and the fake Slurm's together."""
+
+    def __init__(self, env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.env = env
+        self.offset = dt.timedelta()
+        real = observe.utcnow
+        monkeypatch.setattr(observe, "utcnow", lambda: real() + self.offset)
+
+    def advance(self, seconds: float) -> None:
+        self.offset += dt.timedelta(seconds=seconds)
+        self.env.slurm.advance(seconds)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    yield make_env(tmp_path, NOTICE_CONFIG)
+
+
+@pytest.fixture
+def clock(env: Env, monkeypatch: pytest.MonkeyPatch) -> Clock:
+    return Clock(env, monkeypatch)
+
+
+def _opportunistic(env: Env, script: str = PLAIN) -> list[int]:
+    args = ["-A", "sys", "-q", "opportunistic", "--gres=gpu:8"]
+    ids = [env.slurm.as_user("carol").submit(script, args) for _ in range(4)]
+    assert env.cycle().placed == 4
+    env.cycle()  # they run
+    return ids
+
+
+def _signalled(env: Env, ids: list[int]) -> dict[int, list[tuple[str, str]]]:
+    return {j: env.slurm.signals_sent(j) for j in ids if env.slurm.signals_sent(j)}
+
+
+def test_victim_gets_its_own_signal_keeps_its_gpus_and_is_requeued_when_the_notice_ends(
+    env: Env, clock: Clock
+) -> None:
+    opp = _opportunistic(env, CHECKPOINTING)
+    owner = env.submit("alice", "cv", 8, qos="prior")
+    report = env.cycle()
+    assert report.placed == 0 and report.preempted == 0
+    (victim,) = _signalled(env, opp)
+    # B:USR1@60: the batch shell alone, and a 60 s notice (less than the 120 s default: it asked for less)
+    assert env.slurm.signals_sent(victim) == [("USR1", "batch")]
+    row = env.job(victim)
+    assert row.state == "running" and row.notice_until is not None and row.intent is None
+    assert env.slurm.job(victim).state == "RUNNING"
+    waiting = env.job(owner)
+    assert waiting.state == "queued"
+    assert (
+        waiting.reason
+        == f"waiting for job {victim} to leave its GPUs, notice ends at {row.notice_until:%Y-%m-%d %H:%M:%S} UTC"
+    )
+    assert (row.notice_until - report.started).total_seconds() == pytest.approx(60, abs=1)
+
+    clock.advance(30)  # mid-notice: the same wait, no second signal, no other victim
+    env.cycle()
+    assert _signalled(env, opp) == {victim: [("USR1", "batch")]}
+    assert env.job(owner).state == "queued" and env.slurm.job(victim).state == "RUNNING"
+
+    clock.advance(31)  # the notice is over: requeued and held, the owner placed on its GPUs
+    report = env.cycle()
+    assert report.preempted == 1 and report.placed == 1
+    sv = env.slurm.job(victim)
+    assert sv.state == "PENDING" and sv.reason == "job_requeued_in_held_state"
+    assert env.job(victim).state == "preempted" and env.job(victim).notice_until is None
+    assert env.slurm.job(owner).gpus == {n: list(ix) for n, ix in env.job(victim).placement.items()}
+
+
+def test_a_job_without_signal_gets_sigterm_everywhere_and_the_class_notice(env: Env, clock: Clock) -> None:
+    opp = _opportunistic(env)
+    env.submit("alice", "cv", 8, qos="prior")
+    report = env.cycle()
+    (victim,) = _signalled(env, opp)
+    assert env.slurm.signals_sent(victim) == [("TERM", "all")]
+    assert (env.job(victim).notice_until - report.started).total_seconds() == pytest.approx(120, abs=1)
+
+
+def test_victim_leaving_early_is_requeued_and_the_owner_starts_at_once(env: Env, clock: Clock) -> None:
+    opp = _opportunistic(env, CHECKPOINTING)
+    owner = env.submit("alice", "cv", 8, qos="prior")
+    env.cycle()
+    (victim,) = _signalled(env, opp)
+    clock.advance(5)
+    env.slurm.finish(victim)  # its trap saved a checkpoint and the script ended
+    report = env.cycle()
+    assert report.placed == 1
+    sv = env.slurm.job(victim)
+    assert sv.state == "PENDING" and sv.held
+    assert ("requeue_hold", (victim,)) in [(c[1], c[2]) for c in env.slurm.calls]
+    assert env.job(victim).state == "preempted"
+    assert env.job(owner).state == "placed"
+
+
+def test_victim_that_requeues_itself_is_held(env: Env, clock: Clock) -> None:
+    opp = _opportunistic(env, CHECKPOINTING)
+    env.submit("alice", "cv", 8, qos="prior")
+    env.cycle()
+    (victim,) = _signalled(env, opp)
+    owner = env.slurm.as_user("carol")  # `scontrol requeue $SLURM_JOB_ID` in its trap: pending, not held
+    owner.requeue_hold(victim)
+    owner.release(victim)
+    assert not env.slurm.job(victim).held
+    env.cycle()
+    assert env.slurm.job(victim).held and env.job(victim).state == "preempted"
+
+
+def test_owner_cancelling_in_notice_ends_the_job(env: Env, clock: Clock) -> None:
+    opp = _opportunistic(env)
+    env.submit("alice", "cv", 8, qos="prior")
+    env.cycle()
+    (victim,) = _signalled(env, opp)
+    env.slurm.as_user("carol").cancel(victim)
+    env.cycle()
+    assert env.job(victim).state == "cancelled" and env.slurm.job(victim).state == "CANCELLED"
+
+
+def test_a_controller_stopped_before_the_signal_sends_it_next_cycle(env: Env, clock: Clock) -> None:
+    opp = _opportunistic(env)
+    env.submit("alice", "cv", 8, qos="prior")
+    broken = env.ctl
+    sent = broken.signal
+    broken.signal = lambda *a: (_ for _ in ()).throw(KeyboardInterrupt())  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        env.cycle(broken)
+    assert _signalled(env, opp) == {}
+    (victim,) = [j for j in opp if env.job(j).intent == "notice"]
+    until = env.job(victim).notice_until
+    broken.signal = sent  # type: ignore[method-assign]
+    env.cycle()
+    assert _signalled(env, opp) == {victim: [("TERM", "all")]}
+    assert env.job(victim).notice_until == until and env.job(victim).intent is None
+
+
+def test_the_victim_that_ran_the_shortest_is_told_to_leave(env: Env, clock: Clock) -> None:
+    opp = _opportunistic(env)
+    clock.advance(3600)
+    env.slurm.finish(opp[2])  # node3 frees up, and a fresh opportunistic job takes it
+    env.cycle()
+    fresh = env.slurm.as_user("carol").submit(PLAIN, ["-A", "sys", "-q", "opportunistic", "--gres=gpu:8"])
+    env.cycle()
+    env.cycle()
+    assert env.job(fresh).state == "running"
+    clock.advance(60)
+    env.submit("alice", "cv", 8, qos="prior")
+    env.cycle()
+    # an hour of 8 GPUs' work on each of the others, one minute on the fresh one
+    assert _signalled(env, [*opp, fresh]) == {fresh: [("TERM", "all")]}
+
+
+def test_a_lower_class_of_the_same_vc_gets_its_notice_too(env: Env, clock: Clock) -> None:
+    low = env.submit("alice", "cv", 8, qos="normal")
+    env.cycle()
+    env.cycle()
+    assert env.job(low).state == "running"
+    high = env.submit("alice", "cv", 8, qos="urgent")
+    env.cycle()
+    assert env.slurm.signals_sent(low) == [("TERM", "all")]
+    assert env.job(high).state == "queued" and f"job {low} to leave" in (env.job(high).reason or "")
+    clock.advance(121)
+    env.cycle()
+    assert env.job(low).state == "preempted" and env.job(high).state == "placed"
+
+
+def test_a_notice_that_ended_while_the_controller_was_down_is_carried_out(env: Env, clock: Clock) -> None:
+    opp = _opportunistic(env)
+    owner = env.submit("alice", "cv", 8, qos="prior")
+    env.cycle()
+    (victim,) = _signalled(env, opp)
+    clock.advance(600)  # no cycle for ten minutes
+    report = env.cycle()
+    assert report.preempted == 1 and report.placed == 1
+    assert env.slurm.job(victim).held and env.job(victim).state == "preempted"
+    assert env.job(owner).state == "placed"
+    assert env.slurm.signals_sent(victim) == [("TERM", "all")]  # told once, not again
+
+
+def test_the_waiting_job_is_predicted_to_start_when_the_notice_ends(env: Env, clock: Clock) -> None:
+    low = env.submit("alice", "cv", 8, qos="normal", time_limit_s=36000)
+    env.cycle()
+    env.cycle()
+    high = env.submit("alice", "cv", 8, qos="urgent")
+    env.cycle()
+    until = env.job(low).notice_until
+    assert until is not None
+    assert env.job(high).predicted_start == until  # not the victim's ten-hour time limit
