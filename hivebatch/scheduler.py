@@ -14,6 +14,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from hivebatch.fairshare import reorder
+from hivebatch.reservation import Forkable, Reservation, shadow_time
+
 if TYPE_CHECKING:
     from hivebatch.cells import Request
     from hivebatch.qos import Plan, Platform, Shape, Task
@@ -103,40 +106,80 @@ class _Round:
     # Within a round the allocator's free capacity only shrinks (except through preemption), so a
     # request shape that was refused stays refused: remember it instead of asking again.
     refused: dict[tuple[str, int, int, str | None, int], Placement] = field(default_factory=dict)
+    # Shapes that would delay their VC's reservation whatever their length (see Reservation.admits)
+    delaying: set[tuple[str, int, int, str | None, int]] = field(default_factory=set)
+    ends: dict[str, float] = field(default_factory=dict)  # expected end of every job holding GPUs
+
+    def _key(self, task: Task, shape: Shape) -> tuple[str, int, int, str | None, int]:
+        return (task.vc, shape.gpus, shape.d_node, task.gpu_type, self.prio(task))
+
+    def request(self, task: Task, shape: Shape) -> Request:
+        from hivebatch.cells import Request
+
+        return Request(
+            job_id=str(task.job_id),
+            vc=task.vc,
+            gpus=shape.gpus,
+            nodes=shape.d_node,
+            gpu_type=task.gpu_type,
+            within=None,
+            priority=self.prio(task),
+        )
 
     def allocate(self, task: Task, shape: Shape) -> Placement:
         """The allocator's answer for ``task`` on ``shape``, reusing a refusal seen this round."""
-        from hivebatch.cells import Request
-
-        key = (task.vc, shape.gpus, shape.d_node, task.gpu_type, self.prio(task))
+        key = self._key(task, shape)
         decision = self.refused.get(key)
         if decision is None:
-            decision = self.alloc.allocate(
-                Request(
-                    job_id=str(task.job_id),
-                    vc=task.vc,
-                    gpus=shape.gpus,
-                    nodes=shape.d_node,
-                    gpu_type=task.gpu_type,
-                    within=None,
-                    priority=self.prio(task),
-                )
-            )
+            decision = self.alloc.allocate(self.request(task, shape))
             if decision.result != "placed":
                 self.refused[key] = decision
             elif decision.preempted:
                 self.refused.clear()  # preemption freed GPUs beyond what this job took
+                self.delaying.clear()
         return decision
 
-    def place(self, plan: Plan) -> Outcome:
-        """Try ``plan``'s shapes in preference order; the first placed wins, else wait or reject."""
+    def admitted(self, plan: Plan, shape: Shape, res: Reservation) -> bool:
+        """Whether ``plan``'s task on ``shape`` leaves ``res``'s head its start time."""
+        end = self.now + _predicted_latency(plan, shape, self.platform)
+        if end <= res.shadow.start:
+            return True  # gone before the head starts
+        key = self._key(plan.task, shape)
+        if key in self.delaying:  # as long a job on the same shape was refused: no need to ask again
+            return False
+        assert isinstance(self.alloc, Forkable)
+        if res.admits(self.alloc, self.request(plan.task, shape), end, self.ends, self.now):
+            return True
+        self.delaying.add(key)
+        return False
+
+    def reserve(self, plan: Plan) -> Reservation | None:
+        """A reservation for ``plan``'s task, the head of its VC, on its first shape (None: no start known)."""
+        assert isinstance(self.alloc, Forkable)
+        req = self.request(plan.task, plan.shapes[0])
+        found = shadow_time(self.alloc.fork(), req, self.ends, self.now)
+        return Reservation(str(plan.task.job_id), req, found) if found is not None else None
+
+    def place(self, plan: Plan, res: Reservation | None = None) -> Outcome:
+        """Try ``plan``'s shapes in preference order; the first placed wins, else wait or reject.
+
+        With ``res`` (the reservation of the task's VC) a shape is tried only if it does not delay it.
+        """
         task = plan.task
         waiting_reason: str | None = None
         rejected_error: str | None = None
         for shape in plan.shapes:
+            if (
+                res is not None
+                and self._key(task, shape) not in self.refused
+                and not self.admitted(plan, shape, res)
+            ):
+                waiting_reason = waiting_reason or res.refusal()
+                continue
             decision = self.allocate(task, shape)
             if decision.result == "placed":
                 lat = _predicted_latency(plan, shape, self.platform)
+                self.ends[str(task.job_id)] = self.now + lat
                 return Outcome(
                     task,
                     "placed",
@@ -170,6 +213,7 @@ def _plan_in_order(
     platform: Platform,
     limits: Mapping[str, int] | None,
     prio: Callable[[Task], int],
+    reserving: bool = False,
 ) -> list[Plan]:
     """The policy's plans: guaranteed tasks (under ``limits``) first, then opportunistic ones."""
     guaranteed = [t for t in task_list if prio(t) >= 0]
@@ -182,9 +226,39 @@ def _plan_in_order(
         if guaranteed
         else []
     )
+    if reserving and limits is not None and not all(p.shapes for p in plans):
+        plans = _unlimited_order(plans, guaranteed, now, policy, platform)
     if opportunistic:
         plans += list(policy.plan(opportunistic, now, platform, None))
     return plans
+
+
+def _unlimited_order(
+    plans: list[Plan], guaranteed: list[Task], now: float, policy: Planner, platform: Platform
+) -> list[Plan]:
+    """The plans in the order the policy gives without limits, each keeping its shapes under them.
+
+    A task larger than its VC's free GPUs gets no shape under the limits, and the policies put such
+    plans last: a stream of small jobs would then always come first and the large one would never
+    become its VC's head. Without limits it keeps its place in the queue (and the shapes it needs
+    for its reservation); tasks the limits leave shapes for keep those.
+    """
+    limited = {str(p.task.job_id): p for p in plans}
+    out: list[Plan] = []
+    for free in policy.plan(guaranteed, now, platform, None):
+        mine = limited[str(free.task.job_id)]
+        out.append(mine if mine.shapes else free)
+    return out
+
+
+def _fair(plans: list[Plan], usage: Mapping[str, float], prio: Callable[[Task], int]) -> list[Plan]:
+    """Guaranteed plans of one VC and class re-ordered by their users' recent usage, in their own slots."""
+    return reorder(
+        plans,
+        lambda p: (p.task.vc, p.task.cls, bool(p.shapes)) if prio(p.task) >= 0 else None,
+        lambda p: p.task.user,
+        usage,
+    )
 
 
 def schedule_round(
@@ -197,6 +271,8 @@ def schedule_round(
     *,
     limits: Mapping[str, int] | None = None,
     priority_of: Callable[[Task], int] | None = None,
+    ends: Mapping[str, float] | None = None,
+    usage: Mapping[str, float] | None = None,
 ) -> list[Outcome]:
     """Plan the waiting ``tasks`` with ``policy`` and place them on ``alloc``, in the policy's order.
 
@@ -205,6 +281,11 @@ def schedule_round(
     task to its cell priority; by default tasks in ``opportunistic_task_ids`` get -1, others 0.
     A policy with ``strict_order = True`` (e.g. FIFO) blocks per VC: once one of a VC's tasks waits,
     that VC's later tasks wait too, so nothing overtakes the head of its queue.
+    ``ends`` (job id -> expected end, epoch s, of each job holding GPUs) turns on backfill
+    reservations (hivebatch.reservation) when ``alloc`` can be copied: the first guaranteed task of
+    each VC that waits is given a start time, and the VC's later tasks start only if they do not
+    delay it. ``usage`` (user -> recent GPU-hours, hivebatch.fairshare) turns on fairshare: the
+    guaranteed tasks of one VC and class take their group's turns lowest usage first.
     Placements (and the preemptions they cause) are applied to ``alloc``; the caller requeues the
     jobs listed in ``Outcome.preempted``.
     """
@@ -218,25 +299,43 @@ def schedule_round(
             return priority_of(task)
         return default_priority(task, opp_ids)
 
-    plans = _plan_in_order(task_list, now, policy, platform, limits, prio)
+    reserving = ends is not None and isinstance(alloc, Forkable)
+    plans = _plan_in_order(task_list, now, policy, platform, limits, prio, reserving)
+    if usage is not None:
+        plans = _fair(plans, usage, prio)
     strict = bool(getattr(policy, "strict_order", False))
-    round_ = _Round(alloc, now, platform, prio)
+    round_ = _Round(alloc, now, platform, prio, ends=dict(ends or {}))
     outcomes: list[Outcome] = []
     blocked_by: dict[str, str] = {}  # VC -> the task at the head of its queue that waits
+    reserved: dict[str, Reservation | None] = {}  # VC -> its head's reservation (None: no start known)
     for plan in plans:
         task = plan.task
-        if task.vc in blocked_by and prio(task) >= 0:
+        guaranteed = prio(task) >= 0
+        if task.vc in blocked_by and guaranteed:
             head = blocked_by[task.vc]
             outcomes.append(
                 Outcome(task, "waiting", reason=f"behind job {head} in arrival order", slack=plan.slack)
             )
             continue
-        outcome = round_.place(plan)
+        outcome = round_.place(plan, reserved.get(task.vc) if guaranteed else None)
         outcomes.append(outcome)
-        if outcome.result == "waiting" and plan.shapes and strict and prio(task) >= 0:
+        if outcome.result != "waiting" or not plan.shapes or not guaranteed:
+            continue
+        if reserving and task.vc not in reserved:
+            reserved[task.vc] = res = round_.reserve(plan)
+            if res is not None:
+                _mark_reserved(outcome, res, plan, platform)
+        if strict:
             blocked_by[task.vc] = str(task.job_id)
     planned = {str(o.task.job_id) for o in outcomes}
     for task in task_list:
         if str(task.job_id) not in planned:
             outcomes.append(Outcome(task, "waiting", reason="the policy chose not to start it now"))
     return outcomes
+
+
+def _mark_reserved(outcome: Outcome, res: Reservation, plan: Plan, platform: Platform) -> None:
+    """The head's outcome says when and where it is expected to start."""
+    outcome.reason = res.reason()
+    outcome.predicted_start = res.shadow.start
+    outcome.predicted_end = res.shadow.start + _predicted_latency(plan, plan.shapes[0], platform)

@@ -268,6 +268,10 @@ class CellAllocator(CellState):
     def snapshot(self) -> dict[str, Any]:
         return _snapshot.snapshot(self)
 
+    def fork(self) -> CellAllocator:
+        """A separate copy with the same bindings, jobs, bad nodes and outside work (what-if walks)."""
+        return type(self).restore(self.spec, self.snapshot())
+
     @classmethod
     def restore(cls, spec: ClusterSpec, snap: dict[str, Any]) -> CellAllocator:
         _snapshot.check_version(snap)

@@ -109,6 +109,7 @@ class Task:
     time_limit_s: float | None = None
     gpu_type: str | None = None
     weight: float = 1.0
+    user: str | None = None  # whose job: fairshare orders a VC's jobs of one class by user
 
     def __post_init__(self) -> None:
         if self.model is not None and (

@@ -25,6 +25,7 @@ for comparison, not a cell allocator.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,6 +170,14 @@ class QuotaPool:
             self._used[req.vc] += req.gpus
             self._jobs[str(req.job_id)] = _PoolJob(req.vc, d.placement, req.gpus)
         return d
+
+    def fork(self) -> QuotaPool:
+        """A separate copy (backfill reservations try what-ifs on it)."""
+        return copy.deepcopy(self)
+
+    def jobs(self) -> dict[str, Any]:
+        """The jobs holding GPUs, by id."""
+        return dict(self._jobs)
 
     def release(self, job_id: str) -> None:
         job = self._jobs.pop(str(job_id))
