@@ -56,6 +56,32 @@ def usage_by_user(runs: Iterable[Run], now: float, half_life_s: float) -> dict[s
     return out
 
 
+class DecayedUsage:
+    """Running per-user totals for a clock that only moves forward (the simulator).
+
+    A user's total is kept as its value at the time of its last addition, so reading it later costs
+    one decay factor instead of a walk over every past run.
+    """
+
+    def __init__(self, half_life_s: float) -> None:
+        self.half_life_s = half_life_s
+        self._value: dict[str, tuple[float, float]] = {}  # user -> (decayed GPU-hours, as of time)
+
+    def add(self, run: Run) -> None:
+        """Count a finished (or cut short) run."""
+        value, at = self._value.get(run.user, (0.0, run.end))
+        t = max(at, run.end)
+        value = value * decay(t - at, self.half_life_s) + decayed_gpu_hours(run, t, self.half_life_s)
+        self._value[run.user] = (value, t)
+
+    def at(self, now: float, running: Iterable[Run] = ()) -> dict[str, float]:
+        """Each user's decayed GPU-hours at ``now``, with the runs still going counted up to now."""
+        out = {u: v * decay(now - t, self.half_life_s) for u, (v, t) in self._value.items()}
+        for r in running:
+            out[r.user] = out.get(r.user, 0.0) + decayed_gpu_hours(r, now, self.half_life_s)
+        return out
+
+
 def reorder(
     items: Sequence[T],
     group: Callable[[T], Hashable | None],

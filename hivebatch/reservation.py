@@ -4,12 +4,18 @@ Jobs wait held in Slurm, so Slurm's own backfill never sees them; without this a
 waits for ever behind a stream of small ones, each taking the GPUs another one freed. The rule is
 EASY backfill on the cells:
 
-* The *head* of a VC is its first guaranteed task, in the policy's order, that cannot be placed.
+* The *head* of a VC is its first guaranteed task, in the policy's order, that cannot be placed —
+  unless one of its guaranteed tasks has waited ``starve_after_s`` or longer: then the head is the
+  one of those of the highest cell priority that arrived first. The policy's order alone does not
+  prevent starvation: the QoS policy puts a task past its expected completion behind every task
+  that can still meet its own, so under a steady stream of small jobs a large job that waited long
+  would never be first again. A starving head that fits now starts before the VC's other tasks.
 * Its *shadow time* is the earliest time it fits: on a scratch copy of the allocator the running
   jobs are released in order of their expected ends (predicted end, else time limit), and after
   each instant the head's request is tried again. Jobs whose end nobody knows are never released;
   a head that fits only after one of them gets no reservation.
-* A later task of the same VC may start now only if it does not delay the head: either it ends
+* Any other task of the VC that may not preempt the head (a cell priority no higher than the
+  head's) starts now only if it does not delay the head: either it ends
   (now + its predicted latency, else its time limit) by the shadow time, or, placed on a scratch
   copy, the head's shadow time stays the same.
 
@@ -29,6 +35,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+#: a task waiting this long gets its VC's reservation whatever the policy's order (see the module doc)
+DEFAULT_STARVE_AFTER_S = 12 * 3600.0
 
 if TYPE_CHECKING:
     from hivebatch.cells import Request

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from hivebatch.fairshare import reorder
-from hivebatch.reservation import Forkable, Reservation, shadow_time
+from hivebatch.reservation import DEFAULT_STARVE_AFTER_S, Forkable, Reservation, shadow_time
 
 if TYPE_CHECKING:
     from hivebatch.cells import Request
@@ -153,12 +153,46 @@ class _Round:
         self.delaying.add(key)
         return False
 
+    def fits_now(self, plan: Plan) -> bool:
+        """Whether any of ``plan``'s shapes could be placed now (asking only; nothing is placed)."""
+        assert isinstance(self.alloc, Forkable)
+        scratch = self.alloc.fork()
+        return any(scratch.try_allocate(self.request(plan.task, s)).result == "placed" for s in plan.shapes)
+
     def reserve(self, plan: Plan) -> Reservation | None:
-        """A reservation for ``plan``'s task, the head of its VC, on its first shape (None: no start known)."""
+        """A reservation for ``plan``'s task on its first shape (None: no start known)."""
         assert isinstance(self.alloc, Forkable)
         req = self.request(plan.task, plan.shapes[0])
         found = shadow_time(self.alloc.fork(), req, self.ends, self.now)
         return Reservation(str(plan.task.job_id), req, found) if found is not None else None
+
+    def heads(
+        self, plans: list[Plan], starve_after_s: float
+    ) -> tuple[dict[str, Reservation | None], set[str]]:
+        """Each VC's head — its guaranteed task of the highest cell priority that arrived first — and
+        either the head's reservation (it cannot start now) or its id in the second set (it can: it
+        starts before the VC's other tasks, so none of them takes its room). A head whose start
+        nobody can tell (a job it waits for has no known end) gets neither."""
+        assert isinstance(self.alloc, Forkable)
+        ranked = sorted(
+            (
+                p
+                for p in plans
+                if p.shapes and self.prio(p.task) >= 0 and self.now - p.task.arrival >= starve_after_s
+            ),
+            key=lambda p: (-self.prio(p.task), p.task.arrival, str(p.task.job_id)),
+        )
+        reserved: dict[str, Reservation | None] = {}
+        first: set[str] = set()
+        for plan in ranked:
+            if plan.task.vc in reserved:
+                continue
+            if self.fits_now(plan):
+                first.add(str(plan.task.job_id))
+                reserved[plan.task.vc] = None
+            else:
+                reserved[plan.task.vc] = self.reserve(plan)
+        return reserved, first
 
     def place(self, plan: Plan, res: Reservation | None = None) -> Outcome:
         """Try ``plan``'s shapes in preference order; the first placed wins, else wait or reject.
@@ -252,10 +286,14 @@ def _unlimited_order(
 
 
 def _fair(plans: list[Plan], usage: Mapping[str, float], prio: Callable[[Task], int]) -> list[Plan]:
-    """Guaranteed plans of one VC and class re-ordered by their users' recent usage, in their own slots."""
+    """Guaranteed plans of one VC and class re-ordered by their users' recent usage, in their own slots.
+
+    Plans that can still meet their expected completion and plans that cannot are separate groups:
+    fairshare decides whose job goes first, not whose job is given up on.
+    """
     return reorder(
         plans,
-        lambda p: (p.task.vc, p.task.cls, bool(p.shapes)) if prio(p.task) >= 0 else None,
+        lambda p: (p.task.vc, p.task.cls, bool(p.shapes), p.meets_qos) if prio(p.task) >= 0 else None,
         lambda p: p.task.user,
         usage,
     )
@@ -273,6 +311,7 @@ def schedule_round(
     priority_of: Callable[[Task], int] | None = None,
     ends: Mapping[str, float] | None = None,
     usage: Mapping[str, float] | None = None,
+    starve_after_s: float = DEFAULT_STARVE_AFTER_S,
 ) -> list[Outcome]:
     """Plan the waiting ``tasks`` with ``policy`` and place them on ``alloc``, in the policy's order.
 
@@ -282,9 +321,9 @@ def schedule_round(
     A policy with ``strict_order = True`` (e.g. FIFO) blocks per VC: once one of a VC's tasks waits,
     that VC's later tasks wait too, so nothing overtakes the head of its queue.
     ``ends`` (job id -> expected end, epoch s, of each job holding GPUs) turns on backfill
-    reservations (hivebatch.reservation) when ``alloc`` can be copied: the first guaranteed task of
-    each VC that waits is given a start time, and the VC's later tasks start only if they do not
-    delay it. ``usage`` (user -> recent GPU-hours, hivebatch.fairshare) turns on fairshare: the
+    reservations (hivebatch.reservation) when ``alloc`` can be copied: each VC's head (its first
+    guaranteed task that waits, or its oldest one once that has waited ``starve_after_s``) is given
+    a start time, and the VC's other tasks start only if they do not delay it. ``usage`` (user -> recent GPU-hours, hivebatch.fairshare) turns on fairshare: the
     guaranteed tasks of one VC and class take their group's turns lowest usage first.
     Placements (and the preemptions they cause) are applied to ``alloc``; the caller requeues the
     jobs listed in ``Outcome.preempted``.
@@ -305,33 +344,58 @@ def schedule_round(
         plans = _fair(plans, usage, prio)
     strict = bool(getattr(policy, "strict_order", False))
     round_ = _Round(alloc, now, platform, prio, ends=dict(ends or {}))
+    reserved, first = round_.heads(plans, starve_after_s) if reserving else ({}, set())
+    if first:
+        plans = _heads_first(plans, first, prio)
     outcomes: list[Outcome] = []
     blocked_by: dict[str, str] = {}  # VC -> the task at the head of its queue that waits
-    reserved: dict[str, Reservation | None] = {}  # VC -> its head's reservation (None: no start known)
     for plan in plans:
         task = plan.task
-        guaranteed = prio(task) >= 0
-        if task.vc in blocked_by and guaranteed:
+        if task.vc in blocked_by and prio(task) >= 0:
             head = blocked_by[task.vc]
             outcomes.append(
                 Outcome(task, "waiting", reason=f"behind job {head} in arrival order", slack=plan.slack)
             )
             continue
-        outcome = round_.place(plan, reserved.get(task.vc) if guaranteed else None)
-        outcomes.append(outcome)
-        if outcome.result != "waiting" or not plan.shapes or not guaranteed:
-            continue
-        if reserving and task.vc not in reserved:
-            reserved[task.vc] = res = round_.reserve(plan)
-            if res is not None:
+        res = reserved.get(task.vc)
+        if res is not None and res.job_id == str(task.job_id):
+            outcome = round_.place(plan)  # a preemption earlier in the round may have made room
+            if outcome.result == "waiting":
                 _mark_reserved(outcome, res, plan, platform)
-        if strict:
+            else:
+                reserved[task.vc] = None
+        else:
+            # the head's reservation binds the tasks of its VC that may not preempt it
+            binding = res is not None and 0 <= prio(task) <= res.head.priority
+            outcome = round_.place(plan, res if binding else None)
+            waits = outcome.result == "waiting" and plan.shapes and prio(task) >= 0
+            if reserving and waits and task.vc not in reserved:
+                # no task of this VC starves: its first task in the policy's order that waits is the head
+                reserved[task.vc] = res = round_.reserve(plan)
+                if res is not None:
+                    _mark_reserved(outcome, res, plan, platform)
+        outcomes.append(outcome)
+        if outcome.result == "waiting" and plan.shapes and strict and prio(task) >= 0:
             blocked_by[task.vc] = str(task.job_id)
     planned = {str(o.task.job_id) for o in outcomes}
     for task in task_list:
         if str(task.job_id) not in planned:
             outcomes.append(Outcome(task, "waiting", reason="the policy chose not to start it now"))
     return outcomes
+
+
+def _heads_first(plans: list[Plan], first: set[str], prio: Callable[[Task], int]) -> list[Plan]:
+    """``plans`` with each head in ``first`` moved before the first task of its VC it may not preempt."""
+    out = list(plans)
+    for head in [p for p in plans if str(p.task.job_id) in first]:
+        out.remove(head)
+        rank = prio(head.task)
+        at = next(
+            (i for i, p in enumerate(out) if p.task.vc == head.task.vc and 0 <= prio(p.task) <= rank),
+            len(out),
+        )
+        out.insert(at, head)
+    return out
 
 
 def _mark_reserved(outcome: Outcome, res: Reservation, plan: Plan, platform: Platform) -> None:

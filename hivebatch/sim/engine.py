@@ -21,6 +21,7 @@ from typing import Any
 
 from hivebatch.cells import CellAllocator
 from hivebatch.errors import HivebatchError
+from hivebatch.fairshare import DecayedUsage, Run
 from hivebatch.qos import Shape, Task, get_policy, task_ect
 from hivebatch.scheduler import Outcome, schedule_round
 from hivebatch.sim.quota import QuotaPool
@@ -57,6 +58,7 @@ class JobRecord:
     lost_gpu_s: float = 0.0
     rejected: str | None = None
     token: int = 0
+    predicted_end: float | None = None  # what the scheduler expected when it started the current run
 
     @property
     def queue_s(self) -> float:
@@ -95,8 +97,15 @@ class Simulation:
         progress: Callable[[int, int], None] | None = None,
         after_round: Callable[[Simulation, float, list[Outcome]], None] | None = None,
         pool_nodes: list[str] | None = None,
+        backfill: bool = False,
+        fairshare_half_life_s: float | None = None,
     ) -> None:
-        """``pool_nodes``: quota mode only, the nodes the shared pool has (default: every node)."""
+        """``pool_nodes``: quota mode only, the nodes the shared pool has (default: every node).
+
+        ``backfill``: give each VC's waiting head a reservation (hivebatch.reservation) from the
+        running jobs' predicted ends. ``fairshare_half_life_s``: order a VC's jobs of one class by
+        their users' decayed GPU-hours (hivebatch.fairshare); None leaves the policy's order.
+        """
         if mode not in MODES:
             raise HivebatchError(f"unknown mode {mode!r}: use cells or quota")
         self.spec = spec
@@ -111,6 +120,8 @@ class Simulation:
         self.opportunistic = opportunistic and mode == "cells"
         self.progress = progress
         self.after_round = after_round
+        self.backfill = backfill
+        self.usage = DecayedUsage(fairshare_half_life_s) if fairshare_half_life_s else None
         self.vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
         if mode == "cells":
             self.alloc: Any = CellAllocator(spec)
@@ -148,8 +159,9 @@ class Simulation:
                 iters=None,
                 gpus=job.gpus,
                 shape=shape,
-                time_limit_s=job.duration_s,
+                time_limit_s=job.time_limit_s or job.duration_s,
                 gpu_type=job.gpu_type,
+                user=job.user,
             )
         return Task(
             job_id=job.job_id,
@@ -163,6 +175,7 @@ class Simulation:
             shape=None,
             time_limit_s=None,
             gpu_type=job.gpu_type,
+            user=job.user,
         )
 
     def _record_for(self, job: SimJob) -> JobRecord:
@@ -242,7 +255,28 @@ class Simulation:
             self.alloc.set_node_healthy(node)
             self.bad_now.discard(node)
 
+    def _count_usage(self, rec: JobRecord, now: float) -> None:
+        """The run that ends now counts towards its user's fairshare usage."""
+        if self.usage is not None and rec.job.user is not None and rec.start is not None:
+            self.usage.add(Run(rec.job.user, _gpus(rec.placement), rec.start, now))
+
+    def _usage(self, now: float) -> dict[str, float] | None:
+        if self.usage is None:
+            return None
+        running = (
+            Run(r.job.user, _gpus(r.placement), r.start, now)
+            for r in self.running.values()
+            if r.job.user is not None and r.start is not None
+        )
+        return self.usage.at(now, running)
+
+    def _ends(self) -> dict[str, float] | None:
+        if not self.backfill:
+            return None
+        return {jid: r.predicted_end for jid, r in self.running.items() if r.predicted_end is not None}
+
     def _finish(self, rec: JobRecord, now: float) -> None:
+        self._count_usage(rec, now)
         del self.running[rec.job.job_id]
         self.alloc.release(rec.job.job_id)
         if rec.job.job_id not in self.opp_ids:
@@ -257,7 +291,8 @@ class Simulation:
         for _ in range(100):  # re-plan after preemptions; bounded in case two jobs keep trading GPUs
             limits = self._limits()
             # A fixed-size job bigger than its VC's free GPUs would only come back "waiting"; leaving
-            # it out of the round saves planning it (unless a strict-order policy must see the head).
+            # it out of the round saves planning it (unless a strict-order policy must see the head,
+            # or backfill must reserve for it).
             tasks = [
                 r.task
                 for jid, r in self.waiting.items()
@@ -265,14 +300,27 @@ class Simulation:
                 or (
                     r.job.vc in dirty
                     and limits[r.job.vc] > 0
-                    and (self.strict or r.task.model is not None or r.job.gpus <= limits[r.job.vc])
+                    and (
+                        self.strict
+                        or self.backfill
+                        or r.task.model is not None
+                        or r.job.gpus <= limits[r.job.vc]
+                    )
                 )
             ]
             if not tasks:
                 return
             self.rounds += 1
             outcomes = schedule_round(
-                tasks, now, self.alloc, self.policy, self.platform, self.opp_ids, limits=limits
+                tasks,
+                now,
+                self.alloc,
+                self.policy,
+                self.platform,
+                self.opp_ids,
+                limits=limits,
+                ends=self._ends(),
+                usage=self._usage(now),
             )
             dirty = set()
             freed = False
@@ -302,6 +350,7 @@ class Simulation:
         run = self.runtime.run_time(rec.job, o.placement)
         rec.run_s = run
         rec.start = now
+        rec.predicted_end = o.predicted_end
         if rec.first_start is None:
             rec.first_start = now
         rec.token += 1
@@ -316,6 +365,7 @@ class Simulation:
         jid = rec.job.job_id
         if jid not in self.running:
             return
+        self._count_usage(rec, now)
         del self.running[jid]
         assert rec.start is not None
         gpus = _gpus(rec.placement)

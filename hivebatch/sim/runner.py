@@ -31,6 +31,8 @@ class Experiment:
     bad_nodes: list[BadNode] | None = None
     opportunistic: bool = True
     private_baseline: bool = True
+    backfill: bool = False  # backfill reservations for each VC's head (hivebatch.reservation)
+    fairshare_half_life_s: float | None = None  # per-user fairshare inside a VC and class; None: off
 
 
 def private_nodes(spec: Any, vc: str) -> list[str] | None:
@@ -67,6 +69,8 @@ def private_queues(
             opportunistic=False,
             progress=cb,
             pool_nodes=own,
+            backfill=exp.backfill,
+            fairshare_half_life_s=exp.fairshare_half_life_s,
         ).run()
         means = vc_queue_means(run.records)
         if vc in means:
@@ -92,6 +96,8 @@ def run_all(
                 bad_nodes=exp.bad_nodes,
                 opportunistic=exp.opportunistic,
                 progress=cb,
+                backfill=exp.backfill,
+                fairshare_half_life_s=exp.fairshare_half_life_s,
             )
             results.append(summarize(sim.run(), private))
     return results

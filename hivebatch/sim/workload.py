@@ -46,6 +46,8 @@ class SimJob:
     duration_s: float | None = None  # trace jobs: run time on the tightest placement of ``gpus``
     opportunistic: bool = False
     gpu_type: str | None = None
+    user: str | None = None  # whose job (fairshare orders a VC's jobs of one class by user)
+    time_limit_s: float | None = None  # trace jobs: the limit the scheduler sees (default: the run time)
 
     @property
     def is_trace_job(self) -> bool:

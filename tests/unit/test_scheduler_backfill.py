@@ -32,7 +32,7 @@ def _alloc(nodes: int = 1) -> CellAllocator:
     return CellAllocator(setup.build_spec(setup.node8_config({"a": nodes})))
 
 
-def _task(jid: str, gpus: int, limit_s: float, arrival: float = 0.0) -> Task:
+def _task(jid: str, gpus: int, limit_s: float, arrival: float = NOW - 60) -> Task:
     return Task(
         job_id=jid,
         vc="a",
@@ -127,3 +127,40 @@ def test_a_shape_less_large_task_under_limits_still_becomes_the_head() -> None:
     by = _run(alloc, tasks, {"r1": NOW + 1000}, limits={"a": 4})
     assert (by["head"].reason or "").startswith("reserved")
     assert by["long"].result == "waiting"
+
+
+def test_a_starving_task_that_fits_now_starts_before_the_policys_first() -> None:
+    alloc = _alloc()
+    young, old = _task("young", 8, 3600), _task("old", 8, 3600, arrival=NOW - 13 * 3600)
+    by = _run(alloc, [young, old], {})
+    assert by["old"].result == "placed" and by["young"].result == "waiting"
+    by = _run(_alloc(), [young, old], None)  # without reservations the policy's order decides
+    assert by["young"].result == "placed" and by["old"].result == "waiting"
+
+
+def test_a_starving_task_takes_the_reservation_from_the_policys_first() -> None:
+    alloc = _alloc()
+    alloc.adopt("r1", "a", 0, {"n0001": [0, 1, 2, 3]})
+    tasks = [_task("young", 8, 3600), _task("old", 8, 3600, arrival=NOW - 13 * 3600), _task("long", 1, 5000)]
+    by = _run(alloc, tasks, {"r1": NOW + 1000})
+    assert (by["old"].reason or "").startswith("reserved")
+    assert by["young"].result == "waiting" and not (by["young"].reason or "").startswith("reserved")
+    assert by["long"].result == "waiting"
+    # not starving yet: the first in the policy's order is the head
+    by = _run(_alloc_with_r1(), tasks, {"r1": NOW + 1000}, starve_after_s=14 * 3600)
+    assert (by["young"].reason or "").startswith("reserved") and by["long"].result == "waiting"
+
+
+def _alloc_with_r1() -> CellAllocator:
+    alloc = _alloc()
+    alloc.adopt("r1", "a", 0, {"n0001": [0, 1, 2, 3]})
+    return alloc
+
+
+def test_opportunistic_tasks_neither_hold_nor_obey_a_reservation() -> None:
+    alloc = CellAllocator(setup.build_spec(setup.node8_config({"a": 1, "b": 1})))  # b's node is idle
+    alloc.adopt("r1", "a", 0, {"n0001": [0, 1, 2, 3]})
+    tasks = [_task("head", 8, 3600), _task("opp", 1, 9000)]
+    by = _run(alloc, tasks, {"r1": NOW + 1000}, opportunistic_task_ids={"opp"})
+    assert (by["head"].reason or "").startswith("reserved")
+    assert by["opp"].result == "placed"  # the head preempts it when it starts
