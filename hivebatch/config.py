@@ -72,7 +72,14 @@ SCHEMA: dict[str, Any] = {
     "virtual_clusters": _ANY,
     "database": {"url": _ANY},
     "qos": {"classes": _ANY, "theta": _ANY, "startup_overhead_s": _ANY, "profiles": _ANY},
-    "controller": {"lock_file": _ANY, "interval_s": _ANY, "policy": _ANY},
+    "controller": {
+        "lock_file": _ANY,
+        "interval_s": _ANY,
+        "policy": _ANY,
+        "backfill": _ANY,
+        "starve_after_h": _ANY,
+        "fairshare_half_life_h": _ANY,
+    },
     "sharing": {
         "enabled": _ANY,
         "allow_mixed_nodes": _ANY,

@@ -15,12 +15,29 @@ if TYPE_CHECKING:
     from hivebatch.qos import Platform, Policy, ProfileStore, QosSettings
 
 DEFAULT_INTERVAL_S = 60.0
+DEFAULT_STARVE_AFTER_H = 12.0
+DEFAULT_FAIRSHARE_HALF_LIFE_H = 7 * 24.0
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
     interval_s: float
     policy: str
+    backfill: bool = True  # each VC's waiting head gets a reservation (hivebatch.reservation)
+    starve_after_s: float = DEFAULT_STARVE_AFTER_H * 3600.0  # a task waiting this long becomes the head
+    fairshare_half_life_s: float | None = DEFAULT_FAIRSHARE_HALF_LIFE_H * 3600.0  # None: no fairshare
+
+
+def _hours(section: dict[str, Any], key: str, default: float, example: str) -> float:
+    """``controller.<key>`` in hours (>= 0), as seconds."""
+    value = section.get(key, default)
+    try:
+        hours = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"controller.{key} must be a number of hours, e.g. {example}") from None
+    if not 0 <= hours < 1e6:
+        raise ConfigError(f"controller.{key} must be between 0 and 1000000 hours, e.g. {example}")
+    return hours * 3600.0
 
 
 @dataclass
@@ -47,7 +64,19 @@ def parse_settings(config_path: Path | None, data: dict[str, Any]) -> Controller
     if interval <= 0:
         raise ConfigError("controller.interval_s must be more than 0 seconds")
     policy = str(section.get("policy", "qos"))
-    return ControllerSettings(interval_s=interval, policy=policy)
+    backfill = section.get("backfill", True)
+    if not isinstance(backfill, bool):
+        raise ConfigError("controller.backfill must be true or false")
+    half_life = _hours(
+        section, "fairshare_half_life_h", DEFAULT_FAIRSHARE_HALF_LIFE_H, "168 (0 turns fairshare off)"
+    )
+    return ControllerSettings(
+        interval_s=interval,
+        policy=policy,
+        backfill=backfill,
+        starve_after_s=_hours(section, "starve_after_h", DEFAULT_STARVE_AFTER_H, "12"),
+        fairshare_half_life_s=half_life or None,
+    )
 
 
 def build_platform(spec: ClusterSpec, qos_settings: QosSettings) -> Platform:

@@ -18,6 +18,7 @@ from hivebatch.controller.decide import Decisions, Wait, decide
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation, observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
+from hivebatch.controller.reconcile.usage import recent_usage
 from hivebatch.controller.record import Recorder, set_state, write_gpu_map
 from hivebatch.db.models import Job, VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
@@ -152,6 +153,8 @@ def run_cycle(
         sync_vcs(session, ctx.spec, obs.now)
         ledger = sync_jobs(session, obs, rec, backend)
         rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
+        half_life = ctx.settings.fairshare_half_life_s
+        ledger.usage = recent_usage(session, obs.now, half_life) if half_life else None
         session.commit()
         t = mark("reconcile", t)
 

@@ -24,6 +24,7 @@ class Ledger:
     redo_preempt: list[Job] = field(default_factory=list)  # intent "preempt", Slurm job still running
     bad_nodes: set[str] = field(default_factory=set)
     sharing: SharingLedger | None = None  # GPU slices booked on top of ``alloc``
+    usage: dict[str, float] | None = None  # user -> recent decayed GPU-hours; None: no fairshare
 
     @property
     def cells(self) -> CellAllocator:

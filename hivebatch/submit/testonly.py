@@ -101,7 +101,7 @@ def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
     for j, req in _waiting_requests(ledger.jobs):
         tasks.append(builder.task(j, req, None))
         requests[str(j.slurm_job_id)] = req
-    mine = SimpleNamespace(slurm_job_id=TEST_ID, submit_time=now)
+    mine = SimpleNamespace(slurm_job_id=TEST_ID, submit_time=now, user=None)
     tasks.append(builder.task(mine, sub.request, sub.request.time_limit_s))
     requests[TEST_ID] = sub.request
 
