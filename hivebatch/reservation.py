@@ -21,11 +21,15 @@ EASY backfill on the cells:
 
 The second test asks the cell core itself instead of comparing GPU sets: a VC's cells are bound to
 physical cells only while used, so a small job on GPUs outside the head's predicted placement can
-still take the last virtual cell the head needs. Re-running the walk with the candidate placed is
-exact for the allocator's own rules (buddy cells, binding, bad nodes) and costs one allocator copy.
+still take the last virtual cell the head needs. The walk's copy is kept as the state at the shadow
+time (every job ending by then released); a candidate is adopted there on the GPUs it would take
+and the head tried beside it, which is exact for the allocator's own rules (buddy cells, binding,
+bad nodes) and costs one allocator copy per reservation, not per candidate.
 
-VCs do not share cells, so only a VC's own tasks are checked against its reservation; opportunistic
-tasks never are: a guaranteed job preempts them when it starts.
+VCs do not share cells, so only a VC's own tasks are checked against its reservation and the walk
+releases only the VC's own jobs (all VCs of a round walk on one copy). With GPU-count quotas on a
+shared pool (the simulator's quota mode) this ignores other VCs' jobs, so a head that needs them
+to end gets no reservation. Opportunistic tasks are never checked: a guaranteed job preempts them.
 """
 
 from __future__ import annotations
@@ -44,19 +48,27 @@ if TYPE_CHECKING:
     from hivebatch.scheduler import Placement
 
 
+class Held(Protocol):
+    """What the walk reads of a job an allocator holds."""
+
+    @property
+    def vc(self) -> str: ...
+
+
 class Scratch(Protocol):
     """An allocator copy the walk may change at will."""
 
-    def allocate(self, req: Request) -> Placement: ...
     def try_allocate(self, req: Request) -> Placement: ...
+    def adopt(self, job_id: str, vc: str, priority: int, placement: dict[str, list[int]]) -> Placement: ...
     def release(self, job_id: str) -> None: ...
-    def jobs(self) -> Mapping[str, object]: ...
+    def jobs(self) -> Mapping[str, Held]: ...
 
 
 @runtime_checkable
 class Forkable(Protocol):
-    """An allocator that can hand out a scratch copy of itself (the cell core, the quota pool)."""
+    """An allocator that answers what-ifs and hands out scratch copies (the cell core, the quota pool)."""
 
+    def try_allocate(self, req: Request) -> Placement: ...
     def fork(self) -> Scratch: ...
 
 
@@ -69,13 +81,18 @@ class Shadow:
 
 
 def shadow_time(scratch: Scratch, head: Request, ends: Mapping[str, float], now: float) -> Shadow | None:
-    """Release ``scratch``'s jobs in order of ``ends`` until ``head`` fits; None if it never does.
+    """Release the jobs of ``head``'s VC on ``scratch`` in order of ``ends`` until ``head`` fits; None
+    if it never does. ``scratch`` is left as it is at that time, without the head.
 
-    Jobs released at the same instant are released together before the head is tried again. An end
-    already past (a job running late) counts as now: it may end any moment.
+    Only the head's VC's jobs are released: its cells are its own, and another VC's jobs on the same
+    copy are left to that VC's walk. Jobs released at the same instant are released together before
+    the head is tried again. An end already past (a job running late) counts as now: it may end any
+    moment.
     """
     held = scratch.jobs()
-    order = sorted((max(now, e), j) for j, e in ends.items() if j in held and math.isfinite(e))
+    order = sorted(
+        (max(now, e), j) for j, e in ends.items() if j in held and held[j].vc == head.vc and math.isfinite(e)
+    )
     i = 0
     while i < len(order):
         t = order[i][0]
@@ -90,28 +107,31 @@ def shadow_time(scratch: Scratch, head: Request, ends: Mapping[str, float], now:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Reservation:
-    """The head of one VC, its shadow time and the GPUs it is expected to take then."""
+    """The head of one VC, its shadow time, and the allocator as it will be then.
+
+    ``then`` is the scratch copy the walk left: every job expected to end by the shadow time gone,
+    the head not yet placed. A task admitted although it runs past the shadow time is added to it,
+    so the next one is judged with it there.
+    """
 
     job_id: str
     head: Request
     shadow: Shadow
+    then: Scratch
 
-    def admits(
-        self, alloc: Forkable, req: Request, end: float, ends: Mapping[str, float], now: float
-    ) -> bool:
-        """Whether ``req``, running until ``end``, can start now without delaying the head.
-
-        A request that does not fit at all delays nothing: the allocator itself says why it waits.
-        """
+    def admits(self, req: Request, placement: dict[str, list[int]], end: float) -> bool:
+        """Whether ``req``, starting now on ``placement`` and running until ``end``, leaves the head
+        its start: it ends by then, or the head still fits at the shadow time beside it."""
         if end <= self.shadow.start:
             return True  # gone before the head starts: the head sees the same free cells
-        scratch = alloc.fork()
-        if scratch.allocate(req).result != "placed":
+        if self.then.adopt(req.job_id, req.vc, req.priority, placement).result != "placed":
+            return False
+        if self.then.try_allocate(self.head).result == "placed":
             return True
-        later = shadow_time(scratch, self.head, {**ends, req.job_id: end}, now)
-        return later is not None and later.start <= self.shadow.start
+        self.then.release(req.job_id)
+        return False
 
     def reason(self) -> str:
         """The head's waiting reason, as ``hq`` shows it."""
@@ -133,3 +153,11 @@ def clock(t: float) -> str:
 def where(placement: Mapping[str, list[int]]) -> str:
     """``node[gpu,gpu] node[gpu]``: the GPUs a placement takes, node by node."""
     return " ".join(f"{n}[{','.join(str(g) for g in gpus)}]" for n, gpus in placement.items())
+
+
+def reserve(
+    then: Scratch, head: Request, ends: Mapping[str, float], now: float, job_id: str
+) -> Reservation | None:
+    """``head``'s reservation, walked on the allocator copy ``then`` (None: no start can be told)."""
+    found = shadow_time(then, head, ends, now)
+    return Reservation(job_id, head, found, then) if found is not None else None

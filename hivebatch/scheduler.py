@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from hivebatch.fairshare import reorder
-from hivebatch.reservation import DEFAULT_STARVE_AFTER_S, Forkable, Reservation, shadow_time
+from hivebatch.reservation import DEFAULT_STARVE_AFTER_S, Forkable, Reservation, Scratch, reserve
 
 if TYPE_CHECKING:
     from hivebatch.cells import Request
@@ -109,6 +109,7 @@ class _Round:
     # Shapes that would delay their VC's reservation whatever their length (see Reservation.admits)
     delaying: set[tuple[str, int, int, str | None, int]] = field(default_factory=set)
     ends: dict[str, float] = field(default_factory=dict)  # expected end of every job holding GPUs
+    scratch: Scratch | None = None  # the allocator copy the round's reservations walk on
 
     def _key(self, task: Task, shape: Shape) -> tuple[str, int, int, str | None, int]:
         return (task.vc, shape.gpus, shape.d_node, task.gpu_type, self.prio(task))
@@ -148,7 +149,11 @@ class _Round:
         if key in self.delaying:  # as long a job on the same shape was refused: no need to ask again
             return False
         assert isinstance(self.alloc, Forkable)
-        if res.admits(self.alloc, self.request(plan.task, shape), end, self.ends, self.now):
+        req = self.request(plan.task, shape)
+        d = self.alloc.try_allocate(req)
+        if d.result != "placed":
+            return True  # it delays nothing: the allocator says why it waits
+        if res.admits(req, {n: sorted(g) for n, g in d.placement.items()}, end):
             return True
         self.delaying.add(key)
         return False
@@ -156,42 +161,53 @@ class _Round:
     def fits_now(self, plan: Plan) -> bool:
         """Whether any of ``plan``'s shapes could be placed now (asking only; nothing is placed)."""
         assert isinstance(self.alloc, Forkable)
-        scratch = self.alloc.fork()
-        return any(scratch.try_allocate(self.request(plan.task, s)).result == "placed" for s in plan.shapes)
+        return any(
+            self.alloc.try_allocate(self.request(plan.task, s)).result == "placed" for s in plan.shapes
+        )
 
     def reserve(self, plan: Plan) -> Reservation | None:
-        """A reservation for ``plan``'s task on its first shape (None: no start known)."""
-        assert isinstance(self.alloc, Forkable)
-        req = self.request(plan.task, plan.shapes[0])
-        found = shadow_time(self.alloc.fork(), req, self.ends, self.now)
-        return Reservation(str(plan.task.job_id), req, found) if found is not None else None
+        """A reservation for ``plan``'s task on its first shape (None: no start known).
 
-    def heads(
-        self, plans: list[Plan], starve_after_s: float
-    ) -> tuple[dict[str, Reservation | None], set[str]]:
-        """Each VC's head — its guaranteed task of the highest cell priority that arrived first — and
-        either the head's reservation (it cannot start now) or its id in the second set (it can: it
-        starts before the VC's other tasks, so none of them takes its room). A head whose start
-        nobody can tell (a job it waits for has no known end) gets neither."""
+        All reservations of a round share one allocator copy: each walk releases only its own VC's
+        jobs, and VCs do not share cells, so one VC's walk does not change another's answer.
+        """
         assert isinstance(self.alloc, Forkable)
-        ranked = sorted(
-            (
-                p
-                for p in plans
-                if p.shapes and self.prio(p.task) >= 0 and self.now - p.task.arrival >= starve_after_s
-            ),
+        if self.scratch is None:
+            self.scratch = self.alloc.fork()
+        req = self.request(plan.task, plan.shapes[0])
+        return reserve(self.scratch, req, self.ends, self.now, str(plan.task.job_id))
+
+    def heads(self, plans: list[Plan], starve_after_s: float) -> tuple[dict[str, Reservation], set[str]]:
+        """Each VC's head and its reservation, before anything is placed this round.
+
+        The head is the VC's guaranteed task of the highest cell priority that arrived first among
+        those waiting ``starve_after_s`` or longer; a starving head that can start now is put in the
+        second set instead (it starts before the VC's other tasks, so none takes its room). A VC
+        without a starving task has as head its first task in the policy's order that cannot start
+        now. A head whose start nobody can tell (a job it waits for has no known end) gets none.
+        """
+        guaranteed = [p for p in plans if p.shapes and self.prio(p.task) >= 0]
+        starving = sorted(
+            (p for p in guaranteed if self.now - p.task.arrival >= starve_after_s),
             key=lambda p: (-self.prio(p.task), p.task.arrival, str(p.task.job_id)),
         )
-        reserved: dict[str, Reservation | None] = {}
+        decided: set[str] = set()
+        reserved: dict[str, Reservation] = {}
         first: set[str] = set()
-        for plan in ranked:
-            if plan.task.vc in reserved:
+        for plan in starving + guaranteed:
+            vc = plan.task.vc
+            if vc in decided:
                 continue
+            starved = self.now - plan.task.arrival >= starve_after_s
             if self.fits_now(plan):
-                first.add(str(plan.task.job_id))
-                reserved[plan.task.vc] = None
-            else:
-                reserved[plan.task.vc] = self.reserve(plan)
+                if starved:
+                    first.add(str(plan.task.job_id))
+                    decided.add(vc)
+                continue
+            decided.add(vc)
+            res = self.reserve(plan)
+            if res is not None:
+                reserved[vc] = res
         return reserved, first
 
     def place(self, plan: Plan, res: Reservation | None = None) -> Outcome:
@@ -363,17 +379,11 @@ def schedule_round(
             if outcome.result == "waiting":
                 _mark_reserved(outcome, res, plan, platform)
             else:
-                reserved[task.vc] = None
+                del reserved[task.vc]
         else:
             # the head's reservation binds the tasks of its VC that may not preempt it
             binding = res is not None and 0 <= prio(task) <= res.head.priority
             outcome = round_.place(plan, res if binding else None)
-            waits = outcome.result == "waiting" and plan.shapes and prio(task) >= 0
-            if reserving and waits and task.vc not in reserved:
-                # no task of this VC starves: its first task in the policy's order that waits is the head
-                reserved[task.vc] = res = round_.reserve(plan)
-                if res is not None:
-                    _mark_reserved(outcome, res, plan, platform)
         outcomes.append(outcome)
         if outcome.result == "waiting" and plan.shapes and strict and prio(task) >= 0:
             blocked_by[task.vc] = str(task.job_id)

@@ -171,6 +171,19 @@ class QuotaPool:
             self._jobs[str(req.job_id)] = _PoolJob(req.vc, d.placement, req.gpus)
         return d
 
+    def adopt(self, job_id: str, vc: str, priority: int, placement: dict[str, list[int]]) -> PoolDecision:
+        """Take exactly ``placement`` for a job (what-ifs of the backfill reservations)."""
+        gpus = sum(len(g) for g in placement.values())
+        if any(not set(g) <= self._free.get(n, set()) for n, g in placement.items()):
+            return PoolDecision("rejected", error="those GPUs are not free")
+        if self._used.get(vc, 0) + gpus > self._quota.get(vc, 0):
+            return PoolDecision("rejected", error=f"VC {vc} GPU limit reached")
+        for name, idx in placement.items():
+            self._free[name].difference_update(idx)
+        self._used[vc] += gpus
+        self._jobs[str(job_id)] = _PoolJob(vc, {n: list(g) for n, g in placement.items()}, gpus)
+        return PoolDecision("placed", placement=placement)
+
     def fork(self) -> QuotaPool:
         """A separate copy (backfill reservations try what-ifs on it)."""
         return copy.deepcopy(self)
