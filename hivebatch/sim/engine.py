@@ -23,6 +23,7 @@ from hivebatch.cells import CellAllocator
 from hivebatch.errors import HivebatchError
 from hivebatch.fairshare import DecayedUsage, Run
 from hivebatch.qos import Shape, Task, get_policy, task_ect
+from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
 from hivebatch.scheduler import Outcome, schedule_round
 from hivebatch.sim.quota import QuotaPool
 from hivebatch.sim.runtime import RuntimeModel, tightest_shape
@@ -99,11 +100,12 @@ class Simulation:
         pool_nodes: list[str] | None = None,
         backfill: bool = False,
         fairshare_half_life_s: float | None = None,
+        starve_after_s: float = DEFAULT_STARVE_AFTER_S,
     ) -> None:
         """``pool_nodes``: quota mode only, the nodes the shared pool has (default: every node).
 
         ``backfill``: give each VC's waiting head a reservation (hivebatch.reservation) from the
-        running jobs' predicted ends. ``fairshare_half_life_s``: order a VC's jobs of one class by
+        running jobs' predicted ends; a job waiting ``starve_after_s`` becomes its VC's head. ``fairshare_half_life_s``: order a VC's jobs of one class by
         their users' decayed GPU-hours (hivebatch.fairshare); None leaves the policy's order.
         """
         if mode not in MODES:
@@ -121,6 +123,7 @@ class Simulation:
         self.progress = progress
         self.after_round = after_round
         self.backfill = backfill
+        self.starve_after_s = starve_after_s
         self.usage = DecayedUsage(fairshare_half_life_s) if fairshare_half_life_s else None
         self.vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
         if mode == "cells":
@@ -321,6 +324,7 @@ class Simulation:
                 limits=limits,
                 ends=self._ends(),
                 usage=self._usage(now),
+                starve_after_s=self.starve_after_s,
             )
             dirty = set()
             freed = False

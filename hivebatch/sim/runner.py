@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
 from hivebatch.sim.engine import BadNode, Simulation
 from hivebatch.sim.metrics import RunSummary, summarize, vc_queue_means
 from hivebatch.sim.runtime import RuntimeModel
@@ -33,6 +34,7 @@ class Experiment:
     private_baseline: bool = True
     backfill: bool = False  # backfill reservations for each VC's head (hivebatch.reservation)
     fairshare_half_life_s: float | None = None  # per-user fairshare inside a VC and class; None: off
+    starve_after_s: float = DEFAULT_STARVE_AFTER_S  # with backfill: a job waiting this long is the head
 
 
 def private_nodes(spec: Any, vc: str) -> list[str] | None:
@@ -71,6 +73,7 @@ def private_queues(
             pool_nodes=own,
             backfill=exp.backfill,
             fairshare_half_life_s=exp.fairshare_half_life_s,
+            starve_after_s=exp.starve_after_s,
         ).run()
         means = vc_queue_means(run.records)
         if vc in means:
@@ -98,6 +101,7 @@ def run_all(
                 progress=cb,
                 backfill=exp.backfill,
                 fairshare_half_life_s=exp.fairshare_half_life_s,
+                starve_after_s=exp.starve_after_s,
             )
             results.append(summarize(sim.run(), private))
     return results

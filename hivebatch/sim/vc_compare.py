@@ -9,10 +9,12 @@ Wait is the time from arrival to the first start.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from hivebatch.qos import QosSettings
+from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
 from hivebatch.sim import vc_workloads as wl
 from hivebatch.sim.engine import JobRecord, Simulation
 from hivebatch.sim.metrics import summarize
@@ -57,79 +59,77 @@ def _run(jobs: list[SimJob], nodes: int, policy: str, **kw: Any) -> tuple[list[J
     return [r for r in run.records if r.first_start is not None], summarize(run)
 
 
-def starvation(seed: int = 1, hours: float = 48.0, nodes: int = 4, policy: str = "qos") -> list[Figures]:
-    """The mixed stream on one VC of ``nodes`` 8-GPU nodes, reservations off then on."""
-    jobs = wl.mixed_stream(seed, hours, nodes * 8)
+def _compare(
+    workload: str,
+    jobs: list[SimJob],
+    nodes: int,
+    policy: str,
+    rules: list[tuple[str, dict[str, Any]]],
+    extra: Callable[[list[JobRecord]], dict[str, Any]],
+) -> list[Figures]:
+    """One run of ``jobs`` per (rule, simulation settings), with the workload's own ``extra`` figures."""
     out = []
-    for rule, backfill in (("off", False), ("on", True)):
-        started, s = _run(jobs, nodes, policy, backfill=backfill)
-        big = [_wait(r) for r in started if r.job.gpus == 8]
-        out.append(
-            Figures(
-                "starvation",
-                rule,
-                len(jobs),
-                _mean([_wait(r) for r in started]),
-                s.qos_rate,
-                s.utilization,
-                big_jobs=len(big),
-                big_worst_wait_s=max(big, default=0.0),
-                big_mean_wait_s=_mean(big),
-            )
-        )
+    for rule, kw in rules:
+        started, s = _run(jobs, nodes, policy, **kw)
+        mean = _mean([_wait(r) for r in started])
+        out.append(Figures(workload, rule, len(jobs), mean, s.qos_rate, s.utilization, **extra(started)))
     return out
+
+
+def _large_jobs(started: list[JobRecord]) -> dict[str, Any]:
+    big = [_wait(r) for r in started if r.job.gpus == 8]
+    return {"big_jobs": len(big), "big_worst_wait_s": max(big, default=0.0), "big_mean_wait_s": _mean(big)}
+
+
+def _users(started: list[JobRecord]) -> dict[str, Any]:
+    by_user: dict[str, list[float]] = {}
+    for r in started:
+        by_user.setdefault(r.job.user or "", []).append(_wait(r))
+    return {
+        "light_mean_wait_s": _mean(by_user.get("light", [])),
+        "heavy_mean_wait_s": _mean(by_user.get("heavy", [])),
+    }
+
+
+def starvation(
+    seed: int = 1, hours: float = 48.0, policy: str = "qos", starve_after_s: float = DEFAULT_STARVE_AFTER_S
+) -> list[Figures]:
+    """The mixed stream on one VC of 4 8-GPU nodes, reservations off then on."""
+    on = {"backfill": True, "starve_after_s": starve_after_s}
+    rules = [("off", {"backfill": False}), ("on", on)]
+    return _compare("starvation", wl.mixed_stream(seed, hours, 4 * 8), 4, policy, rules, _large_jobs)
 
 
 def fairness(
-    seed: int = 1,
-    hours: float = 48.0,
-    nodes: int = 2,
-    policy: str = "qos",
-    half_life_s: float = DEFAULT_HALF_LIFE_S,
+    seed: int = 1, hours: float = 48.0, policy: str = "qos", half_life_s: float = DEFAULT_HALF_LIFE_S
 ) -> list[Figures]:
-    """The heavy and the light user on one VC of ``nodes`` 8-GPU nodes, fairshare off then on."""
-    jobs = wl.two_users(seed, hours, nodes * 8)
-    out = []
-    for rule, half_life in (("off", None), ("on", half_life_s)):
-        started, s = _run(jobs, nodes, policy, fairshare_half_life_s=half_life)
-        by_user: dict[str, list[float]] = {}
-        for r in started:
-            by_user.setdefault(r.job.user or "", []).append(_wait(r))
-        out.append(
-            Figures(
-                "fairness",
-                rule,
-                len(jobs),
-                _mean([_wait(r) for r in started]),
-                s.qos_rate,
-                s.utilization,
-                light_mean_wait_s=_mean(by_user.get("light", [])),
-                heavy_mean_wait_s=_mean(by_user.get("heavy", [])),
-            )
-        )
-    return out
+    """The heavy and the light user on one VC of 2 8-GPU nodes, fairshare off then on."""
+    rules = [("off", {}), ("on", {"fairshare_half_life_s": half_life_s})]
+    return _compare("fairness", wl.two_users(seed, hours, 2 * 8), 2, policy, rules, _users)
+
+
+_COMMON = ("workload", "rule", "jobs", "mean wait min", "QoS rate", "util")
+_COLUMNS = {
+    "starvation": ("8-GPU jobs", "8-GPU worst wait min", "8-GPU mean wait min"),
+    "fairness": ("light user mean wait min", "heavy user mean wait min"),
+}
+
+
+def _cells(f: Figures) -> list[str]:
+    common = [
+        f.workload,
+        f.rule,
+        str(f.jobs),
+        f"{f.mean_wait_s / 60:.1f}",
+        f"{f.qos_rate:.3f}",
+        f"{f.utilization:.3f}",
+    ]
+    if f.workload == "starvation":
+        return [*common, str(f.big_jobs), f"{f.big_worst_wait_s / 60:.1f}", f"{f.big_mean_wait_s / 60:.1f}"]
+    return [*common, f"{f.light_mean_wait_s / 60:.1f}", f"{f.heavy_mean_wait_s / 60:.1f}"]
 
 
 def format_table(figures: list[Figures]) -> str:
-    """One line per run, waits in minutes."""
-    head = "workload\trule\tjobs\tmean wait min\tQoS rate\tutil\t8-GPU jobs\t8-GPU worst min\t8-GPU mean min\tlight mean min\theavy mean min"
-    rows = [head]
-    for f in figures:
-        rows.append(
-            "\t".join(
-                [
-                    f.workload,
-                    f.rule,
-                    str(f.jobs),
-                    f"{f.mean_wait_s / 60:.1f}",
-                    f"{f.qos_rate:.3f}",
-                    f"{f.utilization:.3f}",
-                    str(f.big_jobs),
-                    f"{f.big_worst_wait_s / 60:.1f}",
-                    f"{f.big_mean_wait_s / 60:.1f}",
-                    f"{f.light_mean_wait_s / 60:.1f}",
-                    f"{f.heavy_mean_wait_s / 60:.1f}",
-                ]
-            )
-        )
-    return "\n".join(rows)
+    """One tab-separated line per run of one workload, waits in minutes."""
+    head = [*_COMMON, *_COLUMNS[figures[0].workload]] if figures else list(_COMMON)
+    return "\n".join("\t".join(row) for row in [head, *(_cells(f) for f in figures)])

@@ -222,7 +222,9 @@ def _print_table(results: list[Any], as_rich: bool) -> None:
             click.echo("")
 
 
-def _simulate_inside_vc(workload: str, seed: int, hours: float, policy: str, as_json: bool) -> None:
+def _simulate_inside_vc(
+    workload: str, seed: int, hours: float, policy: str, starve_after_s: float, as_json: bool
+) -> None:
     """Before/after of backfill reservations (starvation) or per-user fairshare (fairness) in one VC."""
     from hivebatch.sim import vc_compare
 
@@ -230,8 +232,10 @@ def _simulate_inside_vc(workload: str, seed: int, hours: float, policy: str, as_
         raise click.UsageError("--hours must be > 0")
     if policy == "all":
         raise click.UsageError(f"--workload {workload} compares one policy with a rule off and on: name it")
-    run = vc_compare.starvation if workload == "starvation" else vc_compare.fairness
-    figures = run(seed=seed, hours=hours, policy=policy)
+    if workload == "starvation":
+        figures = vc_compare.starvation(seed=seed, hours=hours, policy=policy, starve_after_s=starve_after_s)
+    else:
+        figures = vc_compare.fairness(seed=seed, hours=hours, policy=policy)
     if as_json:
         for f in figures:
             click.echo(
@@ -356,6 +360,13 @@ _REPLAY_OPTIONS = (
         help="Give each VC's waiting head a backfill reservation (as the controller).",
     ),
     click.option(
+        "--starve-after-h",
+        type=float,
+        default=12.0,
+        show_default=True,
+        help="With reservations: a job waiting this long (hours) becomes its VC's head, whatever the policy's order.",
+    ),
+    click.option(
         "--fairshare-half-life-h",
         type=float,
         help="Order a VC's jobs of one class by their users' GPU-hours decaying with this half-life (hours).",
@@ -391,6 +402,7 @@ def simulate(
     target_load: float | None,
     no_private: bool,
     backfill: bool,
+    starve_after_h: float,
     fairshare_half_life_h: float | None,
     as_json: bool,
     plot_dir: str | None,
@@ -407,8 +419,10 @@ def simulate(
     if workload == "sharing":
         _simulate_sharing(config, seed, hours, as_json)
         return
+    if starve_after_h < 0:
+        raise click.UsageError("--starve-after-h must be >= 0 hours")
     if workload in ("starvation", "fairness"):
-        _simulate_inside_vc(workload, seed, hours, policy, as_json)
+        _simulate_inside_vc(workload, seed, hours, policy, starve_after_h * 3600.0, as_json)
         return
     from hivebatch.qos import POLICY_NAMES
     from hivebatch.sim import setup
@@ -429,6 +443,7 @@ def simulate(
         raise click.UsageError("--fairshare-half-life-h must be > 0 hours")
     exp = setup.build_experiment(spec, data, cfg_dir, jobs, bad, private_baseline=not no_private)
     exp.backfill = backfill
+    exp.starve_after_s = starve_after_h * 3600.0
     exp.fairshare_half_life_s = fairshare_half_life_h * 3600.0 if fairshare_half_life_h else None
     policies = list(POLICY_NAMES) if policy == "all" else [policy]
     modes = ["cells", "quota"] if mode == "both" else [mode]
