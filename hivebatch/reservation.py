@@ -138,8 +138,9 @@ class Reservation:
         return f"reserved: starts by {clock(self.shadow.start)} on {where(self.shadow.placement)}"
 
     def refusal(self) -> str:
-        """Why a later task of the VC waits."""
-        return f"would delay job {self.job_id}, reserved to start by {clock(self.shadow.start)}"
+        """Why another task of the VC waits. Without the start time: a reason that moved with every
+        running job's prediction would be a new event for each waiting job every cycle."""
+        return f"would delay job {self.job_id}, which holds its VC's reservation"
 
 
 def clock(t: float) -> str:

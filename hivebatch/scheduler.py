@@ -363,6 +363,7 @@ def schedule_round(
     reserved, first = round_.heads(plans, starve_after_s) if reserving else ({}, set())
     if first:
         plans = _heads_first(plans, first, prio)
+    heads = _Heads(reserved, platform)
     outcomes: list[Outcome] = []
     blocked_by: dict[str, str] = {}  # VC -> the task at the head of its queue that waits
     for plan in plans:
@@ -373,17 +374,7 @@ def schedule_round(
                 Outcome(task, "waiting", reason=f"behind job {head} in arrival order", slack=plan.slack)
             )
             continue
-        res = reserved.get(task.vc)
-        if res is not None and res.job_id == str(task.job_id):
-            outcome = round_.place(plan)  # a preemption earlier in the round may have made room
-            if outcome.result == "waiting":
-                _mark_reserved(outcome, res, plan, platform)
-            else:
-                del reserved[task.vc]
-        else:
-            # the head's reservation binds the tasks of its VC that may not preempt it
-            binding = res is not None and 0 <= prio(task) <= res.head.priority
-            outcome = round_.place(plan, res if binding else None)
+        outcome = heads.place(round_, plan)
         outcomes.append(outcome)
         if outcome.result == "waiting" and plan.shapes and strict and prio(task) >= 0:
             blocked_by[task.vc] = str(task.job_id)
@@ -392,6 +383,36 @@ def schedule_round(
         if str(task.job_id) not in planned:
             outcomes.append(Outcome(task, "waiting", reason="the policy chose not to start it now"))
     return outcomes
+
+
+class _Heads:
+    """The round's reservations, as the tasks of their VCs come up in the policy's order.
+
+    A head binds every other task of its VC that may not preempt it, those the policy ranks before
+    it too: the head was found before anything was placed, and a task ranked before it that would
+    delay it may not start either. (Exempting those tasks, as EASY backfill exempts the jobs ahead
+    of its head, was measured on the simulator's starvation workload: the QoS rate fell by 0.5 to
+    2.2 points more and the 8-GPU jobs waited longer, since long jobs started across the head's
+    start pushed it back round after round.)
+    """
+
+    def __init__(self, reserved: dict[str, Reservation], platform: Platform) -> None:
+        self.reserved = reserved
+        self.platform = platform
+
+    def place(self, round_: _Round, plan: Plan) -> Outcome:
+        task = plan.task
+        res = self.reserved.get(task.vc)
+        if res is None:
+            return round_.place(plan)
+        if res.job_id != str(task.job_id):
+            return round_.place(plan, res if 0 <= round_.prio(task) <= res.head.priority else None)
+        outcome = round_.place(plan)  # a preemption earlier in the round may have made room
+        if outcome.result == "waiting":
+            _mark_reserved(outcome, res, plan, self.platform)
+        else:
+            del self.reserved[task.vc]
+        return outcome
 
 
 def _heads_first(plans: list[Plan], first: set[str], prio: Callable[[Task], int]) -> list[Plan]:

@@ -164,3 +164,12 @@ def test_opportunistic_tasks_neither_hold_nor_obey_a_reservation() -> None:
     by = _run(alloc, tasks, {"r1": NOW + 1000}, opportunistic_task_ids={"opp"})
     assert (by["head"].reason or "").startswith("reserved")
     assert by["opp"].result == "placed"  # the head preempts it when it starts
+
+
+def test_a_task_the_policy_ranks_before_the_head_is_held_to_its_reservation_too() -> None:
+    alloc = _alloc_with_r1()  # 4 of the 8 GPUs busy until NOW + 1000
+    tasks = [_task("first", 1, 5000), _task("head", 8, 3600), _task("short", 1, 600)]
+    by = _run(alloc, tasks, {"r1": NOW + 1000})
+    assert by["head"].predicted_start == NOW + 1000
+    assert by["first"].result == "waiting" and (by["first"].reason or "").startswith("would delay job head")
+    assert by["short"].result == "placed"
