@@ -4,8 +4,8 @@ Jobs wait held in Slurm, so Slurm's own backfill never sees them; without this a
 waits for ever behind a stream of small ones, each taking the GPUs another one freed. The rule is
 EASY backfill on the cells:
 
-* The *head* of a VC is its first guaranteed task, in the policy's order, that cannot be placed —
-  unless one of its guaranteed tasks has waited ``starve_after_s`` or longer: then the head is the
+* The *head* of a VC is its first guaranteed task, in the policy's order, that cannot be placed
+  now (asked before anything is placed in the round) — unless one of its guaranteed tasks has waited ``starve_after_s`` or longer: then the head is the
   one of those of the highest cell priority that arrived first. The policy's order alone does not
   prevent starvation: the QoS policy puts a task past its expected completion behind every task
   that can still meet its own, so under a steady stream of small jobs a large job that waited long
@@ -15,7 +15,7 @@ EASY backfill on the cells:
   each instant the head's request is tried again. Jobs whose end nobody knows are never released;
   a head that fits only after one of them gets no reservation.
 * Any other task of the VC that may not preempt the head (a cell priority no higher than the
-  head's) starts now only if it does not delay the head: either it ends
+  head's), ranked before or after it, starts now only if it does not delay the head: either it ends
   (now + its predicted latency, else its time limit) by the shadow time, or, placed on a scratch
   copy, the head's shadow time stays the same.
 
@@ -24,7 +24,7 @@ physical cells only while used, so a small job on GPUs outside the head's predic
 still take the last virtual cell the head needs. The walk's copy is kept as the state at the shadow
 time (every job ending by then released); a candidate is adopted there on the GPUs it would take
 and the head tried beside it, which is exact for the allocator's own rules (buddy cells, binding,
-bad nodes) and costs one allocator copy per reservation, not per candidate.
+bad nodes) and costs one allocator copy per round, not per candidate.
 
 VCs do not share cells, so only a VC's own tasks are checked against its reservation and the walk
 releases only the VC's own jobs (all VCs of a round walk on one copy). With GPU-count quotas on a
