@@ -173,3 +173,18 @@ def test_a_task_the_policy_ranks_before_the_head_is_held_to_its_reservation_too(
     assert by["head"].predicted_start == NOW + 1000
     assert by["first"].result == "waiting" and (by["first"].reason or "").startswith("would delay job head")
     assert by["short"].result == "placed"
+
+
+def test_the_quota_pool_of_the_simulator_reserves_the_same_way() -> None:
+    from hivebatch.sim.quota import QuotaPool
+
+    spec = setup.build_spec(setup.node8_config({"a": 1}))
+    pool = QuotaPool(spec.nodes, {"a": 8})
+    assert pool.allocate(Request("r1", "a", 4, nodes=1)).result == "placed"
+    by = {o.job_id: o for o in schedule_round(
+        [_task("head", 8, 3600), _task("long", 1, 5000), _task("short", 1, 600)],
+        NOW, pool, InOrder(), PLATFORM, ends={"r1": NOW + 1000},  # type: ignore[arg-type]
+    )}  # fmt: skip
+    assert by["head"].predicted_start == NOW + 1000
+    assert by["long"].result == "waiting" and by["short"].result == "placed"
+    assert set(pool.jobs()) == {"r1", "short"}
