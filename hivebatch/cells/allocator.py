@@ -139,7 +139,10 @@ class CellAllocator(CellState):
                 self.notice.tell(req.job_id, notice)
                 self._reserve(req.job_id, notice_leaves)
         reason, chain, n, g = first_wait
-        return Decision("waiting", reason=reason, gpu_type=chain, nodes=n, gpus_per_node=g)
+        until = notice.until if notice is not None else None
+        return Decision(
+            "waiting", reason=reason, gpu_type=chain, nodes=n, gpus_per_node=g, leaving_until=until
+        )
 
     def _commit(
         self, req: Request, chain: str, leaves: list[Cell], preempted: list[str], log: BindLog
@@ -326,6 +329,10 @@ class CellAllocator(CellState):
     # ======================================================================== persistence
     def snapshot(self) -> dict[str, Any]:
         return _snapshot.snapshot(self)
+
+    def fork(self) -> CellAllocator:
+        """A separate copy with the same bindings, jobs, bad nodes and outside work (what-if walks)."""
+        return type(self).restore(self.spec, self.snapshot())
 
     @classmethod
     def restore(cls, spec: ClusterSpec, snap: dict[str, Any]) -> CellAllocator:

@@ -51,6 +51,8 @@ class Decision:
     gpu_type: str | None = None
     nodes: int | None = None  # the shape used (or that would be used)
     gpus_per_node: int | None = None
+    # waiting: the victims it waits for were told to leave, and the last notice ends then (epoch s)
+    leaving_until: float | None = None
 
     @property
     def placed(self) -> bool:

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 DEFAULT_INTERVAL_S = 60.0
 # slurmctld's main and backfill passes start a released job within a minute on a busy cluster
 DEFAULT_START_TIMEOUT_S = 300.0
+DEFAULT_STARVE_AFTER_H = 12.0
+DEFAULT_FAIRSHARE_HALF_LIFE_H = 7 * 24.0
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,21 @@ class ControllerSettings:
     interval_s: float
     policy: str
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S  # a placed job not started by then is taken back
+    backfill: bool = True  # each VC's waiting head gets a reservation (hivebatch.reservation)
+    starve_after_s: float = DEFAULT_STARVE_AFTER_H * 3600.0  # a task waiting this long becomes the head
+    fairshare_half_life_s: float | None = DEFAULT_FAIRSHARE_HALF_LIFE_H * 3600.0  # None: no fairshare
+
+
+def _hours(section: dict[str, Any], key: str, default: float, example: str) -> float:
+    """``controller.<key>`` in hours (>= 0), as seconds."""
+    value = section.get(key, default)
+    try:
+        hours = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"controller.{key} must be a number of hours, e.g. {example}") from None
+    if not 0 <= hours < 1e6:
+        raise ConfigError(f"controller.{key} must be between 0 and 1000000 hours, e.g. {example}")
+    return hours * 3600.0
 
 
 @dataclass
@@ -59,10 +76,19 @@ def parse_settings(config_path: Path | None, data: dict[str, Any]) -> Controller
     if not isinstance(section, dict):
         raise ConfigError("controller: must be a mapping, e.g. {interval_s: 60, policy: qos}")
     # an older config's lock_file is ignored: one controller per database is the lease's job (lease.py)
+    backfill = section.get("backfill", True)
+    if not isinstance(backfill, bool):
+        raise ConfigError("controller.backfill must be true or false")
+    half_life = _hours(
+        section, "fairshare_half_life_h", DEFAULT_FAIRSHARE_HALF_LIFE_H, "168 (0 turns fairshare off)"
+    )
     return ControllerSettings(
         interval_s=_seconds(section, "interval_s", DEFAULT_INTERVAL_S),
         policy=str(section.get("policy", "qos")),
         start_timeout_s=_seconds(section, "start_timeout_s", DEFAULT_START_TIMEOUT_S),
+        backfill=backfill,
+        starve_after_s=_hours(section, "starve_after_h", DEFAULT_STARVE_AFTER_H, "12"),
+        fairshare_half_life_s=half_life or None,
     )
 
 

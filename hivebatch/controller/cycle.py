@@ -20,6 +20,7 @@ from hivebatch.controller.decide import Decisions, Wait, decide
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation, observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
+from hivebatch.controller.reconcile.usage import recent_usage
 from hivebatch.controller.record import Recorder, set_state, write_gpu_map
 from hivebatch.controller.usage import usage_lua, write_usage
 from hivebatch.db.models import Job, VCCell, VirtualCluster
@@ -158,6 +159,8 @@ def run_cycle(
         ledger = sync_jobs(session, obs, rec, backend)
         rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
         ledger.avoided = load_avoided(session, obs.now, ledger.jobs)
+        half_life = ctx.settings.fairshare_half_life_s
+        ledger.usage = recent_usage(session, obs.now, half_life) if half_life else None
         session.commit()
         if not ctx.user_limits.empty:
             ledger.strict_use = ledger_strict_usage(session, obs.now)

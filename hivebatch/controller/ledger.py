@@ -31,6 +31,7 @@ class Ledger:
     sharing: SharingLedger | None = None  # GPU slices booked on top of ``alloc``
     #: each user's use of the strict classes (filled only when the config limits them)
     strict_use: dict[UsageKey, StrictUse] = field(default_factory=dict)
+    usage: dict[str, float] | None = None  # user -> recent decayed GPU-hours; None: no fairshare
 
     @property
     def cells(self) -> CellAllocator:

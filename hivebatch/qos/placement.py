@@ -110,6 +110,7 @@ class Task:
     gpu_type: str | None = None
     weight: float = 1.0
     avoid_nodes: frozenset[str] = frozenset()  # nodes the task cannot use (passed on to the cells)
+    user: str | None = None  # whose job: fairshare orders a VC's jobs of one class by user
 
     def __post_init__(self) -> None:
         if self.model is not None and (

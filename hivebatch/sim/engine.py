@@ -21,7 +21,9 @@ from typing import Any
 
 from hivebatch.cells import CellAllocator
 from hivebatch.errors import HivebatchError
+from hivebatch.fairshare import DecayedUsage, Run
 from hivebatch.qos import Shape, Task, get_policy, task_ect
+from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
 from hivebatch.scheduler import Outcome, schedule_round
 from hivebatch.sim.notice import SimNotice, progress_kept, told
 from hivebatch.sim.notice import prime as prime_notices
@@ -62,6 +64,7 @@ class JobRecord:
     leaving: float | None = None  # told to leave: the end of its notice
     saved_at: float | None = None  # when it checkpointed on its notice's signal
     saved_fraction: float = 0.0  # of the whole job's work, kept by checkpoints
+    predicted_end: float | None = None  # what the scheduler expected when it started the current run
 
     @property
     def queue_s(self) -> float:
@@ -101,9 +104,17 @@ class Simulation:
         after_round: Callable[[Simulation, float, list[Outcome]], None] | None = None,
         pool_nodes: list[str] | None = None,
         notice: SimNotice | None = None,
+        backfill: bool = False,
+        fairshare_half_life_s: float | None = None,
+        starve_after_s: float = DEFAULT_STARVE_AFTER_S,
     ) -> None:
         """``pool_nodes``: quota mode only, the nodes the shared pool has (default: every node).
-        ``notice``: cells mode only, preemption with notice (hivebatch.sim.notice); None: at once."""
+        ``notice``: cells mode only, preemption with notice (hivebatch.sim.notice); None: at once.
+
+        ``backfill``: give each VC's waiting head a reservation (hivebatch.reservation) from the
+        running jobs' predicted ends; a job waiting ``starve_after_s`` becomes its VC's head. ``fairshare_half_life_s``: order a VC's jobs of one class by
+        their users' decayed GPU-hours (hivebatch.fairshare); None leaves the policy's order.
+        """
         if mode not in MODES:
             raise HivebatchError(f"unknown mode {mode!r}: use cells or quota")
         self.spec = spec
@@ -119,6 +130,9 @@ class Simulation:
         self.progress = progress
         self.after_round = after_round
         self.notice = notice if mode == "cells" else None
+        self.backfill = backfill
+        self.starve_after_s = starve_after_s
+        self.usage = DecayedUsage(fairshare_half_life_s) if fairshare_half_life_s else None
         self.vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
         if mode == "cells":
             self.alloc: Any = CellAllocator(spec)
@@ -156,8 +170,9 @@ class Simulation:
                 iters=None,
                 gpus=job.gpus,
                 shape=shape,
-                time_limit_s=job.duration_s,
+                time_limit_s=job.time_limit_s or job.duration_s,
                 gpu_type=job.gpu_type,
+                user=job.user,
             )
         return Task(
             job_id=job.job_id,
@@ -171,6 +186,7 @@ class Simulation:
             shape=None,
             time_limit_s=None,
             gpu_type=job.gpu_type,
+            user=job.user,
         )
 
     def _record_for(self, job: SimJob) -> JobRecord:
@@ -262,7 +278,28 @@ class Simulation:
             self.alloc.set_node_healthy(node)
             self.bad_now.discard(node)
 
+    def _count_usage(self, rec: JobRecord, now: float) -> None:
+        """The run that ends now counts towards its user's fairshare usage."""
+        if self.usage is not None and rec.job.user is not None and rec.start is not None:
+            self.usage.add(Run(rec.job.user, _gpus(rec.placement), rec.start, now))
+
+    def _usage(self, now: float) -> dict[str, float] | None:
+        if self.usage is None:
+            return None
+        running = (
+            Run(r.job.user, _gpus(r.placement), r.start, now)
+            for r in self.running.values()
+            if r.job.user is not None and r.start is not None
+        )
+        return self.usage.at(now, running)
+
+    def _ends(self) -> dict[str, float] | None:
+        if not self.backfill:
+            return None
+        return {jid: r.predicted_end for jid, r in self.running.items() if r.predicted_end is not None}
+
     def _finish(self, rec: JobRecord, now: float) -> None:
+        self._count_usage(rec, now)
         del self.running[rec.job.job_id]
         self.alloc.release(rec.job.job_id)
         if rec.job.job_id not in self.opp_ids:
@@ -277,7 +314,8 @@ class Simulation:
         for _ in range(100):  # re-plan after preemptions; bounded in case two jobs keep trading GPUs
             limits = self._limits()
             # A fixed-size job bigger than its VC's free GPUs would only come back "waiting"; leaving
-            # it out of the round saves planning it (unless a strict-order policy must see the head).
+            # it out of the round saves planning it (unless a strict-order policy must see the head,
+            # or backfill must reserve for it).
             tasks = [
                 r.task
                 for jid, r in self.waiting.items()
@@ -285,7 +323,12 @@ class Simulation:
                 or (
                     r.job.vc in dirty
                     and limits[r.job.vc] > 0
-                    and (self.strict or r.task.model is not None or r.job.gpus <= limits[r.job.vc])
+                    and (
+                        self.strict
+                        or self.backfill
+                        or r.task.model is not None
+                        or r.job.gpus <= limits[r.job.vc]
+                    )
                 )
             ]
             if not tasks:
@@ -293,7 +336,16 @@ class Simulation:
             self.rounds += 1
             prime_notices(self, now)
             outcomes = schedule_round(
-                tasks, now, self.alloc, self.policy, self.platform, self.opp_ids, limits=limits
+                tasks,
+                now,
+                self.alloc,
+                self.policy,
+                self.platform,
+                self.opp_ids,
+                limits=limits,
+                ends=self._ends(),
+                usage=self._usage(now),
+                starve_after_s=self.starve_after_s,
             )
             for rec, leave_at in told(self, now):
                 self._push(leave_at, _LEAVE, (rec.job.job_id, rec.token))
@@ -326,6 +378,7 @@ class Simulation:
         rec.run_s = run
         rec.leaving = rec.saved_at = None
         rec.start = now
+        rec.predicted_end = o.predicted_end
         if rec.first_start is None:
             rec.first_start = now
         rec.token += 1
@@ -341,6 +394,7 @@ class Simulation:
         jid = rec.job.job_id
         if jid not in self.running:
             return
+        self._count_usage(rec, now)
         del self.running[jid]
         assert rec.start is not None
         gpus = _gpus(rec.placement)

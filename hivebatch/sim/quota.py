@@ -25,6 +25,7 @@ for comparison, not a cell allocator.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ class PoolDecision:
     preempted: list[str] = field(default_factory=list)
     reason: str | None = None
     error: str | None = None
+    leaving_until: float | None = None  # a quota pool gives no notice: always None
 
 
 @dataclass
@@ -169,6 +171,27 @@ class QuotaPool:
             self._used[req.vc] += req.gpus
             self._jobs[str(req.job_id)] = _PoolJob(req.vc, d.placement, req.gpus)
         return d
+
+    def adopt(self, job_id: str, vc: str, priority: int, placement: dict[str, list[int]]) -> PoolDecision:
+        """Take exactly ``placement`` for a job (what-ifs of the backfill reservations)."""
+        gpus = sum(len(g) for g in placement.values())
+        if any(not set(g) <= self._free.get(n, set()) for n, g in placement.items()):
+            return PoolDecision("rejected", error="those GPUs are not free")
+        if self._used.get(vc, 0) + gpus > self._quota.get(vc, 0):
+            return PoolDecision("rejected", error=f"VC {vc} GPU limit reached")
+        for name, idx in placement.items():
+            self._free[name].difference_update(idx)
+        self._used[vc] += gpus
+        self._jobs[str(job_id)] = _PoolJob(vc, {n: list(g) for n, g in placement.items()}, gpus)
+        return PoolDecision("placed", placement=placement)
+
+    def fork(self) -> QuotaPool:
+        """A separate copy (backfill reservations try what-ifs on it)."""
+        return copy.deepcopy(self)
+
+    def jobs(self) -> dict[str, Any]:
+        """The jobs holding GPUs, by id."""
+        return dict(self._jobs)
 
     def release(self, job_id: str) -> None:
         job = self._jobs.pop(str(job_id))

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
 from hivebatch.sim.engine import BadNode, Simulation
 from hivebatch.sim.metrics import RunSummary, summarize, vc_queue_means
 from hivebatch.sim.runtime import RuntimeModel
@@ -31,6 +32,9 @@ class Experiment:
     bad_nodes: list[BadNode] | None = None
     opportunistic: bool = True
     private_baseline: bool = True
+    backfill: bool = False  # backfill reservations for each VC's head (hivebatch.reservation)
+    fairshare_half_life_s: float | None = None  # per-user fairshare inside a VC and class; None: off
+    starve_after_s: float = DEFAULT_STARVE_AFTER_S  # with backfill: a job waiting this long is the head
 
 
 def private_nodes(spec: Any, vc: str) -> list[str] | None:
@@ -67,6 +71,9 @@ def private_queues(
             opportunistic=False,
             progress=cb,
             pool_nodes=own,
+            backfill=exp.backfill,
+            fairshare_half_life_s=exp.fairshare_half_life_s,
+            starve_after_s=exp.starve_after_s,
         ).run()
         means = vc_queue_means(run.records)
         if vc in means:
@@ -92,6 +99,9 @@ def run_all(
                 bad_nodes=exp.bad_nodes,
                 opportunistic=exp.opportunistic,
                 progress=cb,
+                backfill=exp.backfill,
+                fairshare_half_life_s=exp.fairshare_half_life_s,
+                starve_after_s=exp.starve_after_s,
             )
             results.append(summarize(sim.run(), private))
     return results

@@ -47,6 +47,8 @@ class SimJob:
     opportunistic: bool = False
     gpu_type: str | None = None
     checkpoints: bool = False  # saves its work on its preemption notice's signal (a trap)
+    user: str | None = None  # whose job (fairshare orders a VC's jobs of one class by user)
+    time_limit_s: float | None = None  # trace jobs: the limit the scheduler sees (default: the run time)
 
     @property
     def is_trace_job(self) -> bool:

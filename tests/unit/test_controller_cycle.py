@@ -57,7 +57,12 @@ def test_finished_job_releases_its_cells_and_books_gpu_hours(env: Env) -> None:
     second = env.submit("alice", "cv", 8)
     env.cycle()
     assert env.job(second).state == "queued"
-    assert env.job(second).reason == "waiting for VC cv's GPUs: it needs 8 of the VC's 12, fewer are free now"
+    # the VC's head: it waits with a reservation until the first job's time limit
+    held = env.job(second)
+    first_row = env.job(first)
+    assert held.reason is not None and held.reason.startswith("reserved: starts by ")
+    assert first_row.start_time is not None and held.predicted_start is not None
+    assert held.predicted_start > first_row.start_time
     env.slurm.advance(3600)
     env.slurm.finish(first)
     env.cycle()
@@ -251,7 +256,7 @@ def test_a_waiting_job_is_told_its_model_is_planned_plain(env: Env) -> None:
     env.cycle()
     job = env.job(jid)
     assert job.state == "queued"
-    assert job.reason is not None and job.reason.startswith("waiting for VC cv's GPUs")
+    assert job.reason is not None and job.reason.startswith("reserved: starts by ")  # the VC's head
     assert job.reason.endswith("planned as a plain job)")
 
 

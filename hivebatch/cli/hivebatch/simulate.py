@@ -222,6 +222,29 @@ def _print_table(results: list[Any], as_rich: bool) -> None:
             click.echo("")
 
 
+def _simulate_inside_vc(
+    workload: str, seed: int, hours: float, policy: str, starve_after_s: float, as_json: bool
+) -> None:
+    """Before/after of backfill reservations (starvation) or per-user fairshare (fairness) in one VC."""
+    from hivebatch.sim import vc_compare
+
+    if hours <= 0:
+        raise click.UsageError("--hours must be > 0")
+    if policy == "all":
+        raise click.UsageError(f"--workload {workload} compares one policy with a rule off and on: name it")
+    if workload == "starvation":
+        figures = vc_compare.starvation(seed=seed, hours=hours, policy=policy, starve_after_s=starve_after_s)
+    else:
+        figures = vc_compare.fairness(seed=seed, hours=hours, policy=policy)
+    if as_json:
+        for f in figures:
+            click.echo(
+                json.dumps({**f.as_dict(), "seed": seed, "hours": hours, "policy": policy}, sort_keys=True)
+            )
+    else:
+        click.echo(vc_compare.format_table(figures))
+
+
 def _simulate_sharing(config: str | None, seed: int, hours: float, as_json: bool) -> None:
     """The GPU-sharing mix in its three modes (exclusive, binpack, colocate) on the lab cluster or --config."""
     from hivebatch.config import read_yaml
@@ -240,9 +263,11 @@ def _simulate_sharing(config: str | None, seed: int, hours: float, as_json: bool
 _WORKLOAD_OPTIONS = (
     click.option(
         "--workload",
-        type=click.Choice(["paper", "synthetic", "sharing"]),
+        type=click.Choice(["paper", "synthetic", "sharing", "starvation", "fairness"]),
         help="Generate a workload: the QoS paper's, a large synthetic trace, or a mix of whole-GPU jobs and "
-        "GPU slices (--gpu-mem) replayed without sharing, with binpacked slices and with co-location.",
+        "GPU slices (--gpu-mem) replayed without sharing, with binpacked slices and with co-location; "
+        "starvation (1/2/8-GPU jobs in one VC) and fairness (a heavy and a light user in one VC) compare "
+        "backfill reservations and fairshare off and on.",
     ),
     click.option(
         "--rate",
@@ -329,6 +354,23 @@ _REPLAY_OPTIONS = (
         help="With --vcs: resize each VC to its jobs' demand so the replay runs at this load (e.g. 0.7).",
     ),
     click.option("--no-private", is_flag=True, help="Skip the private-cluster baseline runs."),
+    click.option(
+        "--backfill",
+        is_flag=True,
+        help="Give each VC's waiting head a backfill reservation (as the controller).",
+    ),
+    click.option(
+        "--starve-after-h",
+        type=float,
+        default=12.0,
+        show_default=True,
+        help="With reservations: a job waiting this long (hours) becomes its VC's head, whatever the policy's order.",
+    ),
+    click.option(
+        "--fairshare-half-life-h",
+        type=float,
+        help="Order a VC's jobs of one class by their users' GPU-hours decaying with this half-life (hours).",
+    ),
 )
 
 #: what to print or write
@@ -359,6 +401,9 @@ def simulate(
     bad_nodes: tuple[str, ...],
     target_load: float | None,
     no_private: bool,
+    backfill: bool,
+    starve_after_h: float,
+    fairshare_half_life_h: float | None,
     as_json: bool,
     plot_dir: str | None,
 ) -> None:
@@ -368,10 +413,16 @@ def simulate(
     Examples:
       hivebatch simulate --workload paper --rate 10 --policy all
       hivebatch simulate --workload sharing --hours 72 --seed 2
+      hivebatch simulate --workload starvation --hours 48 --seed 1
       hivebatch simulate --trace philly-sep-dec.csv --trace-format philly --vcs philly-vcs.csv --mode both
     """
     if workload == "sharing":
         _simulate_sharing(config, seed, hours, as_json)
+        return
+    if starve_after_h < 0:
+        raise click.UsageError("--starve-after-h must be >= 0 hours")
+    if workload in ("starvation", "fairness"):
+        _simulate_inside_vc(workload, seed, hours, policy, starve_after_h * 3600.0, as_json)
         return
     from hivebatch.qos import POLICY_NAMES
     from hivebatch.sim import setup
@@ -388,7 +439,12 @@ def simulate(
     for b in bad:
         if not spec.has_node(b.node):
             raise click.UsageError(f"--bad-node: no node {b.node!r} in the cluster")
+    if fairshare_half_life_h is not None and fairshare_half_life_h <= 0:
+        raise click.UsageError("--fairshare-half-life-h must be > 0 hours")
     exp = setup.build_experiment(spec, data, cfg_dir, jobs, bad, private_baseline=not no_private)
+    exp.backfill = backfill
+    exp.starve_after_s = starve_after_h * 3600.0
+    exp.fairshare_half_life_s = fairshare_half_life_h * 3600.0 if fairshare_half_life_h else None
     policies = list(POLICY_NAMES) if policy == "all" else [policy]
     modes = ["cells", "quota"] if mode == "both" else [mode]
     with _Progress(sys.stderr.isatty()) as progress:

@@ -8,7 +8,7 @@ import datetime as dt
 import heapq
 import math
 
-from hivebatch.controller.decide.times import epoch, from_epoch
+from hivebatch.controller.decide.times import after, epoch, from_epoch
 from hivebatch.controller.decide.types import Round, Wait
 from hivebatch.db.models import Job
 from hivebatch.sharing.ledger import SharingLedger
@@ -82,6 +82,9 @@ def estimate_starts(r: Round) -> None:
             _predict(w, release.setdefault(pool, []), free, clock, pool)
         except (OverflowError, ValueError):  # numbers past any date: this job gets no prediction
             w.predicted_start = w.predicted_end = None
+        if w.reserved_start is not None:  # the cells' own walk beats this GPU count
+            w.predicted_start = w.reserved_start
+            w.predicted_end = after(w.reserved_start, w.latency_s)
 
 
 def _predict(

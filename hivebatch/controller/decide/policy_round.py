@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import partial
 
 from hivebatch.cells import JobState
+from hivebatch.controller.decide.ends import running_ends
 from hivebatch.controller.decide.fit import unfit_text
 from hivebatch.controller.decide.isolate import isolated, reject
 from hivebatch.controller.decide.tasks import predicted_latency
@@ -48,11 +49,13 @@ def _waiting(r: Round, o: Outcome) -> None:
             slack_s=slack,
             ect=ect,
             latency_s=lat,
+            reserved_start=from_epoch(o.predicted_start),
         )
     )
 
 
 def _round(r: Round, tasks: list[Task]) -> list[Outcome]:
+    settings = r.ctx.settings
     return schedule_round(
         tasks,
         epoch(r.now),
@@ -61,6 +64,9 @@ def _round(r: Round, tasks: list[Task]) -> list[Outcome]:
         r.ctx.platform,
         {t.job_id for t in tasks if r.reqs[t.job_id][1].priority < 0},
         priority_of=lambda t: r.reqs[str(t.job_id)][1].priority,
+        ends=running_ends(r) if settings.backfill else None,
+        usage=r.ledger.usage,
+        starve_after_s=settings.starve_after_s,
     )
 
 

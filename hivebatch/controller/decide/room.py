@@ -76,24 +76,57 @@ def hopeless_wait(r: Round, room: Room, job: Job, req: JobRequest, sj: SlurmJob)
 
 
 def screen_hopeless(r: Round) -> None:
-    """Jobs that may fit become tasks for the policy round; the others wait with the reason why."""
+    """Jobs that may fit become tasks for the policy round; the others wait with the reason why.
+
+    With backfill on, each VC's oldest guaranteed job of the highest priority that cannot fit goes
+    to the round too: it may be its VC's head, and a head needs its reservation even when it cannot
+    start (hivebatch.reservation). Only that one: planning every job that cannot start would cost
+    the round its time on a long queue, and the others would wait anyway.
+    """
     gmap = r.alloc.gpu_map() if r.typed or r.slices else r.gmap
     room = Room(r.alloc, r.ctx.spec, gmap)
+    heads: dict[str, tuple[Job, JobRequest, SlurmJob]] = {}
     for job, req, sj in r.untyped:
-        isolated(r, job, partial(_screen_one, r, room, job, req, sj))
+        isolated(r, job, partial(_screen_one, r, room, job, req, sj, heads))
+    for job, req, sj in heads.values():
+        isolated(r, job, partial(_to_round, r, job, req, sj))
 
 
-def _screen_one(r: Round, room: Room, job: Job, req: JobRequest, sj: SlurmJob) -> None:
+def _head_key(job: Job, req: JobRequest) -> tuple[int, float, int]:
+    submitted = job.submit_time.timestamp() if job.submit_time is not None else float("inf")
+    return (-req.priority, submitted, job.slurm_job_id)
+
+
+def _to_round(r: Round, job: Job, req: JobRequest, sj: SlurmJob) -> None:
+    task = r.builder.task(job, req, sj.time_limit_s)
+    task.avoid_nodes = frozenset(n for n in r.unfit_for(job, sj) if n in r.alloc.tree.node_cell)
+    r.tasks.append(task)
+    r.reqs[task.job_id] = (job, req)
+
+
+def _screen_one(
+    r: Round,
+    room: Room,
+    job: Job,
+    req: JobRequest,
+    sj: SlurmJob,
+    heads: dict[str, tuple[Job, JobRequest, SlurmJob]],
+) -> None:
     unfit = r.unfit_for(job, sj)
-    usable = [n.name for n in r.ctx.spec.nodes if req.gpu_type in (None, n.gpu_type) and n.name not in unfit]
-    if not usable:
+    if all(n.name in unfit for n in r.ctx.spec.nodes if req.gpu_type in (None, n.gpu_type)):
         wait = hopeless_wait(r, room, job, req, sj)
         wait.reason = f"no node has what it needs besides GPUs now: {unfit_text(unfit)}"
         r.out.waits.append(wait)
-    elif room.may_fit(req):
-        task = r.builder.task(job, req, sj.time_limit_s)
-        task.avoid_nodes = frozenset(n for n in unfit if n in r.alloc.tree.node_cell)
-        r.tasks.append(task)
-        r.reqs[task.job_id] = (job, req)
-    else:
-        r.out.waits.append(hopeless_wait(r, room, job, req, sj))
+        return
+    if room.may_fit(req):
+        _to_round(r, job, req, sj)
+        return
+    if r.ctx.settings.backfill and req.priority >= 0 and req.gpus <= room.total.get(req.vc, 0):
+        best = heads.get(req.vc)
+        if best is None:
+            heads[req.vc] = (job, req, sj)
+            return
+        if _head_key(job, req) < _head_key(best[0], best[1]):
+            heads[req.vc] = (job, req, sj)
+            job, req, sj = best  # the candidate it replaces waits
+    r.out.waits.append(hopeless_wait(r, room, job, req, sj))

@@ -90,6 +90,7 @@ class TaskBuilder:
             shape=Shape(*shape) if shape else None,
             time_limit_s=float(time_limit) if time_limit else None,
             gpu_type=req.gpu_type,
+            user=job.user,
         )
 
 

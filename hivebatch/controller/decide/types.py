@@ -42,6 +42,7 @@ class Wait:
     slack_s: float | None = None
     ect: dt.datetime | None = None
     latency_s: float | None = None
+    reserved_start: dt.datetime | None = None  # the start its VC's backfill reservation promises
 
 
 @dataclass
