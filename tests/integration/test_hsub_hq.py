@@ -346,3 +346,39 @@ def test_hq_adds_hivebatch_columns_to_squeues(site: Site, squeue_jobs: list[int]
     assert lines[0][3].strip() == "PLACEMENT"  # filled for placed GPU jobs (test_full_path_… checks one)
     array = site.as_user("alice", "hq", "-h", "-j", f"{squeue_jobs[0]}_2", "-o", "%i %{vc}")
     assert array.stdout == f"{squeue_jobs[0]}_2 cv\n"
+
+
+# --- docs/hsub.md: every command the page shows runs on the lab, as alice, and prints what it shows ---
+
+
+def test_the_hsub_page_commands_run_as_shown(site: Site) -> None:
+    from docs_pages import console_commands, shape_pattern
+
+    workdir = site.dir / f"docs-{uuid.uuid4().hex[:6]}"
+    workdir.mkdir(mode=0o777)
+    workdir.chmod(0o777)
+    site.controller_once()  # the page's --test-only answer comes from the controller's last cycle
+    submitted: list[str] = []
+    path = f"PATH={site.user_bin}:/usr/bin:/bin"  # hsub as installed for the lab's users
+    try:
+        for command, shown in console_commands(PROJECT / "docs" / "hsub.md"):
+            if command.startswith("cat "):  # the page shows a file: it is the file the next commands use
+                shown_file = workdir / command.split()[1]
+                shown_file.write_text("\n".join(shown) + "\n")
+                shown_file.chmod(0o755)
+                continue
+            proc = subprocess.run(["runuser", "-u", "alice", "--", "env", path, "bash", "-c", command],
+                                  capture_output=True, text=True, env=site.env(), cwd=workdir, timeout=120,
+                                  check=False)  # fmt: skip
+            output = (proc.stdout + proc.stderr).splitlines()
+            submitted += [line.split()[-1] for line in output if line.startswith("Submitted batch job")]
+            expect_error = any(line.startswith("hsub: error:") for line in shown)
+            assert (proc.returncode != 0) == expect_error, f"{command}\n{proc.stdout}{proc.stderr}"
+            for line in shown:
+                pattern = shape_pattern(line)
+                assert any(pattern.fullmatch(out) for out in output), (
+                    f"docs/hsub.md shows {line!r} after `{command}`; it printed:\n{proc.stdout}{proc.stderr}"
+                )
+    finally:
+        for jid in submitted:
+            subprocess.run(["scancel", jid], capture_output=True, check=False)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from docs_pages import console_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -19,18 +20,6 @@ PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 # pages whose console commands run offline; the others' run in the lab tests or are shown as examples
 RUN = ("install-on-a-cluster.md", "controller-service.md", "upgrades.md", "config.md", "slurm-config.md")
 BIN = Path(sys.executable).parent
-
-
-def console_commands(page: Path) -> list[tuple[str, list[str]]]:
-    """(command, the output lines shown after it) of every ```console block."""
-    out: list[tuple[str, list[str]]] = []
-    for block in re.findall(r"```console\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
-        for line in block.splitlines():
-            if line.startswith("$ "):
-                out.append((line[2:], []))
-            elif out and line.strip() and line.strip() != "...":
-                out[-1][1].append(line)
-    return out
 
 
 CASES = [(p.name, cmd, shown) for p in PAGES if p.name in RUN for cmd, shown in console_commands(p)]

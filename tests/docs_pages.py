@@ -1,0 +1,28 @@
+"""The console blocks of the docs pages: each ``$ `` command and the output lines shown after it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+
+def console_commands(page: Path) -> list[tuple[str, list[str]]]:
+    """(command, the output lines shown after it) of every ```console block."""
+    out: list[tuple[str, list[str]]] = []
+    for block in re.findall(r"```console\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                out.append((line[2:], []))
+            elif out and line.strip() and line.strip() != "...":
+                out[-1][1].append(line)
+    return out
+
+
+def shape_pattern(line: str) -> re.Pattern[str]:
+    """A shown output line with what changes from run to run left open: numbers (job ids, GPU indices,
+    times) and signed durations (``+51s``, ``-3m``)."""
+    parts = re.split(r"([+-]\d+[smhd]\b|\d+)", line)
+    pattern = "".join(
+        (r"[+-][\dsmhd]+" if p[0] in "+-" else r"\d+") if i % 2 else re.escape(p) for i, p in enumerate(parts)
+    )
+    return re.compile(pattern)
