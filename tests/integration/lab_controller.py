@@ -112,6 +112,7 @@ def ctl(
     monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
     data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
     data["controller"] = {"lock_file": "ctl.lock", "interval_s": 1}
+    data["preemption"] = {"notice_s": 3}  # a victim's notice, short enough for a test to wait it out
     # The example VCs hold all 32 GPUs, so any GPU another test (or a stale Slurm shard count) keeps busy
     # would cost some VC its guarantee; one node of slack keeps these tests independent of such noise.
     data["virtual_clusters"]["nlp"] = {"cells": {"V100-NODE": 1}}
