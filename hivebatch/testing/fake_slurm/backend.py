@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from datetime import datetime, timedelta
 
-from hivebatch.slurm.arrays import array_tasks
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import expand_hostlist, split_gres
 from hivebatch.slurm.types import (
@@ -19,6 +17,7 @@ from hivebatch.slurm.types import (
     SlurmNode,
     SlurmUnavailable,
 )
+from hivebatch.testing.fake_slurm.arrays import make_array, split_task
 from hivebatch.testing.fake_slurm.plugin import JobSubmit, park_owner_release, run_job_submit
 from hivebatch.testing.fake_slurm.sbatch import begin_offset_s, parse_sbatch, sbatch_lines, time_limit
 from hivebatch.testing.fake_slurm.scheduler import try_start
@@ -223,12 +222,7 @@ class FakeSlurm(SlurmBackend):
             env=dict(env or {}),
         )
         if opts.get("array"):
-            tasks, j.array_max = array_tasks(opts["array"])
-            j.array_job_id = jid
-            if len(tasks) == 1:
-                j.array_task_id = tasks[0]
-            else:
-                j.array_pending = tasks
+            make_array(j, opts["array"])
         if opts.get("begin", "").startswith("now+"):
             j.eligible_at = self._s.now() + timedelta(seconds=begin_offset_s(opts["begin"]))
         if held:
@@ -267,39 +261,8 @@ class FakeSlurm(SlurmBackend):
 
     def split_array_task(self, array_job_id: int, task_id: int) -> None:
         self._log("split_array_task", (array_job_id, task_id))
-        cmd = ["scontrol", "hold", f"{array_job_id}_{task_id}"]
-        meta = next(
-            (
-                j
-                for j in self._s.jobs.values()
-                if j.array_job_id == array_job_id and task_id in j.array_pending
-            ),
-            None,
-        )
-        if meta is None:
-            task = next(
-                (
-                    j
-                    for j in self._s.jobs.values()
-                    if j.array_job_id == array_job_id and j.array_task_id == task_id
-                ),
-                None,
-            )
-            if task is None:
-                raise SlurmError(cmd, 1, "Invalid job id specified")
-            self.hold(task.job_id)
-            return
-        # as slurmctld: the task gets a record (and job id) of its own; the last one left is the record itself
-        meta.array_pending.remove(task_id)
-        jid = self._s.next_id
-        self._s.next_id += 1
-        self._s.jobs[jid] = replace(
-            meta, job_id=jid, array_task_id=task_id, array_pending=[], gpus={}, shards={},
-            env=dict(meta.env), required_nodes=list(meta.required_nodes),
-        )  # fmt: skip
-        self.hold(jid)  # the split-off task: held by whoever split it, an admin for the controller
-        if len(meta.array_pending) == 1:
-            meta.array_task_id = meta.array_pending.pop()
+        # as slurmctld: holding one task gives it a record of its own, held by whoever held it
+        self.hold(split_task(self._s, array_job_id, task_id).job_id)
 
     def release(self, job_id: int) -> None:
         cmd = ["scontrol", "release", str(job_id)]
