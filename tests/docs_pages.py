@@ -20,9 +20,10 @@ def console_commands(page: Path) -> list[tuple[str, list[str]]]:
 
 def shape_pattern(line: str) -> re.Pattern[str]:
     """A shown output line with what changes from run to run left open: numbers (job ids, GPU indices,
-    times) and signed durations (``+51s``, ``-3m``)."""
-    parts = re.split(r"([+-]\d+[smhd]\b|\d+)", line)
+    times), signed durations (``+51s``, ``-3m``) and the width of the blanks between columns."""
+    parts = re.split(r"([+-]\d+[smhd]\b|\d+| +)", line)
     pattern = "".join(
-        (r"[+-][\dsmhd]+" if p[0] in "+-" else r"\d+") if i % 2 else re.escape(p) for i, p in enumerate(parts)
+        (r"[+-][\dsmhd]+" if p[0] in "+-" else " +" if p[0] == " " else r"\d+") if i % 2 else re.escape(p)
+        for i, p in enumerate(parts)
     )
     return re.compile(pattern)

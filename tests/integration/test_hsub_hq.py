@@ -348,37 +348,79 @@ def test_hq_adds_hivebatch_columns_to_squeues(site: Site, squeue_jobs: list[int]
     assert array.stdout == f"{squeue_jobs[0]}_2 cv\n"
 
 
-# --- docs/hsub.md: every command the page shows runs on the lab, as alice, and prints what it shows ---
+# --- docs/hsub.md and docs/hq.md: every command a page shows runs on the lab, as alice, and prints what
+# the page shows (numbers and column widths left open) ---
 
 
-def test_the_hsub_page_commands_run_as_shown(site: Site) -> None:
+def _run_page(site: Site, page: str, workdir: Path, submitted: list[str]) -> None:
     from docs_pages import console_commands, shape_pattern
 
+    path = f"PATH={site.user_bin}:/usr/bin:/bin"  # hsub and hq as installed for the lab's users
+    for command, shown in console_commands(PROJECT / "docs" / page):
+        if command.startswith("cat "):  # the page shows a file: it is the file the next commands use
+            shown_file = workdir / command.split()[1]
+            shown_file.write_text("\n".join(shown) + "\n")
+            shown_file.chmod(0o755)
+            continue
+        proc = subprocess.run(["runuser", "-u", "alice", "--", "env", path, "bash", "-c", command],
+                              capture_output=True, text=True, env=site.env(), cwd=workdir, timeout=120,
+                              check=False)  # fmt: skip
+        output = [line.rstrip() for line in (proc.stdout + proc.stderr).splitlines()]
+        submitted += [line.split()[-1] for line in output if line.startswith("Submitted batch job")]
+        expect_error = any(line.startswith("hsub: error:") for line in shown)
+        assert (proc.returncode != 0) == expect_error, f"{command}\n{proc.stdout}{proc.stderr}"
+        for line in shown:
+            pattern = shape_pattern(line)
+            assert any(pattern.fullmatch(out) for out in output), (
+                f"docs/{page} shows {line!r} after `{command}`; it printed:\n{proc.stdout}{proc.stderr}"
+            )
+
+
+def _page_dir(site: Site) -> Path:
     workdir = site.dir / f"docs-{uuid.uuid4().hex[:6]}"
     workdir.mkdir(mode=0o777)
     workdir.chmod(0o777)
+    return workdir
+
+
+def test_the_hsub_page_commands_run_as_shown(site: Site) -> None:
     site.controller_once()  # the page's --test-only answer comes from the controller's last cycle
     submitted: list[str] = []
-    path = f"PATH={site.user_bin}:/usr/bin:/bin"  # hsub as installed for the lab's users
     try:
-        for command, shown in console_commands(PROJECT / "docs" / "hsub.md"):
-            if command.startswith("cat "):  # the page shows a file: it is the file the next commands use
-                shown_file = workdir / command.split()[1]
-                shown_file.write_text("\n".join(shown) + "\n")
-                shown_file.chmod(0o755)
-                continue
-            proc = subprocess.run(["runuser", "-u", "alice", "--", "env", path, "bash", "-c", command],
-                                  capture_output=True, text=True, env=site.env(), cwd=workdir, timeout=120,
-                                  check=False)  # fmt: skip
-            output = (proc.stdout + proc.stderr).splitlines()
-            submitted += [line.split()[-1] for line in output if line.startswith("Submitted batch job")]
-            expect_error = any(line.startswith("hsub: error:") for line in shown)
-            assert (proc.returncode != 0) == expect_error, f"{command}\n{proc.stdout}{proc.stderr}"
-            for line in shown:
-                pattern = shape_pattern(line)
-                assert any(pattern.fullmatch(out) for out in output), (
-                    f"docs/hsub.md shows {line!r} after `{command}`; it printed:\n{proc.stdout}{proc.stderr}"
-                )
+        _run_page(site, "hsub.md", _page_dir(site), submitted)
+    finally:
+        for jid in submitted:
+            subprocess.run(["scancel", jid], capture_output=True, check=False)
+
+
+def test_the_hq_page_commands_run_as_shown(site: Site) -> None:
+    workdir = _page_dir(site)
+    # the page's cluster: alice's resnet (prior, 4 GPUs, with its model), bob's 2 x 2 allreduce and
+    # carol's opportunistic 6-GPU job, all placed by the controller and running
+    (workdir / "train.sh").write_text(
+        "#!/bin/bash\n#SBATCH -J resnet\n#SBATCH -t 30\n#HSUB --model resnet50 --batch-size 256 --iters 300\nsleep 300\n"
+    )
+    (workdir / "long.sh").write_text("#!/bin/bash\nsleep 300\n")
+    jobs = [
+        site.as_user("alice", "hsub", "-A", "cv", "-q", "prior", "--gpus", "4", "train.sh", cwd=workdir),
+        site.as_user("bob", "hsub", "-A", "nlp", "-N", "2", "--gpus-per-node", "2", "-J", "allreduce", "-t", "60",
+                     "long.sh", cwd=workdir),
+        site.as_user("carol", "hsub", "-A", "sys", "-q", "opportunistic", "--gpus", "6", "-J", "borrow", "-t", "60",
+                     "long.sh", cwd=workdir),
+    ]  # fmt: skip
+    submitted = [p.stdout.split()[-1] for p in jobs if p.returncode == 0]
+    try:
+        assert len(submitted) == 3, [p.stderr for p in jobs]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            site.controller_once()
+            states = subprocess.run(["squeue", "-h", "-o", "%T", "-j", ",".join(submitted)], capture_output=True,
+                                    text=True, check=False).stdout.split()  # fmt: skip
+            if states == ["RUNNING"] * 3:
+                break
+            time.sleep(1)
+        site.controller_once()  # the ledger sees them running
+        _run_page(site, "hq.md", workdir, [])
     finally:
         for jid in submitted:
             subprocess.run(["scancel", jid], capture_output=True, check=False)
