@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from hivebatch.cli.common import run_cli
+from hivebatch.cli.hivebatch.main import cli
 from hivebatch.errors import HivebatchError
 from hivebatch.replay import compare
 from hivebatch.replay.measure import job_name, measured_summary
@@ -115,3 +117,28 @@ def test_a_job_slurm_did_not_complete_is_not_counted() -> None:
     pred = compare.predict(plan, data, PROJECT / "etc", "hivebatch", "qos")
     real = measured_summary(pred.run, rows, plan, "hivebatch", pred.private)
     assert (real.completed, real.jobs) == (7, 8)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--user", "cv"], "VC=USER"),
+        (["--speedup", "0"], "--speedup must be > 0"),
+        (["--policy", "nope"], "unknown policy 'nope'"),
+        (["--start", "100"], "no jobs in the slice"),
+    ],
+)
+def test_bad_input_is_one_clear_line(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-03 10:00:00,60,1,60,cv\n")
+    base = ["replay", "--trace", str(trace), "--trace-format", "philly", "--mode", "sim"]
+    code = 0
+    try:
+        run_cli(cli, [*base, "--config", str(PROJECT / "etc" / "hivebatch.example.yaml"), *args])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    assert code != 0 and out == ""
+    assert message in err and "Traceback" not in err

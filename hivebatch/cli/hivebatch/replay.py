@@ -112,6 +112,11 @@ def replay(
     if not cfg:
         raise click.UsageError("give --config FILE (the cluster's hivebatch config) or set HIVEBATCH_CONFIG")
     data: dict[str, Any] = read_yaml(cfg)
+    policy = policy or str((data.get("controller") or {}).get("policy", "qos"))
+    for p in (policy, plain_policy):
+        if p not in POLICY_NAMES:
+            raise click.UsageError(f"unknown policy {p!r}: use one of {', '.join(POLICY_NAMES)}")
+    vc_users = _users(users)
     spec = setup.build_spec(data)
     vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
     trace_vcs = {vc: 8 * n for vc, n in traces.read_vcs(vcs_file).items()} if vcs_file else vc_gpus
@@ -122,13 +127,9 @@ def replay(
     if not plan.jobs:
         raise HivebatchError(f"{trace}: no jobs in the slice ({report.summary()})")
     click.echo(plan.summary(), err=True)
-    policy = policy or str((data.get("controller") or {}).get("policy", "qos"))
-    for p in (policy, plain_policy):
-        if p not in POLICY_NAMES:
-            raise click.UsageError(f"unknown policy {p!r}: use one of {', '.join(POLICY_NAMES)}")
     settings = live.LiveSettings(
         operator=operator,
-        users=_users(users),
+        users=vc_users,
         classes=list(CLASSES),
         interval_s=interval,
         timeout_s=timeout,
