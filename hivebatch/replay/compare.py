@@ -50,20 +50,25 @@ def relative_error(predicted: float, measured: float) -> float | None:
     return (predicted - measured) / measured if measured > 0 else None
 
 
-def comparison(results: dict[str, tuple[RunSummary, RunSummary]], interval_trace_s: float) -> dict[str, Any]:
-    """mode -> (Slurm's figures, the simulator's) as one JSON-able object, per mode and per VC."""
+def comparison(
+    results: dict[str, tuple[RunSummary | None, RunSummary]], interval_trace_s: float
+) -> dict[str, Any]:
+    """mode -> (Slurm's figures or None when not replayed, the simulator's) as one JSON-able object."""
     out: dict[str, Any] = {"controller_interval_trace_s": interval_trace_s, "modes": {}, "vcs": {}}
     for mode, (real, sim) in results.items():
-        excess_real = [e.get("excess_queue_s", 0.0) for e in real.vcs.values()]
+        real_vcs = real.vcs if real is not None else {}
         out["modes"][mode] = {
-            "slurm": real.to_json(),
+            "slurm": real.to_json() if real is not None else None,
             "sim": sim.to_json(),
-            "worst_excess_queue_s": max(excess_real, default=0.0),
-            "mean_wait_error": relative_error(sim.avg_queue_s, real.avg_queue_s),
+            "worst_excess_queue_s": (
+                max((e.get("excess_queue_s", 0.0) for e in real_vcs.values()), default=0.0) if real else None
+            ),
+            "mean_wait_error": relative_error(sim.avg_queue_s, real.avg_queue_s) if real else None,
         }
-        for vc in sorted(set(real.vcs) | set(sim.vcs)):
+        for vc in sorted(set(real_vcs) | set(sim.vcs)):
             row = out["vcs"].setdefault(vc, {})
-            row[mode] = {"slurm": real.vcs.get(vc, {}), "sim": sim.vcs.get(vc, {})}
+            row[mode] = {"slurm": real_vcs.get(vc, {}), "sim": sim.vcs.get(vc, {})}
+    out["vcs"] = dict(sorted(out["vcs"].items()))
     return out
 
 
@@ -89,6 +94,8 @@ def format_table(report: dict[str, Any]) -> str:
     for m, fig in report["modes"].items():
         for side in ("slurm", "sim"):
             s = fig[side]
+            if s is None:
+                continue
             worst = max((e.get("excess_queue_s", 0.0) for e in s["vcs"].values()), default=0.0)
             lines.append(
                 "\t".join(

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from hivebatch.cli.common import options
 from hivebatch.errors import HivebatchError
+
+if TYPE_CHECKING:
+    from hivebatch.sim.metrics import RunSummary
 
 _SLICE_OPTIONS = (
     click.option("--trace", required=True, type=click.Path(dir_okay=False), help="Trace file to replay."),
@@ -137,11 +140,11 @@ def replay(
     )
     cfg_dir = Path(cfg).resolve().parent
     modes = ["plain", "hivebatch"] if mode in ("both", "sim") else [mode]
-    results = {}
+    results: dict[str, tuple[RunSummary | None, RunSummary]] = {}
     for m in modes:
         pred = compare.predict(plan, data, cfg_dir, m, plain_policy if m == "plain" else policy)
         if mode == "sim":
-            results[m] = (pred.summary, pred.summary)
+            results[m] = (None, pred.summary)
             continue
         click.echo(
             f"replaying {len(plan.jobs)} jobs on {m} Slurm (about {plan.wall_s:.0f} s or more)", err=True
