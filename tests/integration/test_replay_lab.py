@@ -14,11 +14,11 @@ from hivebatch.cli.hivebatch.replay import replay
 PROJECT = Path(__file__).resolve().parents[2]
 
 # (seconds after the first arrival, run seconds, GPUs, VC): at speedup 10 the arrivals span 13 s and
-# each job runs 3-8 s; cv gets a 2-node job and a burst that outgrows its 12 GPUs in plain mode
+# each job runs 3-8 s; nlp gets a 2-node job that has to wait for its own 4-GPU one
 SLICE = [
     (0, 60, 8, "cv"),
     (10, 40, 4, "nlp"),
-    (20, 80, 12, "cv"),
+    (20, 80, 16, "nlp"),
     (40, 30, 1, "sys"),
     (60, 50, 4, "cv"),
     (80, 30, 2, "sys"),
