@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,6 +142,7 @@ def replay(
     cfg_dir = Path(cfg).resolve().parent
     modes = ["plain", "hivebatch"] if mode in ("both", "sim") else [mode]
     results: dict[str, tuple[RunSummary | None, RunSummary]] = {}
+    took: dict[str, float] = {}
     for m in modes:
         pred = compare.predict(plan, data, cfg_dir, m, plain_policy if m == "plain" else policy)
         if mode == "sim":
@@ -149,13 +151,18 @@ def replay(
         click.echo(
             f"replaying {len(plan.jobs)} jobs on {m} Slurm (about {plan.wall_s:.0f} s or more)", err=True
         )
+        started = time.monotonic()
         rows = (
             live.replay_plain(plan, vc_gpus, settings)
             if m == "plain"
             else live.replay_hivebatch(plan, data, settings)
         )
         results[m] = (measured_summary(pred.run, rows, plan, m, pred.private), pred.summary)
+        took[m] = time.monotonic() - started
+        click.echo(f"{m}: {len(rows)} jobs in sacct after {took[m]:.0f} s", err=True)
     out = compare.comparison(results, interval * speedup)
+    for m, seconds in took.items():
+        out["modes"][m]["replay_wall_s"] = round(seconds, 1)
     out["plan"] = {
         "jobs": len(plan.jobs),
         "wall_s": plan.wall_s,
