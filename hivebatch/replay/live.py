@@ -29,7 +29,7 @@ from hivebatch.replay.measure import job_name
 from hivebatch.replay.plan import Plan, PlannedJob
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.cli import CliBackend, subprocess_runner
-from hivebatch.slurm.types import FINISHED_STATES, AcctRecord, SlurmJob
+from hivebatch.slurm.types import FINISHED_STATES, AcctRecord, SlurmJob, SlurmUnavailable
 
 PLAIN_ACCOUNT_PREFIX = "hbreplay_"
 SCRIPT = "#!/bin/sh\nsleep {sleep}\n"
@@ -132,22 +132,28 @@ def run_plan(
     last_tick = last_poll = -1e9
     while True:
         now = time.monotonic() - t0
-        while pending and pending[0].at_s <= now:
-            p = pending.pop(0)
-            backend, account = backends(p)
-            jid = backend.submit(SCRIPT.format(sleep=p.sleep_s), submit_args(p, account, mode))
-            ids[p.job.job_id] = jid
-            mine.add(jid)
-        if tick is not None and now - last_tick >= settings.interval_s:
-            last_tick = now
-            tick()
-        if not pending and now - last_poll >= 1.0:
-            last_poll = now
-            live = [j for j in watch.list_jobs(sorted(mine)) if j.state not in FINISHED_STATES]
-            if not live:
-                return ids
         if now > settings.timeout_s:
             raise HivebatchError(f"the {mode} replay did not finish within {settings.timeout_s:.0f} s")
+        try:
+            while pending and pending[0].at_s <= now:
+                p = pending[0]
+                backend, account = backends(p)
+                jid = backend.submit(SCRIPT.format(sleep=p.sleep_s), submit_args(p, account, mode))
+                pending.pop(0)
+                ids[p.job.job_id] = jid
+                mine.add(jid)
+            if tick is not None and now - last_tick >= settings.interval_s:
+                last_tick = now
+                tick()
+            if not pending and now - last_poll >= 1.0:
+                last_poll = now
+                if all(j.state in FINISHED_STATES for j in watch.list_jobs(sorted(mine))):
+                    return ids
+        except SlurmUnavailable as exc:
+            # slurmctld or munge away for a moment: what was not done is done on the next pass, as
+            # the controller itself does; the waits it causes are measured like any other
+            settings.log(f"{mode} replay: {exc}; retrying")
+            time.sleep(1.0)
         time.sleep(0.1)
 
 
