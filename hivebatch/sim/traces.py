@@ -137,14 +137,24 @@ def read_philly(path: str | Path, vc_gpus: dict[str, int]) -> tuple[list[SimJob]
     return _rebase(jobs), report
 
 
+def vc_by_hash(job_id: str, vc_gpus: dict[str, int]) -> str:
+    """A VC for a job whose trace names none we know, fixed by its id, in proportion to VC size."""
+    names = sorted(vc_gpus)
+    x = stable_fraction("vc:" + job_id) * sum(vc_gpus.values())
+    acc = 0
+    for name in names:
+        acc += vc_gpus[name]
+        if x < acc:
+            return name
+    return names[-1]
+
+
 def read_tiresias(path: str | Path, vc_gpus: dict[str, int]) -> tuple[list[SimJob], TraceReport]:
     """``job_id,num_gpu,submit_time,iterations,model_name,duration,interval``; no VC column, so jobs go
     to VCs by hash, in proportion to VC size."""
     p = Path(path)
     report = TraceReport()
     jobs: list[SimJob] = []
-    names = sorted(vc_gpus)
-    total = sum(vc_gpus.values())
     rows = _open_rows(p, "Tiresias trace", ("job_id", "num_gpu", "submit_time", "model_name", "duration"))
     for line, row in enumerate(rows, start=2):
         report.rows += 1
@@ -155,17 +165,9 @@ def read_tiresias(path: str | Path, vc_gpus: dict[str, int]) -> tuple[list[SimJo
             report.skip("no GPUs or zero duration")
             continue
         jid = f"ti{row['job_id'].strip()}"
-        x = stable_fraction("vc:" + jid) * total
-        vc = names[-1]
-        acc = 0
-        for name in names:
-            acc += vc_gpus[name]
-            if x < acc:
-                vc = name
-                break
         job = SimJob(
             job_id=jid,
-            vc=vc,
+            vc=vc_by_hash(jid, vc_gpus),
             cls=class_by_hash(jid),
             arrival=arrival,
             gpus=gpus,

@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "model": "hivebatch.cli.hivebatch.model:model",
     "controller": "hivebatch.cli.hivebatch.controller:controller",
     "simulate": "hivebatch.cli.hivebatch.simulate:simulate",
+    "replay": "hivebatch.cli.hivebatch.replay:replay",
     "db": "hivebatch.cli.hivebatch.db:db",
     "config": "hivebatch.cli.hivebatch.config:config",
 }

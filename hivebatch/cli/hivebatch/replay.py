@@ -1,0 +1,175 @@
+"""``hivebatch replay``: a trace slice on a live Slurm, plain and through hivebatch, beside the simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from hivebatch.cli.common import options
+from hivebatch.errors import HivebatchError
+
+if TYPE_CHECKING:
+    from hivebatch.sim.metrics import RunSummary
+
+_SLICE_OPTIONS = (
+    click.option("--trace", required=True, type=click.Path(dir_okay=False), help="Trace file to replay."),
+    click.option(
+        "--trace-format", required=True, type=click.Choice(["philly", "tiresias", "sacct"]), help="Format of --trace."
+    ),
+    click.option(
+        "--vcs",
+        "vcs_file",
+        type=click.Path(dir_okay=False),
+        help="vc,nodes CSV of the trace's own VCs (Philly); their jobs are mapped onto the config's VCs.",
+    ),
+    click.option("--start", "start_h", type=float, default=0.0, show_default=True,
+                 help="Start of the slice, trace hours after the trace's first arrival."),
+    click.option("--hours", type=float, default=1.0, show_default=True, help="Length of the slice's arrival window, trace hours."),
+    click.option("--max-jobs", type=int, help="Replay only the slice's first N jobs."),
+    click.option("--speedup", type=float, default=8.0, show_default=True, help="Trace seconds per real second."),
+    click.option("--min-run", type=float, default=3.0, show_default=True, help="Shortest run, real seconds."),
+    click.option("--max-run", type=float, default=60.0, show_default=True, help="Longest run, real seconds (longer jobs are cut)."),
+)  # fmt: skip
+
+_RUN_OPTIONS = (
+    click.option(
+        "--config",
+        type=click.Path(dir_okay=False),
+        help="The cluster's hivebatch config (default: $HIVEBATCH_CONFIG).",
+    ),
+    click.option(
+        "--mode",
+        type=click.Choice(["plain", "hivebatch", "both", "sim"]),
+        default="both",
+        show_default=True,
+        help="Replay on plain Slurm, through hivebatch, both, or only print the simulator's prediction.",
+    ),
+    click.option("--operator", default="hbctl", show_default=True, help="The controller's user (a Slurm Operator)."),
+    click.option("--user", "users", multiple=True, metavar="VC=USER", help="Who submits a VC's jobs in hivebatch mode (repeatable)."),
+    click.option("--interval", type=float, default=2.0, show_default=True, help="Controller cycle period, real seconds."),
+    click.option("--policy", help="The controller's policy (default: the config's controller.policy, else qos)."),
+    click.option("--plain-policy", default="tetris-perf", show_default=True,
+                 help="Simulator policy predicting plain Slurm (tetris-perf: arrival order, later jobs fill gaps, as backfill does)."),
+    click.option("--timeout", type=float, default=1800.0, show_default=True, help="Give up on a replay after this many real seconds."),
+    click.option("--json", "as_json", is_flag=True, help="One JSON object with every figure."),
+)  # fmt: skip
+
+
+def _users(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        vc, sep, user = v.partition("=")
+        if not sep or not vc or not user:
+            raise click.UsageError(f"--user {v!r}: use VC=USER, e.g. --user cv=alice")
+        out[vc] = user
+    return out
+
+
+@click.command("replay")
+@options(*_SLICE_OPTIONS, *_RUN_OPTIONS)
+def replay(
+    trace: str,
+    trace_format: str,
+    vcs_file: str | None,
+    start_h: float,
+    hours: float,
+    max_jobs: int | None,
+    speedup: float,
+    min_run: float,
+    max_run: float,
+    config: str | None,
+    mode: str,
+    operator: str,
+    users: tuple[str, ...],
+    interval: float,
+    policy: str | None,
+    plain_policy: str,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Replay a trace slice into a live Slurm, time-compressed, with plain Slurm and through hivebatch.
+
+    Each job sleeps its scaled run time. Per VC the excess wait over its private cluster and the QoS
+    rate come from Slurm's accounting (sacct), beside the simulator's prediction for the same slice.
+    Run as root on a Slurm with accounting; plain mode adds temporary accounts and removes them.
+
+    \b
+    Example (the lab):
+      hivebatch replay --trace philly.csv --trace-format philly --vcs philly-vcs.csv \\
+        --config etc/hivebatch.example.yaml --start 2273 --hours 2 --max-jobs 60 --speedup 8 \\
+        --user cv=alice --user nlp=bob --user sys=carol
+    """
+    from hivebatch.config import read_yaml
+    from hivebatch.qos import POLICY_NAMES, parse_qos_config
+    from hivebatch.replay import compare, live
+    from hivebatch.replay.measure import measured_summary
+    from hivebatch.replay.plan import SliceSpec, plan_replay
+    from hivebatch.sim import setup, traces
+    from hivebatch.sim.workload import CLASSES
+
+    cfg = config or os.environ.get("HIVEBATCH_CONFIG")
+    if not cfg:
+        raise click.UsageError("give --config FILE (the cluster's hivebatch config) or set HIVEBATCH_CONFIG")
+    data: dict[str, Any] = read_yaml(cfg)
+    policy = policy or str((data.get("controller") or {}).get("policy", "qos"))
+    for p in (policy, plain_policy):
+        if p not in POLICY_NAMES:
+            raise click.UsageError(f"unknown policy {p!r}: use one of {', '.join(POLICY_NAMES)}")
+    vc_users = _users(users)
+    spec = setup.build_spec(data)
+    vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
+    trace_vcs = {vc: 8 * n for vc, n in traces.read_vcs(vcs_file).items()} if vcs_file else vc_gpus
+    jobs, report = traces.read_trace(trace_format, trace, trace_vcs)
+    slice_spec = SliceSpec(start_h * 3600, hours * 3600, max_jobs, speedup, min_run, max_run)
+    platform = setup.build_platform(spec, parse_qos_config(data, Path(cfg).resolve().parent))
+    plan = plan_replay(jobs, slice_spec, vc_gpus, platform.gpus_per_node, platform.max_nodes)
+    if not plan.jobs:
+        raise HivebatchError(f"{trace}: no jobs in the slice ({report.summary()})")
+    click.echo(plan.summary(), err=True)
+    settings = live.LiveSettings(
+        operator=operator,
+        users=vc_users,
+        classes=list(CLASSES),
+        interval_s=interval,
+        timeout_s=timeout,
+        log=lambda m: click.echo(m, err=True),
+    )
+    cfg_dir = Path(cfg).resolve().parent
+    modes = ["plain", "hivebatch"] if mode in ("both", "sim") else [mode]
+    results: dict[str, tuple[RunSummary | None, RunSummary]] = {}
+    took: dict[str, float] = {}
+    for m in modes:
+        pred = compare.predict(plan, data, cfg_dir, m, plain_policy if m == "plain" else policy)
+        if mode == "sim":
+            results[m] = (None, pred.summary)
+            continue
+        click.echo(
+            f"replaying {len(plan.jobs)} jobs on {m} Slurm (about {plan.wall_s:.0f} s or more)", err=True
+        )
+        started = time.monotonic()
+        rows = (
+            live.replay_plain(plan, vc_gpus, settings)
+            if m == "plain"
+            else live.replay_hivebatch(plan, data, settings)
+        )
+        results[m] = (measured_summary(pred.run, rows, plan, m, pred.private), pred.summary)
+        took[m] = time.monotonic() - started
+        click.echo(f"{m}: {len(rows)} jobs in sacct after {took[m]:.0f} s", err=True)
+    out = compare.comparison(results, interval * speedup)
+    for m, seconds in took.items():
+        out["modes"][m]["replay_wall_s"] = round(seconds, 1)
+    out["plan"] = {
+        "jobs": len(plan.jobs),
+        "wall_s": plan.wall_s,
+        "summary": plan.summary(),
+        "speedup": speedup,
+    }
+    if as_json:
+        click.echo(json.dumps(out))
+    else:
+        click.echo(compare.format_table(out))

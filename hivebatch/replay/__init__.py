@@ -1,0 +1,1 @@
+"""Replaying a trace slice into a live Slurm, with plain Slurm and through hivebatch (``hivebatch replay``)."""

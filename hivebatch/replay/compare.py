@@ -1,0 +1,109 @@
+"""The simulator's prediction for a replay plan, and the side-by-side table of prediction and Slurm.
+
+Plain Slurm is predicted by the simulator's quota mode (GrpTRES GPU counts, ``select/cons_tres``-like
+placement), hivebatch by its cells mode with the controller's policy. The private-cluster baseline of
+each VC is the simulator's (``hivebatch.sim.runner.private_queues``), for the replay as for the
+prediction: excess wait = mean wait in the run − that baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hivebatch.replay.plan import Plan
+from hivebatch.sim import setup
+from hivebatch.sim.engine import SimRun, Simulation
+from hivebatch.sim.metrics import RunSummary, summarize
+from hivebatch.sim.runner import private_queues
+
+#: replay mode -> the simulator's sharing mode that predicts it
+SIM_MODES = {"plain": "quota", "hivebatch": "cells"}
+
+
+@dataclass
+class Prediction:
+    mode: str
+    policy: str
+    run: SimRun
+    private: dict[str, float]
+
+    @property
+    def summary(self) -> RunSummary:
+        return summarize(self.run, self.private)
+
+
+def predict(plan: Plan, data: dict[str, Any], config_dir: Path | None, mode: str, policy: str) -> Prediction:
+    spec = setup.build_spec(data)
+    exp = setup.build_experiment(spec, data, config_dir, plan.sim_jobs, [], private_baseline=True)
+    sim_mode = SIM_MODES[mode]
+    private = private_queues(exp, policy, None, sim_mode)
+    run = Simulation(
+        spec, plan.sim_jobs, policy, sim_mode, exp.runtime, exp.platform, opportunistic=False
+    ).run()
+    return Prediction(mode, policy, run, private)
+
+
+def relative_error(predicted: float, measured: float) -> float | None:
+    """(predicted − measured) / measured; None when nothing was measured to compare with."""
+    return (predicted - measured) / measured if measured > 0 else None
+
+
+def comparison(
+    results: dict[str, tuple[RunSummary | None, RunSummary]], interval_trace_s: float
+) -> dict[str, Any]:
+    """mode -> (Slurm's figures or None when not replayed, the simulator's) as one JSON-able object."""
+    out: dict[str, Any] = {"controller_interval_trace_s": interval_trace_s, "modes": {}, "vcs": {}}
+    for mode, (real, sim) in results.items():
+        real_vcs = real.vcs if real is not None else {}
+        out["modes"][mode] = {
+            "slurm": real.to_json() if real is not None else None,
+            "sim": sim.to_json(),
+            "worst_excess_queue_s": (
+                max((e.get("excess_queue_s", 0.0) for e in real_vcs.values()), default=0.0) if real else None
+            ),
+            "mean_wait_error": relative_error(sim.avg_queue_s, real.avg_queue_s) if real else None,
+        }
+        for vc in sorted(set(real_vcs) | set(sim.vcs)):
+            row = out["vcs"].setdefault(vc, {})
+            row[mode] = {"slurm": real_vcs.get(vc, {}), "sim": sim.vcs.get(vc, {})}
+    out["vcs"] = dict(sorted(out["vcs"].items()))
+    return out
+
+
+def _min(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 60:+.1f}"
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """Tab-separated: per VC the excess wait (trace minutes), then per mode the overall figures."""
+    modes = list(report["modes"])
+    head = ["VC", "jobs"] + [f"{m} {side} excess min" for m in modes for side in ("slurm", "sim")]
+    lines = ["\t".join(head)]
+    for vc, row in report["vcs"].items():
+        jobs = max(int(row[m]["sim"].get("jobs", 0)) for m in modes if m in row)
+        cells = [
+            _min(row.get(m, {}).get(side, {}).get("excess_queue_s"))
+            for m in modes
+            for side in ("slurm", "sim")
+        ]
+        lines.append("\t".join([vc, str(jobs), *cells]))
+    lines.append("")
+    lines.append("\t".join(["mode", "side", "completed", "mean wait min", "QoS rate", "worst VC excess min"]))
+    for m, fig in report["modes"].items():
+        for side in ("slurm", "sim"):
+            s = fig[side]
+            if s is None:
+                continue
+            worst = max((e.get("excess_queue_s", 0.0) for e in s["vcs"].values()), default=0.0)
+            lines.append(
+                "\t".join(
+                    [m, side, f"{s['completed']}/{s['jobs']}", f"{s['avg_queue_s'] / 60:.1f}",
+                     f"{100 * s['qos_rate']:.1f}%", _min(worst)]
+                )
+            )  # fmt: skip
+        err = fig["mean_wait_error"]
+        lines.append(f"{m}\tsim error on mean wait\t{'-' if err is None else f'{100 * err:+.1f}%'}")
+    lines.append(f"(one controller interval = {report['controller_interval_trace_s'] / 60:.1f} trace min)")
+    return "\n".join(lines)

@@ -1,0 +1,60 @@
+"""Figures of a live replay from Slurm's own accounting, computed by the simulator's metric code.
+
+Each replayed job keeps the simulator's record of it (its deadline, reference latency, bounds) and
+gets the times Slurm measured instead of the simulated ones, scaled back to trace seconds; then
+``hivebatch.sim.metrics.summarize`` gives the same figures it gives a simulated run, so the two sides
+of the comparison are computed one way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hivebatch.replay.plan import Plan
+from hivebatch.sim.engine import JobRecord, SimRun
+from hivebatch.sim.metrics import RunSummary, summarize
+from hivebatch.slurm.types import AcctRecord
+
+NAME_PREFIX = "hbreplay"
+
+
+def job_name(mode: str, job_id: str) -> str:
+    """The Slurm job name of a replayed job: how its accounting row is found again."""
+    return f"{NAME_PREFIX}-{mode}-{job_id}"
+
+
+def measured_records(sim: SimRun, rows: list[AcctRecord], plan: Plan, mode: str) -> list[JobRecord]:
+    """The simulator's records of the plan's jobs with Slurm's submit, start and end times (trace seconds).
+
+    A job's wait is counted from its real submission, so a late submission does not count as waiting."""
+    by_name = {r.name: r for r in rows}
+    speedup = plan.spec.speedup
+    out: list[JobRecord] = []
+    for rec in sim.records:
+        row = by_name.get(job_name(mode, rec.job.job_id))
+        fresh = replace(rec, start=None, first_start=None, end=None, run_s=0.0, placement={}, preemptions=0)
+        if (
+            row is not None
+            and row.state == "COMPLETED"
+            and row.submit_time is not None
+            and row.start_time is not None
+            and row.end_time is not None
+        ):
+            wait = (row.start_time - row.submit_time).total_seconds() * speedup
+            run = (row.end_time - row.start_time).total_seconds() * speedup
+            fresh.start = fresh.first_start = rec.job.arrival + wait
+            fresh.run_s = run
+            fresh.end = fresh.start + run
+            fresh.placement = {n: [] for n in row.nodes}
+        out.append(fresh)
+    return out
+
+
+def measured_summary(
+    sim: SimRun, rows: list[AcctRecord], plan: Plan, mode: str, private: dict[str, float] | None
+) -> RunSummary:
+    """The replay's figures per ``summarize``; jobs Slurm did not complete count as not completed."""
+    records = measured_records(sim, rows, plan, mode)
+    busy = sum(r.run_s * r.job.gpus for r in records if r.end is not None)
+    run = replace(sim, mode=f"{mode} (slurm)", records=records, busy_gpu_s=busy)
+    return summarize(run, private)

@@ -1,0 +1,144 @@
+"""hivebatch replay's pure parts: slice selection, time compression, and figures from recorded sacct rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hivebatch.cli.common import run_cli
+from hivebatch.cli.hivebatch.main import cli
+from hivebatch.errors import HivebatchError
+from hivebatch.replay import compare
+from hivebatch.replay.measure import job_name, measured_summary
+from hivebatch.replay.plan import Plan, SliceSpec, plan_replay, select_slice
+from hivebatch.sim.workload import SimJob
+from hivebatch.slurm.parse import parse_sacct
+
+PROJECT = Path(__file__).resolve().parents[2]
+FIXTURES = PROJECT / "tests" / "fixtures"
+LAB_VCS = {"cv": 12, "nlp": 16, "sys": 4}
+
+
+def _job(jid: str, arrival: float, gpus: int = 1, duration: float = 600.0, vc: str = "cv") -> SimJob:
+    return SimJob(job_id=jid, vc=vc, cls="normal", arrival=arrival, gpus=gpus, duration_s=duration)
+
+
+def test_slice_takes_the_window_rebased_and_the_first_n() -> None:
+    jobs = [_job(f"j{i}", 100.0 * i) for i in range(10)]
+    got = select_slice(jobs, SliceSpec(start_s=250, length_s=400))
+    assert [j.job_id for j in got] == ["j3", "j4", "j5", "j6"]
+    assert [j.arrival for j in got] == [0.0, 100.0, 200.0, 300.0]
+    assert jobs[3].arrival == 300.0  # the trace's jobs are not changed
+    assert [j.job_id for j in select_slice(jobs, SliceSpec(start_s=250, length_s=400, max_jobs=2))] == [
+        "j3",
+        "j4",
+    ]
+    assert select_slice(jobs, SliceSpec(start_s=5000, length_s=10)) == []
+
+
+def test_time_is_compressed_and_run_times_clamped() -> None:
+    jobs = [
+        _job("short", 0.0, duration=10.0),  # below 3 s real at speedup 10: raised to 3 s
+        _job("mid", 80.0, gpus=4, duration=205.0),  # 20.5 s real: whole seconds
+        _job("long", 160.0, gpus=12, duration=10_000.0),  # cut to 60 s real; 12 GPUs = 2 nodes x 6
+    ]
+    plan = plan_replay(jobs, SliceSpec(length_s=1000, speedup=10), LAB_VCS, gpus_per_node=8, max_nodes=4)
+    by = {p.job.job_id: p for p in plan.jobs}
+    assert [by[j].at_s for j in ("short", "mid", "long")] == [0.0, 8.0, 16.0]
+    assert by["short"].sleep_s == 3 and by["short"].job.duration_s == 30.0
+    assert by["mid"].sleep_s == 20 and by["mid"].job.duration_s == 200.0  # the simulator replays the same
+    assert by["long"].sleep_s == 60 and (by["long"].nodes, by["long"].gpus_per_node) == (2, 6)
+    assert by["long"].time_limit_min == 2
+    assert plan.clamped == 2 and plan.mapped == 0 and plan.dropped == 0
+    assert plan.wall_s == 76.0
+
+
+def test_foreign_vcs_are_mapped_by_hash_and_jobs_too_large_dropped() -> None:
+    jobs = [_job(f"x{i}", float(i), gpus=8, vc="philly-vc") for i in range(30)]
+    plan = plan_replay(jobs, SliceSpec(length_s=100), LAB_VCS, gpus_per_node=8, max_nodes=4)
+    assert plan.mapped == 30
+    assert {p.job.vc for p in plan.jobs} <= {"cv", "nlp"}  # sys has 4 GPUs: its 8-GPU jobs go
+    assert plan.dropped == 30 - len(plan.jobs) > 0
+    again = plan_replay(jobs, SliceSpec(length_s=100), LAB_VCS, gpus_per_node=8, max_nodes=4)
+    assert [p.job.vc for p in again.jobs] == [p.job.vc for p in plan.jobs]
+
+
+def test_bad_slice_is_refused_in_one_line() -> None:
+    with pytest.raises(HivebatchError, match="speedup"):
+        select_slice([], SliceSpec(speedup=0))
+    with pytest.raises(HivebatchError, match="min-run"):
+        select_slice([], SliceSpec(min_run_s=10, max_run_s=5))
+
+
+def _tiny() -> tuple[Plan, dict[str, Any]]:
+    doc = json.loads((FIXTURES / "replay" / "philly_tiny_slice.json").read_text())
+    jobs = [SimJob(**j) for j in doc["jobs"]]
+    plan = plan_replay(jobs, SliceSpec(**doc["slice"]), LAB_VCS, gpus_per_node=8, max_nodes=4)
+    data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
+    return plan, data
+
+
+@pytest.mark.parametrize("mode", ["plain", "hivebatch"])
+def test_figures_from_recorded_sacct_rows(mode: str) -> None:
+    plan, data = _tiny()
+    rows = parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text())
+    pred = compare.predict(plan, data, PROJECT / "etc", mode, "tetris-perf" if mode == "plain" else "qos")
+    real = measured_summary(pred.run, rows, plan, mode, pred.private)
+    assert real.completed == real.jobs == 8
+    # the waits, straight from the recorded rows, in trace seconds (speedup 60)
+    mine = {r.name: r for r in rows if r.name.startswith(f"hbreplay-{mode}-")}
+    assert len(mine) == 8
+    vc_of = {job_name(mode, p.job.job_id): p.job.vc for p in plan.jobs}
+    waits: dict[str, list[float]] = {}
+    for name, r in mine.items():
+        assert r.start_time is not None and r.submit_time is not None
+        waits.setdefault(vc_of[name], []).append((r.start_time - r.submit_time).total_seconds() * 60)
+    for vc, ws in waits.items():
+        entry = real.vcs[vc]
+        assert entry["jobs"] == len(ws)
+        assert entry["avg_queue_s"] == pytest.approx(sum(ws) / len(ws), abs=1e-3)
+        assert entry["excess_queue_s"] == pytest.approx(entry["avg_queue_s"] - pred.private[vc], abs=1e-3)
+    assert real.avg_queue_s == pytest.approx(sum(sum(w) for w in waits.values()) / 8)
+    report = compare.comparison({mode: (real, pred.summary)}, interval_trace_s=120.0)
+    assert set(report["vcs"]) == set(waits)
+    table = compare.format_table(report)
+    assert all(vc in table for vc in waits) and "sim error on mean wait" in table
+
+
+def test_a_job_slurm_did_not_complete_is_not_counted() -> None:
+    plan, data = _tiny()
+    rows = [
+        r for r in parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text()) if r.job_id != 12
+    ]
+    pred = compare.predict(plan, data, PROJECT / "etc", "hivebatch", "qos")
+    real = measured_summary(pred.run, rows, plan, "hivebatch", pred.private)
+    assert (real.completed, real.jobs) == (7, 8)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--user", "cv"], "VC=USER"),
+        (["--speedup", "0"], "--speedup must be > 0"),
+        (["--policy", "nope"], "unknown policy 'nope'"),
+        (["--start", "100"], "no jobs in the slice"),
+    ],
+)
+def test_bad_input_is_one_clear_line(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-03 10:00:00,60,1,60,cv\n")
+    base = ["replay", "--trace", str(trace), "--trace-format", "philly", "--mode", "sim"]
+    code = 0
+    try:
+        run_cli(cli, [*base, "--config", str(PROJECT / "etc" / "hivebatch.example.yaml"), *args])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    assert code != 0 and out == ""
+    assert message in err and "Traceback" not in err
