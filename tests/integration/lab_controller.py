@@ -18,6 +18,7 @@ from sqlalchemy import select
 from hivebatch.controller.context import load_context
 from hivebatch.controller.cycle import CycleReport, run_cycle
 from hivebatch.db import Job, make_engine, make_sessionmaker, migrate
+from hivebatch.replay.live import ScopedBackend  # the controller sees only the test's pending jobs
 from hivebatch.request import JobRequest
 from hivebatch.submit.build import gpu_ask_arguments
 
@@ -26,25 +27,6 @@ PROBE = """#!/bin/bash
 echo "run host=$(hostname) cvd=$CUDA_VISIBLE_DEVICES"
 sleep {sleep}
 """
-
-
-class ScopedBackend:
-    """The lab's CLI backend as the Operator, showing the controller only this test's pending jobs."""
-
-    def __init__(self, inner: Any, mine: set[int]) -> None:
-        self.inner, self.mine = inner, mine
-
-    def list_jobs(self, job_ids: list[int] | None = None) -> list[Any]:
-        jobs = self.inner.list_jobs(job_ids)
-        # an array's tasks split off later get job ids of their own: they belong to the test too
-        return [
-            j
-            for j in jobs
-            if j.job_id in self.mine or j.array_job_id in self.mine or j.state in ("RUNNING", "COMPLETING")
-        ]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 @dataclass
