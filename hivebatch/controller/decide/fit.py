@@ -41,6 +41,15 @@ def why_unfit(sj: SlurmJob, node: SlurmNode) -> str | None:
     return None
 
 
+Needs = tuple[str, str, tuple[str, ...], str, int, int]
+
+
+def needs_of(sj: SlurmJob) -> Needs:
+    """What ``why_unfit`` reads of a job: jobs with the same needs are unfit on the same nodes."""
+    return (sj.partition, sj.reservation, tuple(sj.excluded_nodes), sj.features, sj.cpus_per_node,
+            sj.mem_per_node_mb)  # fmt: skip
+
+
 def unfit_nodes(
     sj: SlurmJob, nodes: Mapping[str, SlurmNode], avoided: frozenset[str] = frozenset()
 ) -> dict[str, str]:

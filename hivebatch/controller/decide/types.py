@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from hivebatch.cells import CellAllocator, GpuUse
 from hivebatch.controller.context import ControllerContext
+from hivebatch.controller.decide.fit import Needs, needs_of, unfit_nodes
 from hivebatch.controller.decide.tasks import TaskBuilder
 from hivebatch.controller.ledger import Ledger
 from hivebatch.db.models import Job
@@ -79,6 +80,8 @@ class Round:
     tasks: list[Task] = field(default_factory=list)  # for the policy round
     reqs: dict[str, tuple[Job, JobRequest]] = field(default_factory=dict)  # task id -> its job
     unfit: dict[int, dict[str, str]] = field(default_factory=dict)  # Slurm id -> nodes it cannot use, why
+    # the same, per distinct needs: thousands of waiting jobs share a few, and each costs a pass over the nodes
+    unfit_by_needs: dict[tuple[Needs, frozenset[str]], dict[str, str]] = field(default_factory=dict)
     class_notes: dict[int, str] = field(default_factory=dict)  # slurm id -> why it runs in a lower class
 
     @classmethod
@@ -96,11 +99,12 @@ class Round:
 
     def unfit_for(self, job: Job, sj: SlurmJob) -> dict[str, str]:
         """The nodes ``job`` cannot use now (its needs besides GPUs, nodes Slurm did not start it on)."""
-        from hivebatch.controller.decide.fit import unfit_nodes
-
         if job.slurm_job_id not in self.unfit:
             avoided = self.ledger.avoided.get(job.slurm_job_id, frozenset())
-            self.unfit[job.slurm_job_id] = unfit_nodes(sj, self.ledger.nodes, avoided)
+            key = (needs_of(sj), avoided)
+            if key not in self.unfit_by_needs:
+                self.unfit_by_needs[key] = unfit_nodes(sj, self.ledger.nodes, avoided)
+            self.unfit[job.slurm_job_id] = self.unfit_by_needs[key]
         return self.unfit[job.slurm_job_id]
 
     def add_place(self, place: Place) -> None:
