@@ -31,6 +31,7 @@ def test_array_tasks_run_each_on_their_own_gpu_within_the_throttle(ctl: Ctl) -> 
     ctl.until(all_done, timeout_s=150, what=lambda: [
         (j.display_id, j.state, j.reason) for j in ctl.backend.inner.list_jobs() if j.array_job_id == array])  # fmt: skip
     assert most_running <= 2
+    ctl.cycle()  # Slurm shows the last task done; one more cycle lets the ledger see it too
     seen = {}
     for task in range(4):
         text = ctl.lab.wait_for_file(ctl.jobs_dir / f"{ctl.tag}-arr-{array}_{task}.out", "cvd=")
