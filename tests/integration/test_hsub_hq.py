@@ -10,11 +10,11 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_site import Site, lab_site
 
 from hivebatch.request import request_of
 
@@ -23,51 +23,10 @@ VENV_BIN = PROJECT / ".venv" / "bin"
 SCRIPT = '#!/bin/bash\necho "demo: host=$(hostname) gpus=${CUDA_VISIBLE_DEVICES:-none} args=$*"\nsleep ${SLEEP:-1}\n'
 
 
-@dataclass
-class Site:
-    """A private hivebatch config (its own SQLite ledger and lock) in a directory the lab users can read."""
-
-    dir: Path
-    config: Path
-    user_bin: Path  # hsub/hq the lab users may execute
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "HIVEBATCH_CONFIG": str(self.config)}
-
-    def as_user(self, user: str | None, tool: str, *args: str, cwd: Path | None = None, extra_env: dict[str, str] | None = None,
-                stdin: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
-        exe = str((self.user_bin if user else VENV_BIN) / tool)
-        argv = ["runuser", "-u", user, "--", exe, *args] if user else [exe, *args]
-        return subprocess.run(argv, capture_output=True, text=True, env={**self.env(), **(extra_env or {})},
-                              cwd=cwd or self.dir, timeout=120, input=stdin, check=False)  # fmt: skip
-
-    def controller_once(self) -> None:
-        proc = subprocess.run([str(VENV_BIN / "hivebatch"), "controller", "run", "--once", "-q", "--config", str(self.config)],
-                              capture_output=True, text=True, env=self.env(), timeout=120, check=False)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-
-
 @pytest.fixture(scope="module")
 def site(slurm_lab) -> Iterator[Site]:  # type: ignore[no-untyped-def]
-    base = slurm_lab.jobs_dir / f"hsub-it-{uuid.uuid4().hex[:8]}"
-    base.mkdir(parents=True)
-    base.chmod(0o1777)
-    config = base / "hivebatch.yaml"
-    # the ledger's directory is not writable by the users, as on a real site: hq must read it anyway
-    (base / "db").mkdir(mode=0o755)
-    text = (PROJECT / "etc" / "hivebatch.example.yaml").read_text()
-    text = text.replace("sqlite:///var/hivebatch.db", f"sqlite:///{base / 'db' / 'hivebatch.db'}")
-    text = text.replace("lock_file: var/hivebatch-controller.lock", f"lock_file: {base / 'controller.lock'}")
-    config.write_text(text)
-    config.chmod(0o644)
-    # the quickstart's setup step: migrations, and a Python the lab users may execute
-    proc = subprocess.run([str(PROJECT / "scripts" / "quickstart"), "--setup"], capture_output=True, text=True,
-                          env={**os.environ, "HIVEBATCH_CONFIG": str(config)}, timeout=900, check=False)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    user_bin = Path(proc.stdout.strip().splitlines()[-1])
-    assert (user_bin / "hsub").exists()
-    yield Site(base, config, user_bin)
-    shutil.rmtree(base, ignore_errors=True)
+    with lab_site(slurm_lab) as private:
+        yield private
 
 
 def write_script(site: Site, name: str = "job.sh", body: str = SCRIPT) -> Path:
@@ -346,81 +305,3 @@ def test_hq_adds_hivebatch_columns_to_squeues(site: Site, squeue_jobs: list[int]
     assert lines[0][3].strip() == "PLACEMENT"  # filled for placed GPU jobs (test_full_path_… checks one)
     array = site.as_user("alice", "hq", "-h", "-j", f"{squeue_jobs[0]}_2", "-o", "%i %{vc}")
     assert array.stdout == f"{squeue_jobs[0]}_2 cv\n"
-
-
-# --- docs/hsub.md and docs/hq.md: every command a page shows runs on the lab, as alice, and prints what
-# the page shows (numbers and column widths left open) ---
-
-
-def _run_page(site: Site, page: str, workdir: Path, submitted: list[str]) -> None:
-    from docs_pages import console_commands, shape_pattern
-
-    path = f"PATH={site.user_bin}:/usr/bin:/bin"  # hsub and hq as installed for the lab's users
-    for command, shown in console_commands(PROJECT / "docs" / page):
-        if command.startswith("cat "):  # the page shows a file: it is the file the next commands use
-            shown_file = workdir / command.split()[1]
-            shown_file.write_text("\n".join(shown) + "\n")
-            shown_file.chmod(0o755)
-            continue
-        proc = subprocess.run(["runuser", "-u", "alice", "--", "env", path, "bash", "-c", command],
-                              capture_output=True, text=True, env=site.env(), cwd=workdir, timeout=120,
-                              check=False)  # fmt: skip
-        output = [line.rstrip() for line in (proc.stdout + proc.stderr).splitlines()]
-        submitted += [line.split()[-1] for line in output if line.startswith("Submitted batch job")]
-        expect_error = any(line.startswith("hsub: error:") for line in shown)
-        assert (proc.returncode != 0) == expect_error, f"{command}\n{proc.stdout}{proc.stderr}"
-        for line in shown:
-            pattern = shape_pattern(line)
-            assert any(pattern.fullmatch(out) for out in output), (
-                f"docs/{page} shows {line!r} after `{command}`; it printed:\n{proc.stdout}{proc.stderr}"
-            )
-
-
-def _page_dir(site: Site) -> Path:
-    workdir = site.dir / f"docs-{uuid.uuid4().hex[:6]}"
-    workdir.mkdir(mode=0o777)
-    workdir.chmod(0o777)
-    return workdir
-
-
-def test_the_hsub_page_commands_run_as_shown(site: Site) -> None:
-    site.controller_once()  # the page's --test-only answer comes from the controller's last cycle
-    submitted: list[str] = []
-    try:
-        _run_page(site, "hsub.md", _page_dir(site), submitted)
-    finally:
-        for jid in submitted:
-            subprocess.run(["scancel", jid], capture_output=True, check=False)
-
-
-def test_the_hq_page_commands_run_as_shown(site: Site) -> None:
-    workdir = _page_dir(site)
-    # the page's cluster: alice's resnet (prior, 4 GPUs, with its model), bob's 2 x 2 allreduce and
-    # carol's opportunistic 6-GPU job, all placed by the controller and running
-    (workdir / "train.sh").write_text(
-        "#!/bin/bash\n#SBATCH -J resnet\n#SBATCH -t 30\n#HSUB --model resnet50 --batch-size 256 --iters 300\nsleep 300\n"
-    )
-    (workdir / "long.sh").write_text("#!/bin/bash\nsleep 300\n")
-    jobs = [
-        site.as_user("alice", "hsub", "-A", "cv", "-q", "prior", "--gpus", "4", "train.sh", cwd=workdir),
-        site.as_user("bob", "hsub", "-A", "nlp", "-N", "2", "--gpus-per-node", "2", "-J", "allreduce", "-t", "60",
-                     "long.sh", cwd=workdir),
-        site.as_user("carol", "hsub", "-A", "sys", "-q", "opportunistic", "--gpus", "6", "-J", "borrow", "-t", "60",
-                     "long.sh", cwd=workdir),
-    ]  # fmt: skip
-    submitted = [p.stdout.split()[-1] for p in jobs if p.returncode == 0]
-    try:
-        assert len(submitted) == 3, [p.stderr for p in jobs]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            site.controller_once()
-            states = subprocess.run(["squeue", "-h", "-o", "%T", "-j", ",".join(submitted)], capture_output=True,
-                                    text=True, check=False).stdout.split()  # fmt: skip
-            if states == ["RUNNING"] * 3:
-                break
-            time.sleep(1)
-        site.controller_once()  # the ledger sees them running
-        _run_page(site, "hq.md", workdir, [])
-    finally:
-        for jid in submitted:
-            subprocess.run(["scancel", jid], capture_output=True, check=False)

@@ -1,0 +1,114 @@
+"""A private hivebatch site on the Slurm lab (its own config, SQLite ledger and lock, hsub/hq as installed
+for the lab's users), and the runner that plays a docs page's console blocks on it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from docs_pages import console_commands, shape_pattern
+
+PROJECT = Path(__file__).resolve().parents[2]
+VENV_BIN = PROJECT / ".venv" / "bin"
+
+
+@dataclass
+class Site:
+    """A private hivebatch config (its own SQLite ledger and lock) in a directory the lab users can read."""
+
+    dir: Path
+    config: Path
+    user_bin: Path  # hsub/hq the lab users may execute
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "HIVEBATCH_CONFIG": str(self.config)}
+
+    def as_user(self, user: str | None, tool: str, *args: str, cwd: Path | None = None, extra_env: dict[str, str] | None = None,
+                stdin: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        exe = str((self.user_bin if user else VENV_BIN) / tool)
+        argv = ["runuser", "-u", user, "--", exe, *args] if user else [exe, *args]
+        return subprocess.run(argv, capture_output=True, text=True, env={**self.env(), **(extra_env or {})},
+                              cwd=cwd or self.dir, timeout=120, input=stdin, check=False)  # fmt: skip
+
+    def controller_once(self) -> None:
+        proc = subprocess.run([str(VENV_BIN / "hivebatch"), "controller", "run", "--once", "-q", "--config", str(self.config)],
+                              capture_output=True, text=True, env=self.env(), timeout=120, check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+
+
+@contextmanager
+def lab_site(slurm_lab: Any, sharing: dict[str, Any] | None = None) -> Iterator[Site]:
+    """The example config with paths of its own (and ``sharing:`` replaced when given), set up as the
+    quickstart sets up a site."""
+    import yaml
+
+    base = slurm_lab.jobs_dir / f"site-{uuid.uuid4().hex[:8]}"
+    base.mkdir(parents=True)
+    base.chmod(0o1777)
+    config = base / "hivebatch.yaml"
+    # the ledger's directory is not writable by the users, as on a real site: hq must read it anyway
+    (base / "db").mkdir(mode=0o755)
+    text = (PROJECT / "etc" / "hivebatch.example.yaml").read_text()
+    text = text.replace("sqlite:///var/hivebatch.db", f"sqlite:///{base / 'db' / 'hivebatch.db'}")
+    text = text.replace("lock_file: var/hivebatch-controller.lock", f"lock_file: {base / 'controller.lock'}")
+    if sharing is not None:
+        data = yaml.safe_load(text)
+        data["sharing"] = sharing
+        text = yaml.safe_dump(data, sort_keys=False)
+    config.write_text(text)
+    config.chmod(0o644)
+    # the quickstart's setup step: migrations, and a Python the lab users may execute
+    proc = subprocess.run([str(PROJECT / "scripts" / "quickstart"), "--setup"], capture_output=True, text=True,
+                          env={**os.environ, "HIVEBATCH_CONFIG": str(config)}, timeout=900, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    user_bin = Path(proc.stdout.strip().splitlines()[-1])
+    assert (user_bin / "hsub").exists()
+    try:
+        yield Site(base, config, user_bin)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def page_dir(site: Site) -> Path:
+    workdir = site.dir / f"docs-{uuid.uuid4().hex[:6]}"
+    workdir.mkdir(mode=0o777)
+    workdir.chmod(0o777)
+    return workdir
+
+
+def run_page(site: Site, page: str, workdir: Path, submitted: list[str]) -> None:
+    """Every command of the page's console blocks, run as alice in ``workdir``; ids of the jobs it submitted are
+    added to ``submitted``."""
+    path = f"PATH={site.user_bin}:/usr/bin:/bin"  # hsub and hq as installed for the lab's users
+    for command, shown in console_commands(PROJECT / "docs" / page):
+        if command.startswith("cat "):  # the page shows a file: it is the file the next commands use
+            shown_file = workdir / command.split()[1]
+            shown_file.write_text("\n".join(shown) + "\n")
+            shown_file.chmod(0o755)
+            continue
+        proc = subprocess.run(["runuser", "-u", "alice", "--", "env", path, "bash", "-c", command],
+                              capture_output=True, text=True, env=site.env(), cwd=workdir, timeout=120,
+                              check=False)  # fmt: skip
+        output = [line.rstrip() for line in (proc.stdout + proc.stderr).splitlines()]
+        submitted += [line.split()[-1] for line in output if line.startswith("Submitted batch job")]
+        expect_error = any(line.startswith("hsub: error:") for line in shown)
+        assert (proc.returncode != 0) == expect_error, f"{command}\n{proc.stdout}{proc.stderr}"
+        for line in shown:
+            pattern = shape_pattern(line)
+            assert any(pattern.fullmatch(out) for out in output), (
+                f"docs/{page} shows {line!r} after `{command}`; it printed:\n{proc.stdout}{proc.stderr}"
+            )
+
+
+def _page_dir(site: Site) -> Path:
+    workdir = site.dir / f"docs-{uuid.uuid4().hex[:6]}"
+    workdir.mkdir(mode=0o777)
+    workdir.chmod(0o777)
+    return workdir

@@ -1,0 +1,60 @@
+"""docs/hsub.md and docs/hq.md on the lab: every command a page shows runs as alice and prints what the page
+shows (numbers and column widths left open)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+from lab_site import Site, lab_site, page_dir, run_page
+
+
+@pytest.fixture(scope="module")
+def site(slurm_lab) -> Iterator[Site]:  # type: ignore[no-untyped-def]
+    with lab_site(slurm_lab) as private:
+        yield private
+
+
+def test_the_hsub_page_commands_run_as_shown(site: Site) -> None:
+    site.controller_once()  # the page's --test-only answer comes from the controller's last cycle
+    submitted: list[str] = []
+    try:
+        run_page(site, "hsub.md", page_dir(site), submitted)
+    finally:
+        for jid in submitted:
+            subprocess.run(["scancel", jid], capture_output=True, check=False)
+
+
+def test_the_hq_page_commands_run_as_shown(site: Site) -> None:
+    workdir = page_dir(site)
+    # the page's cluster: alice's resnet (prior, 4 GPUs, with its model), bob's 2 x 2 allreduce and
+    # carol's opportunistic 6-GPU job, all placed by the controller and running
+    (workdir / "train.sh").write_text(
+        "#!/bin/bash\n#SBATCH -J resnet\n#SBATCH -t 30\n#HSUB --model resnet50 --batch-size 256 --iters 300\nsleep 300\n"
+    )
+    (workdir / "long.sh").write_text("#!/bin/bash\nsleep 300\n")
+    jobs = [
+        site.as_user("alice", "hsub", "-A", "cv", "-q", "prior", "--gpus", "4", "train.sh", cwd=workdir),
+        site.as_user("bob", "hsub", "-A", "nlp", "-N", "2", "--gpus-per-node", "2", "-J", "allreduce", "-t", "60",
+                     "long.sh", cwd=workdir),
+        site.as_user("carol", "hsub", "-A", "sys", "-q", "opportunistic", "--gpus", "6", "-J", "borrow", "-t", "60",
+                     "long.sh", cwd=workdir),
+    ]  # fmt: skip
+    submitted = [p.stdout.split()[-1] for p in jobs if p.returncode == 0]
+    try:
+        assert len(submitted) == 3, [p.stderr for p in jobs]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            site.controller_once()
+            states = subprocess.run(["squeue", "-h", "-o", "%T", "-j", ",".join(submitted)], capture_output=True,
+                                    text=True, check=False).stdout.split()  # fmt: skip
+            if states == ["RUNNING"] * 3:
+                break
+            time.sleep(1)
+        site.controller_once()  # the ledger sees them running
+        run_page(site, "hq.md", workdir, [])
+    finally:
+        for jid in submitted:
+            subprocess.run(["scancel", jid], capture_output=True, check=False)
