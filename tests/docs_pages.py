@@ -5,17 +5,26 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+PROMPT = re.compile(r"(?:([a-z]+))?\$ ")
 
-def console_commands(page: Path) -> list[tuple[str, list[str]]]:
-    """(command, the output lines shown after it) of every ```console block."""
-    out: list[tuple[str, list[str]]] = []
+
+def console_steps(page: Path) -> list[tuple[str, str, list[str]]]:
+    """(who, command, the output lines shown after it) of every ```console block: ``$ `` is the page's
+    user (who is ""), ``bob$ `` the user bob, ``admin$ `` the administrator."""
+    out: list[tuple[str, str, list[str]]] = []
     for block in re.findall(r"```console\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
         for line in block.splitlines():
-            if line.startswith("$ "):
-                out.append((line[2:], []))
+            prompt = PROMPT.match(line)
+            if prompt:
+                out.append((prompt.group(1) or "", line[prompt.end() :], []))
             elif out and line.strip() and line.strip() != "...":
-                out[-1][1].append(line)
+                out[-1][2].append(line)
     return out
+
+
+def console_commands(page: Path) -> list[tuple[str, list[str]]]:
+    """(command, the output lines shown after it) of every ``$ `` command of the page's console blocks."""
+    return [(command, shown) for who, command, shown in console_steps(page) if not who]
 
 
 def shape_pattern(line: str) -> re.Pattern[str]:

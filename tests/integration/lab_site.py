@@ -4,8 +4,10 @@ for the lab's users), and the runner that plays a docs page's console blocks on 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from docs_pages import console_commands, shape_pattern
+from docs_pages import console_steps, shape_pattern
 
 PROJECT = Path(__file__).resolve().parents[2]
 VENV_BIN = PROJECT / ".venv" / "bin"
@@ -83,32 +85,57 @@ def page_dir(site: Site) -> Path:
     return workdir
 
 
+# commands that only read: the page shows their output once Slurm has caught up (a released job starts
+# within Slurm's scheduling interval), so they are asked again until it does
+READ_ONLY = ("hq", "cat", "hadmin", "squeue", "sacct")
+CATCH_UP_S = 20.0
+
+
 def run_page(site: Site, page: str, workdir: Path, submitted: list[str]) -> None:
-    """Every command of the page's console blocks, run as alice in ``workdir``; ids of the jobs it submitted are
-    added to ``submitted``."""
-    path = f"PATH={site.user_bin}:/usr/bin:/bin"  # hsub and hq as installed for the lab's users
-    for command, shown in console_commands(PROJECT / "docs" / page):
-        if command.startswith("cat "):  # the page shows a file: it is the file the next commands use
-            shown_file = workdir / command.split()[1]
+    """Every command of the page's console blocks, in ``workdir``: ``$`` as alice, ``bob$``/``carol$`` as that
+    lab user, ``admin$`` as the administrator (the project's own tools). ``cat FILE`` of a file that is not there
+    yet is the page showing the file the next commands use. Ids of the jobs submitted are added to ``submitted``."""
+    for who, command, shown in console_steps(PROJECT / "docs" / page):
+        shown_file = workdir / command[4:]
+        if command.startswith("cat ") and not set(command[4:]) & set("*?[ |;") and not shown_file.exists():
             shown_file.write_text("\n".join(shown) + "\n")
             shown_file.chmod(0o755)
             continue
-        proc = subprocess.run(["runuser", "-u", "alice", "--", "env", path, "bash", "-c", command],
-                              capture_output=True, text=True, env=site.env(), cwd=workdir, timeout=120,
-                              check=False)  # fmt: skip
-        output = [line.rstrip() for line in (proc.stdout + proc.stderr).splitlines()]
+        deadline = time.monotonic() + (CATCH_UP_S if command.split()[0] in READ_ONLY else 0)
+        while True:
+            proc = _run_as(site, who or "alice", command, workdir)
+            output = [line.rstrip() for line in (proc.stdout + proc.stderr).splitlines()]
+            missing = [
+                line for line in shown if not any(shape_pattern(line).fullmatch(out) for out in output)
+            ]
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         submitted += [line.split()[-1] for line in output if line.startswith("Submitted batch job")]
-        expect_error = any(line.startswith("hsub: error:") for line in shown)
+        expect_error = any(re.match(r"\S+: error:", line) for line in shown)
         assert (proc.returncode != 0) == expect_error, f"{command}\n{proc.stdout}{proc.stderr}"
-        for line in shown:
-            pattern = shape_pattern(line)
-            assert any(pattern.fullmatch(out) for out in output), (
-                f"docs/{page} shows {line!r} after `{command}`; it printed:\n{proc.stdout}{proc.stderr}"
-            )
+        assert not missing, (
+            f"docs/{page} shows {missing[0]!r} after `{command}`; it printed:\n{proc.stdout}{proc.stderr}"
+        )
 
 
-def _page_dir(site: Site) -> Path:
-    workdir = site.dir / f"docs-{uuid.uuid4().hex[:6]}"
-    workdir.mkdir(mode=0o777)
-    workdir.chmod(0o777)
-    return workdir
+def _run_as(site: Site, who: str, command: str, workdir: Path) -> subprocess.CompletedProcess[str]:
+    env = site.env()
+    if who == "admin":
+        argv = ["bash", "-c", command]
+        env["PATH"] = f"{VENV_BIN}:/usr/bin:/bin"
+    else:  # hsub and hq as installed for the lab's users
+        argv = [
+            "runuser",
+            "-u",
+            who,
+            "--",
+            "env",
+            f"PATH={site.user_bin}:/usr/bin:/bin",
+            "bash",
+            "-c",
+            command,
+        ]
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=env, cwd=workdir, timeout=120, check=False
+    )

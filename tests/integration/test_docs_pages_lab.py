@@ -1,14 +1,17 @@
-"""docs/hsub.md and docs/hq.md on the lab: every command a page shows runs as alice and prints what the page
-shows (numbers and column widths left open)."""
+"""The docs pages that need a cluster, on the lab: every command a page shows runs as the user its prompt names
+and prints what the page shows (numbers and column widths left open)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from lab_site import Site, lab_site, page_dir, run_page
+import yaml
+from lab_site import PROJECT, Site, lab_site, page_dir, run_page
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +61,23 @@ def test_the_hq_page_commands_run_as_shown(site: Site) -> None:
     finally:
         for jid in submitted:
             subprocess.run(["scancel", jid], capture_output=True, check=False)
+
+
+def _lab_sharing(page: Path) -> dict[str, object]:
+    """The ``sharing:`` section the page says its lab walkthrough runs with: its yaml block that holds only that."""
+    for block in re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+        data = yaml.safe_load(block)
+        if set(data) == {"sharing"}:
+            return dict(data["sharing"])
+    raise AssertionError(f"{page.name} shows no yaml block with only a sharing: section")
+
+
+def test_the_sharing_page_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
+    page = PROJECT / "docs" / "sharing.md"
+    with lab_site(slurm_lab, sharing=_lab_sharing(page)) as site:
+        submitted: list[str] = []
+        try:
+            run_page(site, page.name, page_dir(site), submitted)
+        finally:
+            for jid in submitted:
+                subprocess.run(["scancel", jid], capture_output=True, check=False)
