@@ -7,22 +7,13 @@ The clients run as the lab users without SLURM_CONF, like the other enforcement 
 
 from __future__ import annotations
 
-import datetime as dt
-import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from lab_limits import limited_plugin, write_usage_from_a_ledger
 from lab_users import run_as
-from sqlalchemy.orm import Session
-
-from hivebatch.controller.usage import usage_lua, write_usage
-from hivebatch.db import Base, Job, make_engine
-from hivebatch.jobsubmit import USAGE_FILE, job_submit_lua
-from hivebatch.reports.source import ledger_strict_usage
 
 pytestmark = pytest.mark.integration
 
@@ -34,49 +25,10 @@ REFUSAL = (
 )
 
 
-def _replace(path: Path, text: str) -> None:
-    """Write the plugin with a later modification time than it had: slurmctld reloads it only then."""
-    before = int(path.stat().st_mtime)
-    write_usage(path, text)  # the same write-then-rename the usage file gets
-    stamp = max(int(time.time()), before + 1)
-    os.utime(path, (stamp, stamp))
-
-
 @pytest.fixture
 def limited_lab(slurm_lab: Any) -> Iterator[Path]:
-    """The lab's plugin rendered with LIMITS for this test (the usage file in slurm.conf's directory);
-    the original plugin is put back and the usage file removed afterwards, whatever happened."""
-    etc = slurm_lab.conf.parent
-    plugin = etc / "job_submit.lua"
-    original = plugin.read_text()
-    data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
-    data["user_limits"] = LIMITS
-    _replace(plugin, job_submit_lua(data, [slurm_lab.operator], etc))
-    try:
-        yield etc / USAGE_FILE
-    finally:
-        _replace(plugin, original)
-        (etc / USAGE_FILE).unlink(missing_ok=True)
-
-
-def _write_usage_from_a_ledger(path: Path, tmp_path: Path) -> None:
-    """alice ran an urgent 8-GPU job for 6.5 hours yesterday: 52 GPU-hours, over her 48."""
-    now = dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
-    end = now - dt.timedelta(days=1)
-    engine = make_engine(f"sqlite:///{tmp_path / 'hb.db'}")
-    Base.metadata.create_all(engine)
-    with Session(engine) as session:
-        session.add(
-            Job(
-                slurm_job_id=990001, user="alice", account="cv", vc_name="cv", qos="urgent", priority=2,
-                foreign=False, request={"vc": "cv", "qos": "urgent", "gpus": 8}, gpus=8, state="done",
-                submit_time=end - dt.timedelta(hours=7), start_time=end - dt.timedelta(hours=6.5),
-                end_time=end, created_at=end, gpu_hours_guaranteed=52.0,
-            )
-        )  # fmt: skip
-        session.commit()
-        write_usage(path, usage_lua(ledger_strict_usage(session, now), now))
-    engine.dispose()
+    with limited_plugin(slurm_lab, LIMITS) as usage_file:
+        yield usage_file
 
 
 def _sbatch(user: str, *opts: str) -> Any:
@@ -91,7 +43,7 @@ def test_over_the_urgent_limit_plain_sbatch_is_refused_with_one_line_and_normal_
     assert first.returncode == 0, first.stderr
     lab_jobs.append(int(first.stdout.strip().split(";")[0]))
 
-    _write_usage_from_a_ledger(limited_lab, tmp_path)
+    write_usage_from_a_ledger(limited_lab, tmp_path)
     refused = _sbatch("alice", "-q", "urgent", "--gres=gpu:1")
     assert refused.returncode != 0
     assert refused.stderr.splitlines()[0] == REFUSAL, refused.stderr
