@@ -18,7 +18,7 @@ from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_indices
 from hivebatch.controller.notice import send_notice, write_notice
 from hivebatch.controller.observe import phase
-from hivebatch.controller.preemption import book_preemption
+from hivebatch.controller.preemption import book_preemption, resume_reason
 from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import Job
 from hivebatch.request import CLASS_PRIORITY
@@ -126,9 +126,7 @@ def preempt(
         f"requeued and held: {who} needs its GPUs {placement_text(job.placement)}",
         {"by": by, "placement": job.placement},
     )
-    job.reason = (
-        f"preempted by {who}; it resumes on GPUs {symmetric_indices(job.placement or {}) or []} when free"
-    )
+    job.reason = resume_reason(job, who)
     result.preempted += 1
     session.commit()
 

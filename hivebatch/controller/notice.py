@@ -11,12 +11,13 @@ too, to resume from what it saved, unless its owner cancelled it.
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from sqlalchemy.orm import Session
 
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import to_utc
-from hivebatch.controller.preemption import book_preemption
+from hivebatch.controller.preemption import book_preemption, resume_reason
 from hivebatch.controller.record import Recorder
 from hivebatch.db.models import Job
 from hivebatch.notice import signal_of
@@ -29,12 +30,19 @@ def when(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+NOTICE_REASON = "preempted by job {by}: told to leave its GPUs; requeued and held at {until} at the latest"
+
+
 def write_notice(job: Job, by: int, until: dt.datetime) -> None:
     job.intent = "notice"
     job.notice_until = until
-    job.reason = (
-        f"preempted by job {by}: told to leave its GPUs; requeued and held at {when(until)} at the latest"
-    )
+    job.reason = NOTICE_REASON.format(by=by, until=when(until))
+
+
+def _left(job: Job) -> str:
+    """The reason of a victim that left during its notice; the notice's reason is where its preemptor is kept."""
+    by = re.match(r"preempted by (job \d+): told to leave", job.reason or "")
+    return resume_reason(job, by.group(1) if by else "a higher-priority job")
 
 
 def send_notice(
@@ -77,6 +85,7 @@ def follow_notice(
         return True
     if ph == "pending":
         book_preemption(session, rec, job, rec.now, "preempted", "left during its notice: requeued; held")
+        job.reason = _left(job)
         if not sj.held:
             try:
                 backend.hold(job.slurm_job_id)
@@ -99,4 +108,5 @@ def follow_notice(
         "preempted",
         f"left during its notice (Slurm state {sj.state}, exit {sj.exit_code or '?'}); requeued and held",
     )
+    job.reason = _left(job)
     return True

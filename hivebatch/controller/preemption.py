@@ -7,8 +7,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from hivebatch.controller.decide import symmetric_indices
 from hivebatch.controller.record import Recorder, account_run
 from hivebatch.db.models import Job
+
+
+def resume_reason(job: Job, who: str) -> str:
+    """What a requeued victim waits for: its GPU indices, which Slurm's typed gres keeps for it."""
+    return f"preempted by {who}; it resumes on GPUs {symmetric_indices(job.placement or {}) or []} when free"
 
 
 def book_preemption(
