@@ -13,11 +13,12 @@ def console_steps(page: Path) -> list[tuple[str, str, list[str]]]:
     user (who is ""), ``bob$ `` the user bob, ``admin$ `` the administrator."""
     out: list[tuple[str, str, list[str]]] = []
     for block in re.findall(r"```console\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+        first = len(out)  # output shown before a block's first command belongs to no command
         for line in block.splitlines():
             prompt = PROMPT.match(line)
             if prompt:
                 out.append((prompt.group(1) or "", line[prompt.end() :], []))
-            elif out and line.strip() and line.strip() != "...":
+            elif len(out) > first and line.strip() and line.strip() != "...":
                 out[-1][2].append(line)
     return out
 
@@ -29,10 +30,12 @@ def console_commands(page: Path) -> list[tuple[str, list[str]]]:
 
 def shape_pattern(line: str) -> re.Pattern[str]:
     """A shown output line with what changes from run to run left open: numbers (job ids, GPU indices,
-    times), signed durations (``+51s``, ``-3m``) and the width of the blanks between columns."""
+    times), signed durations (``+51s``, ``-3m``) and the width of the blanks between columns; a line the page
+    cuts short with ``…`` matches whatever follows (a host name, a path)."""
+    line, cut = (line[:-1], ".*") if line.endswith("…") else (line, "")
     parts = re.split(r"([+-]\d+[smhd]\b|\d+| +)", line)
     pattern = "".join(
         (r"[+-][\dsmhd]+" if p[0] in "+-" else " +" if p[0] == " " else r"\d+") if i % 2 else re.escape(p)
         for i, p in enumerate(parts)
     )
-    return re.compile(pattern)
+    return re.compile(pattern + cut)

@@ -85,26 +85,34 @@ def page_dir(site: Site) -> Path:
     return workdir
 
 
-# commands that only read: the page shows their output once Slurm has caught up (a released job starts
-# within Slurm's scheduling interval), so they are asked again until it does
-READ_ONLY = ("hq", "cat", "hadmin", "squeue", "sacct")
+# commands whose output shows what Slurm and the controller have done by then: a released job starts within
+# Slurm's scheduling interval, a job leaves when its signal lands, so they are asked again until the page's
+# output appears, as a student reruns squeue and cron reruns the controller
+CATCH_UP = ("hq", "cat", "hadmin", "squeue", "sacct", "hivebatch controller run --once")
 CATCH_UP_S = 20.0
 
 
-def run_page(site: Site, page: str, workdir: Path, submitted: list[str]) -> None:
-    """Every command of the page's console blocks, in ``workdir``: ``$`` as alice, ``bob$``/``carol$`` as that
-    lab user, ``admin$`` as the administrator (the project's own tools). ``cat FILE`` of a file that is not there
-    yet is the page showing the file the next commands use. Ids of the jobs submitted are added to ``submitted``."""
+def run_page(site: Site, page: str, workdir: Path, submitted: list[str], plain: str | None = "alice") -> None:
+    """Every command of the page's console blocks, in ``workdir``: ``$`` as ``plain`` (None: the page's ``$``
+    commands are the offline docs test's), ``bob$``/``carol$`` as that lab user, ``admin$`` as the administrator
+    (the project's own tools). ``cat FILE`` of a file that is not there yet is the page showing the file the next
+    commands use. Ids of the jobs submitted are added to ``submitted``."""
     for who, command, shown in console_steps(PROJECT / "docs" / page):
+        if not (who or plain):
+            continue
         shown_file = workdir / command[4:]
         if command.startswith("cat ") and not set(command[4:]) & set("*?[ |;") and not shown_file.exists():
             shown_file.write_text("\n".join(shown) + "\n")
             shown_file.chmod(0o755)
             continue
-        deadline = time.monotonic() + (CATCH_UP_S if command.split()[0] in READ_ONLY else 0)
+        deadline = time.monotonic() + (
+            CATCH_UP_S if command.split()[0] in CATCH_UP or command in CATCH_UP else 0
+        )
+        printed: list[str] = []  # every attempt's output, for the failure message
         while True:
-            proc = _run_as(site, who or "alice", command, workdir)
+            proc = _run_as(site, who or str(plain), command, workdir)
             output = [line.rstrip() for line in (proc.stdout + proc.stderr).splitlines()]
+            printed += output
             missing = [
                 line for line in shown if not any(shape_pattern(line).fullmatch(out) for out in output)
             ]
@@ -112,10 +120,10 @@ def run_page(site: Site, page: str, workdir: Path, submitted: list[str]) -> None
                 break
             time.sleep(1)
         submitted += [line.split()[-1] for line in output if line.startswith("Submitted batch job")]
-        expect_error = any(re.match(r"\S+: error:", line) for line in shown)
+        expect_error = any(re.match(r"(\S+: )?error:", line) for line in shown)
         assert (proc.returncode != 0) == expect_error, f"{command}\n{proc.stdout}{proc.stderr}"
-        assert not missing, (
-            f"docs/{page} shows {missing[0]!r} after `{command}`; it printed:\n{proc.stdout}{proc.stderr}"
+        assert not missing, f"docs/{page} shows {missing[0]!r} after `{command}`; it printed:\n" + "\n".join(
+            printed
         )
 
 
@@ -139,3 +147,8 @@ def _run_as(site: Site, who: str, command: str, workdir: Path) -> subprocess.Com
     return subprocess.run(
         argv, capture_output=True, text=True, env=env, cwd=workdir, timeout=120, check=False
     )
+
+
+def cancel(submitted: list[str]) -> None:
+    for jid in submitted:
+        subprocess.run(["scancel", jid], capture_output=True, check=False)

@@ -8,10 +8,12 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from lab_site import PROJECT, Site, lab_site, page_dir, run_page
+from lab_limits import limited_plugin, write_usage_from_a_ledger
+from lab_site import PROJECT, Site, cancel, lab_site, page_dir, run_page
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +28,7 @@ def test_the_hsub_page_commands_run_as_shown(site: Site) -> None:
     try:
         run_page(site, "hsub.md", page_dir(site), submitted)
     finally:
-        for jid in submitted:
-            subprocess.run(["scancel", jid], capture_output=True, check=False)
+        cancel(submitted)
 
 
 def test_the_hq_page_commands_run_as_shown(site: Site) -> None:
@@ -59,25 +60,47 @@ def test_the_hq_page_commands_run_as_shown(site: Site) -> None:
         site.controller_once()  # the ledger sees them running
         run_page(site, "hq.md", workdir, [])
     finally:
-        for jid in submitted:
-            subprocess.run(["scancel", jid], capture_output=True, check=False)
+        cancel(submitted)
 
 
-def _lab_sharing(page: Path) -> dict[str, object]:
-    """The ``sharing:`` section the page says its lab walkthrough runs with: its yaml block that holds only that."""
+def _page_section(page: Path, section: str) -> dict[str, Any]:
+    """The config section the page says its lab commands run with: its yaml block that holds only that section."""
     for block in re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
         data = yaml.safe_load(block)
-        if set(data) == {"sharing"}:
-            return dict(data["sharing"])
-    raise AssertionError(f"{page.name} shows no yaml block with only a sharing: section")
+        if set(data) == {section}:
+            return dict(data[section])
+    raise AssertionError(f"{page.name} shows no yaml block with only a {section}: section")
 
 
 def test_the_sharing_page_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
     page = PROJECT / "docs" / "sharing.md"
-    with lab_site(slurm_lab, sharing=_lab_sharing(page)) as site:
+    with lab_site(slurm_lab, sharing=_page_section(page, "sharing")) as site:
         submitted: list[str] = []
         try:
             run_page(site, page.name, page_dir(site), submitted)
         finally:
-            for jid in submitted:
-                subprocess.run(["scancel", jid], capture_output=True, check=False)
+            cancel(submitted)
+
+
+def test_the_enforcement_page_commands_run_as_shown(slurm_lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    page = PROJECT / "docs" / "enforcement.md"
+    with lab_site(slurm_lab) as site, limited_plugin(slurm_lab, _page_section(page, "user_limits")) as usage:
+        write_usage_from_a_ledger(usage, tmp_path)  # the 52 GPU-hours the page says alice used
+        submitted: list[str] = []
+        try:
+            run_page(site, page.name, page_dir(site), submitted)
+        finally:
+            cancel(submitted)
+
+
+def test_the_controller_page_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
+    with lab_site(slurm_lab) as site:
+        workdir = page_dir(site)
+        submitted: list[str] = []
+        try:  # the page's `$` commands (the database) run offline, in tests/unit/test_docs.py
+            run_page(site, "controller.md", workdir, submitted, plain=None)
+        finally:
+            loop = workdir / "controller.pid"
+            if loop.exists():  # the page's own `kill` did not run
+                subprocess.run(["kill", loop.read_text().strip()], capture_output=True, check=False)
+            cancel(submitted)

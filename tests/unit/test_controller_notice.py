@@ -112,7 +112,10 @@ def test_victim_leaving_early_is_requeued_and_the_owner_starts_at_once(env: Env,
     assert env.job(victim).state == "preempted"
     assert env.job(owner).state == "placed"
     # what its owner reads in hq: no longer the notice, but what it waits for now
-    assert env.job(victim).reason == f"preempted by job {owner}; it resumes on GPUs [0, 1, 2, 3, 4, 5, 6, 7] when free"
+    assert (
+        env.job(victim).reason
+        == f"preempted by job {owner}; it resumes on GPUs [0, 1, 2, 3, 4, 5, 6, 7] when free"
+    )
 
 
 def test_victim_that_requeues_itself_is_held(env: Env, clock: Clock) -> None:

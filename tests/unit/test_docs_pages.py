@@ -1,0 +1,47 @@
+"""How the docs tests read a page: who runs each console command, which output belongs to it, and which
+parts of a shown line may differ from run to run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from docs_pages import console_commands, console_steps, shape_pattern
+
+PAGE = """\
+```console
+$ hsub job.sh
+Submitted batch job 12
+...
+bob$ hq -u bob
+JOBID USER
+admin$ hivebatch controller run --once
+```
+
+```console
+2026-11-24T14:50:34Z controller placed job 12: placed on node1:[0]
+```
+"""
+
+
+def test_prompts_name_who_runs_a_command_and_output_stays_in_its_block(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(PAGE)
+    assert console_steps(page) == [
+        ("", "hsub job.sh", ["Submitted batch job 12"]),
+        ("bob", "hq -u bob", ["JOBID USER"]),
+        ("admin", "hivebatch controller run --once", []),
+    ]
+    assert console_commands(page) == [("hsub job.sh", ["Submitted batch job 12"])]
+
+
+def test_a_shown_line_leaves_numbers_and_column_widths_open_but_not_words() -> None:
+    pattern = shape_pattern("4037  carol sys R  1    node1:[0] 8G/32G +59m")
+    assert pattern.fullmatch("5120 carol sys R 1 node3:[2] 8G/32G +58m")
+    assert not pattern.fullmatch("5120 alice sys R 1 node3:[2] 8G/32G +58m")
+    assert not pattern.fullmatch("4037  carol sys R  1    node1:[0] 8G/32G +59m extra")
+
+
+def test_a_line_cut_short_matches_whatever_follows() -> None:
+    pattern = shape_pattern("error: another controller holds this database (pid 598 on …")
+    assert pattern.fullmatch("error: another controller holds this database (pid 7 on build-7 since 10:00)")
+    assert not pattern.fullmatch("error: the database is locked")
