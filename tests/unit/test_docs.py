@@ -47,6 +47,10 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / "tests" / "fixtures", where / "tests" / "fixtures")
     shutil.copytree(ROOT / "tests" / "scenarios", where / "tests" / "scenarios")
     shutil.copytree(ROOT / "bench", where / "bench")
+    # `cat FILE` of a file the sandbox lacks shows a file the page has the reader write
+    for _, command, shown in CASES:
+        if command.startswith("cat ") and not (where / command.split()[1]).exists():
+            (where / command.split()[1]).write_text("\n".join(shown) + "\n")
     return where
 
 
