@@ -20,9 +20,9 @@ PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 # pages whose console commands run offline; the others' run in the lab tests or are shown as examples
 RUN = ("install-on-a-cluster.md", "controller-service.md", "upgrades.md", "config.md", "slurm-config.md",
        "cells.md", "qos.md", "backfill-fairshare.md", "preemption.md",
-       "simulate.md")  # fmt: skip
+       "simulate.md", "controller.md")  # fmt: skip
 # commands whose shown figures are timings: their lines are compared with the numbers left open
-TIMED = ("python bench/bench_cells.py",)
+TIMED = ("python bench/bench_cells.py", "python bench/bench_controller.py")
 BIN = Path(sys.executable).parent
 
 
