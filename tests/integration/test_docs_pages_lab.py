@@ -104,3 +104,12 @@ def test_the_controller_page_commands_run_as_shown(slurm_lab) -> None:  # type: 
             if loop.exists():  # the page's own `kill` did not run
                 subprocess.run(["kill", loop.read_text().strip()], capture_output=True, check=False)
             cancel(submitted)
+
+
+def test_the_hadmin_page_lab_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
+    with lab_site(slurm_lab) as site:
+        submitted: list[str] = []
+        try:  # the page's `$` commands read the example ledger, in tests/unit/test_docs.py
+            run_page(site, "hadmin.md", page_dir(site), submitted, plain=None)
+        finally:
+            cancel(submitted)

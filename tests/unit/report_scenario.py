@@ -202,3 +202,14 @@ def make_db(path: Path, with_events: bool = True) -> str:
         fill(session, with_events=with_events)
     engine.dispose()
     return url
+
+
+if (
+    __name__ == "__main__"
+):  # the example ledger docs/hadmin.md shows: python tests/unit/report_scenario.py DIR
+    import sys
+
+    where = Path(sys.argv[1])
+    where.mkdir(parents=True, exist_ok=True)
+    make_db(where / "hivebatch.db")
+    print(write_config(where))

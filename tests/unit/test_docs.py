@@ -20,13 +20,27 @@ PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 # pages whose console commands run offline; the others' run in the lab tests or are shown as examples
 RUN = ("install-on-a-cluster.md", "controller-service.md", "upgrades.md", "config.md", "slurm-config.md",
        "cells.md", "qos.md", "backfill-fairshare.md", "preemption.md",
-       "simulate.md", "controller.md")  # fmt: skip
+       "simulate.md", "controller.md", "hadmin.md")  # fmt: skip
 # commands whose shown figures are timings: their lines are compared with the numbers left open
 TIMED = ("python bench/bench_cells.py", "python bench/bench_controller.py")
 BIN = Path(sys.executable).parent
 
 
-CASES = [(p.name, cmd, shown) for p in PAGES if p.name in RUN for cmd, shown in console_commands(p)]
+def _with_exports(page: Path) -> list[tuple[str, str, list[str], dict[str, str]]]:
+    """The page's commands, each with the variables its earlier ``export NAME=VALUE`` commands set, as the
+    reader's shell keeps them."""
+    out: list[tuple[str, str, list[str], dict[str, str]]] = []
+    exported: dict[str, str] = {}
+    for cmd, shown in console_commands(page):
+        if cmd.startswith("export "):
+            name, _, value = cmd.removeprefix("export ").partition("=")
+            exported = {**exported, name: value}
+            continue
+        out.append((page.name, cmd, shown, exported))
+    return out
+
+
+CASES = [case for p in PAGES if p.name in RUN for case in _with_exports(p)]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
@@ -37,7 +51,7 @@ def test_links_resolve(page: Path) -> None:
 
 
 def test_the_run_pages_show_commands() -> None:
-    assert {name for name, _, _ in CASES} == set(RUN)
+    assert {case[0] for case in CASES} == set(RUN)
 
 
 @pytest.fixture(scope="module")
@@ -47,18 +61,27 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / "tests" / "fixtures", where / "tests" / "fixtures")
     shutil.copytree(ROOT / "tests" / "scenarios", where / "tests" / "scenarios")
     shutil.copytree(ROOT / "bench", where / "bench")
+    (where / "tests" / "unit").mkdir()
+    shutil.copy(
+        ROOT / "tests" / "unit" / "report_scenario.py", where / "tests" / "unit"
+    )  # the hadmin page's ledger
     # `cat FILE` of a file the sandbox lacks shows a file the page has the reader write
-    for _, command, shown in CASES:
+    for _, command, shown, _ in CASES:
         if command.startswith("cat ") and not (where / command.split()[1]).exists():
             (where / command.split()[1]).write_text("\n".join(shown) + "\n")
     return where
 
 
-@pytest.mark.parametrize(("page", "command", "shown"), CASES, ids=[f"{p}: {c}" for p, c, _ in CASES])
-def test_documented_command_runs_as_shown(page: str, command: str, shown: list[str], sandbox: Path) -> None:
+@pytest.mark.parametrize(
+    ("page", "command", "shown", "exported"), CASES, ids=[f"{c[0]}: {c[1]}" for c in CASES]
+)
+def test_documented_command_runs_as_shown(
+    page: str, command: str, shown: list[str], exported: dict[str, str], sandbox: Path
+) -> None:
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
     for name in ("HIVEBATCH_DATABASE_URL", "HIVEBATCH_CONFIG", "HIVEBATCH_PROFILES", "HIVEBATCH_TRACE_DATA"):
         env.pop(name, None)
+    env.update(exported)
     env["XDG_DATA_HOME"] = str(sandbox / "data")  # site profiles of the user running the tests stay out
     proc = subprocess.run(command, shell=True, cwd=sandbox, env=env, capture_output=True, text=True,  # noqa: S602 - the page's own command
                           timeout=300, check=False)  # fmt: skip
