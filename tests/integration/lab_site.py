@@ -92,11 +92,14 @@ CATCH_UP = ("hq", "cat", "hadmin", "squeue", "sacct", "hivebatch controller run 
 CATCH_UP_S = 20.0
 
 
-def run_page(site: Site, page: str, workdir: Path, submitted: list[str], plain: str | None = "alice") -> None:
+def run_page(
+    site: Site, page: str, workdir: Path, submitted: list[str], plain: str | None = "alice"
+) -> dict[str, list[str]]:
     """Every command of the page's console blocks, in ``workdir``: ``$`` as ``plain`` (None: the page's ``$``
     commands are the offline docs test's), ``bob$``/``carol$`` as that lab user, ``admin$`` as the administrator
     (the project's own tools). ``cat FILE`` of a file that is not there yet is the page showing the file the next
-    commands use. Ids of the jobs submitted are added to ``submitted``."""
+    commands use. Ids of the jobs submitted are added to ``submitted``. Returns what each command printed last."""
+    printed_by: dict[str, list[str]] = {}
     for who, command, shown in console_steps(PROJECT / "docs" / page):
         if not (who or plain):
             continue
@@ -125,13 +128,15 @@ def run_page(site: Site, page: str, workdir: Path, submitted: list[str], plain: 
         assert not missing, f"docs/{page} shows {missing[0]!r} after `{command}`; it printed:\n" + "\n".join(
             printed
         )
+        printed_by[command] = output
+    return printed_by
 
 
 def _run_as(site: Site, who: str, command: str, workdir: Path) -> subprocess.CompletedProcess[str]:
     env = site.env()
     if who == "admin":
         argv = ["bash", "-c", command]
-        env["PATH"] = f"{VENV_BIN}:/usr/bin:/bin"
+        env["PATH"] = f"{VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin"  # root's, with the project's tools first
     else:  # hsub and hq as installed for the lab's users
         argv = [
             "runuser",
