@@ -1,5 +1,5 @@
-"""hivebatch replay on the lab, as docs/simulate.md shows it: a tiny slice in both modes, every job run, a
-row per VC, accounts restored."""
+"""docs/simulate.md's lab commands: the lab's own sacct history replayed in the simulator, and hivebatch replay
+of a tiny slice in both modes (every job run, a row per VC, accounts restored)."""
 
 from __future__ import annotations
 

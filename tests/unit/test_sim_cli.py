@@ -192,3 +192,18 @@ def test_sharing_workload_compares_exclusive_binpack_and_colocate(capsys: pytest
     assert rows["binpack"]["held_pct"] < rows["exclusive"]["held_pct"]
     assert rows["exclusive"]["colocated_gpu_h"] == 0 == rows["binpack"]["colocated_gpu_h"]
     assert rows["colocate"]["colocated_gpu_h"] > 0
+
+
+def test_a_sites_own_history_replays_on_the_sites_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "sacct-lab.txt"
+    monkeypatch.chdir(tmp_path)  # no etc/hivebatch.yaml here
+    monkeypatch.delenv("HIVEBATCH_CONFIG", raising=False)
+    code, _, err = _run(["--trace", str(trace), "--trace-format", "sacct"], capsys)
+    assert code != 0 and "needs --config FILE or --vcs FILE" in err
+    example = Path(__file__).resolve().parents[2] / "etc" / "hivebatch.example.yaml"
+    monkeypatch.setenv("HIVEBATCH_CONFIG", str(example))
+    code, out, err = _run(["--trace", str(trace), "--trace-format", "sacct", "--json"], capsys)
+    assert code == 0, err
+    assert set(json.loads(out.splitlines()[0])["vcs"]) == {"cv", "nlp", "sys"}

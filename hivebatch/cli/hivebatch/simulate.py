@@ -53,7 +53,8 @@ def _load(
     target_load: float | None = None,
 ) -> tuple[dict[str, Any], Path | None, list[Any], str | None, Any]:
     """(config mapping, config dir, jobs, note on skipped trace jobs, scaling done for --target-load)."""
-    from hivebatch.config import read_yaml
+    from hivebatch.config import find_config_path, read_yaml
+    from hivebatch.errors import ConfigError
     from hivebatch.sim import setup, traces
     from hivebatch.sim import workload as wl
 
@@ -70,8 +71,14 @@ def _load(
         if not cfg_path.exists():
             raise HivebatchError(f"the paper's cluster config {cfg_path} is missing: pass --config FILE")
         data = read_yaml(cfg_path)
-    else:
-        raise click.UsageError(f"--trace-format {trace_format} needs --config FILE or --vcs FILE (vc,nodes)")
+    else:  # the site's own history (sacct) replays on the site's own cluster, found as every command finds it
+        try:
+            cfg_path = find_config_path()
+        except ConfigError as exc:
+            raise click.UsageError(
+                f"--trace-format {trace_format} needs --config FILE or --vcs FILE (vc,nodes)"
+            ) from exc
+        data = read_yaml(cfg_path)
     if single_vc:
         data = setup.single_vc_config(data)
     spec = setup.build_spec(data)
@@ -327,7 +334,8 @@ _REPLAY_OPTIONS = (
     click.option(
         "--config",
         type=click.Path(dir_okay=False),
-        help="Cluster + VC + qos config (default: etc/paper-4x4.yaml).",
+        help="Cluster + VC + qos config (default: etc/paper-4x4.yaml; for a sacct trace the site's config: "
+        "$HIVEBATCH_CONFIG, /etc/hivebatch/hivebatch.yaml, etc/hivebatch.yaml).",
     ),
     click.option(
         "--single-vc",
