@@ -113,3 +113,17 @@ def test_the_hadmin_page_lab_commands_run_as_shown(slurm_lab) -> None:  # type: 
             run_page(site, "hadmin.md", page_dir(site), submitted, plain=None)
         finally:
             cancel(submitted)
+
+
+def test_the_qos_page_lab_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
+    with lab_site(slurm_lab) as site:
+        submitted: list[str] = []
+        # the page's `$` commands (model fit and predict) run offline, in tests/unit/test_docs.py
+        printed = run_page(site, "qos.md", page_dir(site), submitted, plain=None)
+        submitted += [
+            line.split()[3]
+            for out in printed.values()
+            for line in out
+            if line.startswith("submitted profiling job")
+        ]
+        cancel(submitted)
