@@ -5,19 +5,19 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-PROMPT = re.compile(r"(?:([a-z]+))?\$ ")
+PROMPT = re.compile(r"(?:([a-z]+))?\$ |(root)# ")
 
 
 def console_steps(page: Path) -> list[tuple[str, str, list[str]]]:
     """(who, command, the output lines shown after it) of every ```console block: ``$ `` is the page's
-    user (who is ""), ``bob$ `` the user bob, ``admin$ `` the administrator."""
+    user (who is ""), ``bob$ `` the user bob, ``admin$ `` the administrator, ``root# `` root in the checkout."""
     out: list[tuple[str, str, list[str]]] = []
     for block in re.findall(r"```console\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
         first = len(out)  # output shown before a block's first command belongs to no command
         for line in block.splitlines():
             prompt = PROMPT.match(line)
             if prompt:
-                out.append((prompt.group(1) or "", line[prompt.end() :], []))
+                out.append((prompt.group(1) or prompt.group(2) or "", line[prompt.end() :], []))
             elif len(out) > first and line.strip() and line.strip() != "...":
                 out[-1][2].append(line)
     return out

@@ -97,7 +97,7 @@ def run_page(
 ) -> dict[str, list[str]]:
     """Every command of the page's console blocks, in ``workdir``: ``$`` as ``plain`` (None: the page's ``$``
     commands are the offline docs test's), ``bob$``/``carol$`` as that lab user, ``admin$`` as the administrator
-    (the project's own tools). ``cat FILE`` of a file that is not there yet is the page showing the file the next
+    (the project's own tools), ``root#`` as root in the checkout. ``cat FILE`` of a file that is not there yet is the page showing the file the next
     commands use. Ids of the jobs submitted are added to ``submitted``. Returns what each command printed last."""
     printed_by: dict[str, list[str]] = {}
     for who, command, shown in console_steps(PROJECT / "docs" / page):
@@ -134,7 +134,10 @@ def run_page(
 
 def _run_as(site: Site, who: str, command: str, workdir: Path) -> subprocess.CompletedProcess[str]:
     env = site.env()
-    if who == "admin":
+    if who == "root":  # in the checkout, with the lab's own environment and no site config
+        env = {k: v for k, v in os.environ.items() if k != "HIVEBATCH_CONFIG"}
+        workdir = PROJECT
+    if who in ("admin", "root"):
         argv = ["bash", "-c", command]
         env["PATH"] = f"{VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin"  # root's, with the project's tools first
     else:  # hsub and hq as installed for the lab's users

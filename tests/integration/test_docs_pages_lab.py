@@ -127,3 +127,13 @@ def test_the_qos_page_lab_commands_run_as_shown(slurm_lab) -> None:  # type: ign
             if line.startswith("submitted profiling job")
         ]
         cancel(submitted)
+
+
+def test_the_lab_page_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
+    with lab_site(slurm_lab) as site:
+        run_page(site, "lab.md", page_dir(site), [], plain=None)  # the probe job ends by itself
+
+
+def test_the_quickstart_page_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
+    with lab_site(slurm_lab) as site:  # the quickstart uses the lab's own config; the site only hosts the run
+        run_page(site, "quickstart.md", page_dir(site), [], plain=None)

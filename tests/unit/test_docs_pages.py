@@ -15,6 +15,9 @@ Submitted batch job 12
 bob$ hq -u bob
 JOBID USER
 admin$ hivebatch controller run --once
+root# scripts/slurm-lab status
+munged           running
+# a comment in the output is output
 ```
 
 ```console
@@ -30,6 +33,11 @@ def test_prompts_name_who_runs_a_command_and_output_stays_in_its_block(tmp_path:
         ("", "hsub job.sh", ["Submitted batch job 12"]),
         ("bob", "hq -u bob", ["JOBID USER"]),
         ("admin", "hivebatch controller run --once", []),
+        (
+            "root",
+            "scripts/slurm-lab status",
+            ["munged           running", "# a comment in the output is output"],
+        ),
     ]
     assert console_commands(page) == [("hsub job.sh", ["Submitted batch job 12"])]
 
