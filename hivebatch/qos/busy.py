@@ -19,7 +19,7 @@ Measured on the paper workload (bench/bench_sim.py makespan, docs/simulate.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -59,17 +59,23 @@ def backlog_s(tasks: Iterable[Task], platform: Platform) -> float:
     return sum(least_gpu_seconds(t, platform) for t in tasks) / gpus
 
 
-def without_stragglers(choice: Choice, task: Task, now: float, platform: Platform, backlog: float) -> Choice:
-    """``choice`` keeping only the shapes no slower than STRETCH x the whole-VC choice or the backlog.
+def without_stragglers(
+    choice: Choice, task: Task, now: float, platform: Platform, backlog: Callable[[], float]
+) -> Choice:
+    """``choice`` keeping only the shapes no slower than STRETCH x the whole-VC choice or the backlog
+    (asked for only when a shape is slower than the former: it walks the whole queue).
 
     No shape left: the task waits for more GPUs (the plan's reason says so).
     """
     if not choice.shapes or not _free_choice(task, platform):
         return choice
     best = choose_qos(task, now, platform, None)
-    bound = max(backlog, STRETCH * best.latency_s)
     table = shape_table(task, platform, None)
     lat = {s: float(x) for s, x in zip(table.shapes, table.latency, strict=True)}
+    stretch = STRETCH * best.latency_s
+    if all(lat.get(s, math.inf) <= stretch for s in choice.shapes):
+        return choice
+    bound = max(backlog(), stretch)
     keep = [s for s in choice.shapes if lat.get(s, math.inf) <= bound]
     if keep == choice.shapes:
         return choice

@@ -24,6 +24,7 @@ A task whose user asked for no GPU count gets one GPU under the count-keeping ba
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -96,7 +97,7 @@ class QosPolicy(Policy):
         self, tasks: Sequence[Task], now: float, platform: Platform, limits: dict[str, int] | None = None
     ) -> list[Plan]:
         guard = self.keeps_gpus_busy and limits is not None
-        backlog = backlog_s(tasks, platform) if guard else 0.0
+        backlog = functools.cache(lambda: backlog_s(tasks, platform))  # only if a guard needs it
         plans = []
         for t in tasks:
             c = choose_qos(t, now, platform, _limit(limits, t.vc))
