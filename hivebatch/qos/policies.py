@@ -5,7 +5,10 @@ the task's shapes in preference order (the first is the policy's choice). Shapes
 cell allocator (hivebatch.scheduler), which decides what actually fits now.
 
 * ``qos``         — the paper's method: CER-max placement among those meeting the ECT (fallback:
-                    CER-max over all), queue ordered by least slack.
+                    CER-max over all), queue ordered by least slack; with the VCs' free GPUs
+                    known, two makespan guards (hivebatch.qos.busy): no run far slower than the
+                    task's best placement while the queue is short, and GPUs no waiting task
+                    would use go to the tasks starting now.
 * ``fifo``        — arrival order, the user's GPU count, no overtaking inside a VC (strict_order).
 * ``capacity``    — the user's GPU count; VCs take turns, the one using the smallest share of
                     its capacity (limits) in this round goes next, arrival order inside a VC.
@@ -14,12 +17,14 @@ cell allocator (hivebatch.scheduler), which decides what actually fits now.
                     weighted equally; a larger task weight moves it forward).
 * ``tetris-perf`` — arrival order, the placement with the highest PR.
 * ``tetris-cer``  — arrival order, the placement with the highest CER, QoS ignored.
+* ``qos-paper``   — ``qos`` without its makespan guards and with the paper's pure least-slack order.
 
 A task whose user asked for no GPU count gets one GPU under the count-keeping baselines.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hivebatch.errors import HivebatchError
+from hivebatch.qos.busy import backlog_s, fill_idle_gpus, without_stragglers
 from hivebatch.qos.perfmodel import Shape
 from hivebatch.qos.placement import (
     Platform,
@@ -83,15 +89,24 @@ class Policy:
 
 class QosPolicy(Policy):
     name = "qos"
+    # Makespan guards (hivebatch.qos.busy), used when the VCs' free GPUs are known: no straggler on
+    # a narrow placement, no GPU left idle while a starting task could use it.
+    keeps_gpus_busy = True
 
     def plan(
         self, tasks: Sequence[Task], now: float, platform: Platform, limits: dict[str, int] | None = None
     ) -> list[Plan]:
+        guard = self.keeps_gpus_busy and limits is not None
+        backlog = functools.cache(lambda: backlog_s(tasks, platform))  # only if a guard needs it
         plans = []
         for t in tasks:
             c = choose_qos(t, now, platform, _limit(limits, t.vc))
+            if guard and t.vc in (limits or {}):
+                c = without_stragglers(c, t, now, platform, backlog)
             plans.append(Plan(t, c.shapes, c.latency_s, c.ect, c.slack, c.meets_qos, c.reason))
         plans.sort(key=self.order_key)
+        if guard and limits is not None:
+            plans = fill_idle_gpus(plans, now, platform, limits)
         return plans
 
     @staticmethod
@@ -110,9 +125,11 @@ class QosPolicy(Policy):
 
 
 class PaperQosPolicy(QosPolicy):
-    """The paper's order exactly: least slack first, whether or not the ECT can still be met."""
+    """The paper's method exactly: least slack first, whether or not the ECT can still be met, and
+    the CER-max shape among those that fit now."""
 
     name = "qos-paper"
+    keeps_gpus_busy = False
 
     @staticmethod
     def order_key(p: Plan) -> tuple[object, ...]:

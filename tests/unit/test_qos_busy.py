@@ -1,0 +1,91 @@
+"""The qos policy's makespan guards (hivebatch.qos.busy) on queues worked out by hand.
+
+Toy profile, batch 256, 1000 iterations, on 4 nodes x 4 GPUs (no start-up overhead):
+  1x4 740 s (CER-max), 2x4 620 s (fastest), 3x4 630 s, 1x1 2560 s (least GPU time).
+"""
+
+from __future__ import annotations
+
+import pytest
+from qos_helpers import toy_profile
+
+from hivebatch.config import read_yaml
+from hivebatch.qos import Platform, Shape, Task, get_policy
+from hivebatch.qos.busy import STRETCH, backlog_s
+from hivebatch.sim import setup
+from hivebatch.sim.engine import Simulation
+from hivebatch.sim.workload import SimJob
+
+P44 = Platform(max_nodes=4, gpus_per_node=4, theta=0.5, overhead_s=0.0)
+PROFILE = toy_profile()
+
+
+def _task(jid: str, cls: str = "normal", arrival: float = 0.0) -> Task:
+    return Task(jid, "cv", cls, arrival, model=PROFILE, batch=256, iters=1000)
+
+
+def _first_shapes(policy: str, tasks: list[Task], free: int | None) -> dict[str, Shape | None]:
+    limits = None if free is None else {"cv": free}
+    plans = get_policy(policy).plan(tasks, 0.0, P44, limits)
+    return {p.task.job_id: (p.shapes[0] if p.shapes else None) for p in plans}
+
+
+def test_a_lone_task_takes_idle_gpus_but_leaves_a_node_free() -> None:
+    # The paper's choice (1x4) would leave 12 of 16 GPUs idle; the fastest shape that leaves one
+    # node free for arrivals is 2x4 (620 s; 3x4 is slower on this profile).
+    assert _first_shapes("qos-paper", [_task("a")], 16) == {"a": Shape(1, 4)}
+    plan = get_policy("qos").plan([_task("a")], 0.0, P44, {"cv": 16})[0]
+    assert plan.shapes[0] == Shape(2, 4)
+    assert plan.predicted_latency_s == pytest.approx(620.0)
+    assert Shape(1, 4) in plan.shapes[1:]  # the CER-max shape stays as a fallback
+    assert plan.meets_qos and plan.slack == pytest.approx(2 * 2560 - 620)
+
+
+def test_no_widening_when_the_queue_uses_every_free_gpu() -> None:
+    tasks = [_task(f"t{i}", arrival=i) for i in range(4)]
+    shapes = _first_shapes("qos", tasks, 8)
+    assert sorted(str(s) for s in shapes.values()) == ["1x4"] * 4
+
+
+def test_no_widening_into_the_node_kept_for_arrivals() -> None:
+    # 8 GPUs free: 1x4 leaves exactly one node, so nothing is widened
+    assert _first_shapes("qos", [_task("a")], 8) == {"a": Shape(1, 4)}
+
+
+def test_a_task_waits_rather_than_straggle_on_one_gpu() -> None:
+    # Only one GPU is free: 1x1 takes 2560 s, more than STRETCH x 740 s; the queue is short, so
+    # the task waits for a wider placement instead of outliving everything else.
+    assert STRETCH * 740 < 2560
+    assert _first_shapes("qos-paper", [_task("a")], 1) == {"a": Shape(1, 1)}
+    plan = get_policy("qos").plan([_task("a")], 0.0, P44, {"cv": 1})[0]
+    assert plan.shapes == []
+    assert plan.reason is not None and "waits for more GPUs" in plan.reason
+
+
+def test_under_a_long_queue_the_narrow_shape_is_kept() -> None:
+    # 20 waiting tasks: the backlog (20 x 2560 GPU-s over 16 GPUs = 3200 s) outlasts the 1x1 run,
+    # so all GPUs stay busy anyway and the least wasteful shape is right.
+    tasks = [_task(f"t{i}", arrival=i) for i in range(20)]
+    assert backlog_s(tasks, P44) == 20 * 2560 / 16
+    assert set(_first_shapes("qos", tasks, 1).values()) == {Shape(1, 1)}
+
+
+def test_without_limits_the_choice_is_the_papers() -> None:
+    # The controller plans without the VCs' free GPUs: the guards stay out of its way.
+    tasks = [_task("a"), _task("b", "prior", 5)]
+    assert _first_shapes("qos", tasks, None) == _first_shapes("qos-paper", tasks, None)
+
+
+def test_simulated_lone_job_uses_idle_gpus_and_ends_sooner() -> None:
+    data = setup.single_vc_config(read_yaml(setup.paper_config_path()))
+    spec = setup.build_spec(data)
+    qos = setup.qos_settings(data, setup.paper_config_path().parent)
+    platform = setup.build_platform(spec, qos)
+    runtime = setup.build_runtime(spec, platform, qos)
+    jobs = [SimJob("m", "all", "normal", 0.0, 1, model="resnet50", batch=256, iters=2000)]
+    old = Simulation(spec, jobs, "qos-paper", "cells", runtime, platform).run().records[0]
+    new = Simulation(spec, jobs, "qos", "cells", runtime, platform).run().records[0]
+    assert old.shape == Shape(1, 4)  # 12 of the 16 GPUs idle while it runs
+    assert new.shape is not None and new.shape.gpus == 12  # 3 nodes; one node left for arrivals
+    assert new.end is not None and old.end is not None and new.end < old.end
+    assert new.met_qos and old.met_qos
