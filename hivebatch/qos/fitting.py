@@ -179,8 +179,11 @@ _PRIOR = 0.01
 # The quality measure is the mean absolute relative error of the throughput, |T/T̂ − 1| for a
 # measured step time T and a predicted T̂, so least squares is reweighted towards it (iteratively
 # reweighted least squares): each round divides a row by the previous round's prediction T̂ (the
-# error's denominator) and weights it by 1/|T/T̂ − 1|, floored at 2%, so a few noisy rows pull the
-# fit less than squares would let them. The first round divides by T, where T̂ is not known yet.
+# error's denominator) and weights it by (T/T̂)/|T/T̂ − 1|, the |T/T̂ − 1| floored at 2%. The
+# 1/|error| factor turns squares into absolute values, so a few noisy rows pull the fit less than
+# squares would let them; the T/T̂ factor accounts for T̂ in the denominator (the gradient of
+# |T − T̂|/T̂ is T/T̂ times that of |T − T̂|/T̂ with the denominator held fixed), so the rounds settle
+# where the throughput error itself is smallest. The first round divides by T, T̂ not known yet.
 _L1_ROUNDS = 6
 _L1_FLOOR = 0.02
 
@@ -238,7 +241,7 @@ def fit_default(samples: list[Sample], columns: tuple[str, ...] | None = None) -
             if not (pred > 0).all():
                 break
             denominator = pred
-            weight = 1.0 / np.maximum(np.abs(t / pred - 1), _L1_FLOOR)
+            weight = (t / pred) / np.maximum(np.abs(t / pred - 1), _L1_FLOOR)
             weight /= weight.mean()
         err = float(np.mean(np.abs(t / pred - 1))) if (pred > 0).all() else math.inf
         if best is None or err < best[0]:

@@ -119,6 +119,18 @@ def test_default_form_recovers_with_noise() -> None:
     assert mape(Profile("x", "V100", "default", got), samples) < 2.0
 
 
+def test_default_form_minimises_the_throughput_error_not_the_step_time_error() -> None:
+    # one GPU, a constant step time measured as 1 s three times and 2 s twice: the throughput
+    # error Σ|T/T̂ − 1| is 2 at T̂ = 1 and falls to 1.5 at T̂ = 2, while the step-time error
+    # Σ|T̂/T − 1| is smallest at T̂ = 1, where a fit of that error stays
+    times = [(4.0, 1.0), (4.0, 1.0), (8.0, 1.0), (4.0, 2.0), (8.0, 2.0)]
+    samples = [Sample(Shape(1, 1), w, t) for w, t in times]
+    got = fit_default(samples, columns=("t0",))
+    assert 1.3 < got["t0"] <= 2.0
+    fitted = mape(Profile("x", "V100", "default", got), samples)
+    assert fitted < mape(simple_profile(t0=1.0, overlap=0.0), samples) - 5.0
+
+
 def test_paper_form_recovers_known_coefficients() -> None:
     k0, k1, k2, gamma, lam = 20.0, 3.0, -0.005, 0.4, 2.5
     samples = []
