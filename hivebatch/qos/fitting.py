@@ -9,7 +9,8 @@ Profile CSV formats (one row per measurement):
   the replicas divide evenly over the nodes.
 
 Both are least squares on relative error, because the quality measure is the mean absolute
-percentage error (MAPE) of the throughput.
+percentage error (MAPE) of the throughput; the default form's fit is reweighted towards that
+measure itself.
 """
 
 from __future__ import annotations
@@ -175,9 +176,14 @@ _OVERLAPS = tuple(i / 10 for i in range(11))
 # between coefficients the samples cannot tell apart (e.g. a constant vs the [n>1] term when no
 # one-GPU rows are present) and is too small to move a well-determined fit.
 _PRIOR = 0.01
-# The quality measure is the mean absolute relative error, so least squares is reweighted towards
-# it (iteratively reweighted least squares, weights 1/|error|, floored at 2%): a few noisy rows
-# then pull the fit less than squares would let them.
+# The quality measure is the mean absolute relative error of the throughput, |T/T̂ − 1| for a
+# measured step time T and a predicted T̂, so least squares is reweighted towards it (iteratively
+# reweighted least squares): each round divides a row by the previous round's prediction T̂ (the
+# error's denominator) and weights it by (T/T̂)/|T/T̂ − 1|, the |T/T̂ − 1| floored at 2%. The
+# 1/|error| factor turns squares into absolute values, so a few noisy rows pull the fit less than
+# squares would let them; the T/T̂ factor accounts for T̂ in the denominator (the gradient of
+# |T − T̂|/T̂ is T/T̂ times that of |T − T̂|/T̂ with the denominator held fixed), so the rounds settle
+# where the throughput error itself is smallest. The first round divides by T, T̂ not known yet.
 _L1_ROUNDS = 6
 _L1_FLOOR = 0.02
 
@@ -186,10 +192,10 @@ def fit_default(samples: list[Sample], columns: tuple[str, ...] | None = None) -
     """Coefficients of the per-iteration time form, all >= 0; needs samples at 2+ batch sizes.
 
     Non-negative least squares on relative error for each candidate overlap, reweighted towards
-    absolute relative error. The max() in the form makes the problem piecewise linear: each row is
-    either compute-bound (T = C) or has exposed synchronisation (T = (1−overlap)·C + S); rows are
-    reassigned and refitted until the assignment settles. ``columns`` restricts the fit to those coefficients (the others are 0),
-    for small sample sets.
+    the mean absolute relative error of the throughput. The max() in the form makes the problem
+    piecewise linear: each row is either compute-bound (T = C) or has exposed synchronisation
+    (T = (1−overlap)·C + S); rows are reassigned and refitted until the assignment settles.
+    ``columns`` restricts the fit to those coefficients (the others are 0), for small sample sets.
     """
     if len({s.local_batch for s in samples}) < 2:
         raise HivebatchError("fitting needs samples at two or more batch sizes")
@@ -214,15 +220,17 @@ def fit_default(samples: list[Sample], columns: tuple[str, ...] | None = None) -
         exposed = np.ones(len(samples), dtype=bool)
         coef = np.zeros(len(names))
         weight = np.ones(len(samples))
+        denominator = t
         for _ in range(_L1_ROUNDS):
+            root = np.sqrt(weight)
             for _ in range(20):
                 design = np.hstack(
                     [compute * np.where(exposed, 1 - overlap, 1.0)[:, None], sync * exposed[:, None]]
                 )
                 design[:, ~free] = 0.0
-                root = np.sqrt(weight)
-                rows = design / scale / t[:, None] * root[:, None]
-                coef = nnls(np.vstack([rows, prior]), np.concatenate([root, np.zeros(len(names))])) / scale
+                rows = design / scale / denominator[:, None] * root[:, None]
+                target = t / denominator * root
+                coef = nnls(np.vstack([rows, prior]), np.concatenate([target, np.zeros(len(names))])) / scale
                 c = compute @ coef[: len(COMPUTE_COEFFS)]
                 now = sync @ coef[len(COMPUTE_COEFFS) :] > overlap * c
                 if (now == exposed).all():
@@ -230,9 +238,12 @@ def fit_default(samples: list[Sample], columns: tuple[str, ...] | None = None) -
                 exposed = now
             c = compute @ coef[: len(COMPUTE_COEFFS)]
             pred = c + np.maximum(0.0, sync @ coef[len(COMPUTE_COEFFS) :] - overlap * c)
-            weight = 1.0 / np.maximum(np.abs(pred / t - 1), _L1_FLOOR)
+            if not (pred > 0).all():
+                break
+            denominator = pred
+            weight = (t / pred) / np.maximum(np.abs(t / pred - 1), _L1_FLOOR)
             weight /= weight.mean()
-        err = float(np.mean(np.abs(pred / t - 1))) if (pred > 0).all() else math.inf
+        err = float(np.mean(np.abs(t / pred - 1))) if (pred > 0).all() else math.inf
         if best is None or err < best[0]:
             best = (err, overlap, coef)
     assert best is not None

@@ -29,9 +29,15 @@ def nnls(a: Array, b: Array) -> Array:
         * max(float(np.abs(b).max(initial=1.0)), 1.0)
     )
     grad = atb - ata @ x
+    # A coefficient whose gradient is only rounding noise can come back non-positive from the very
+    # solve that admits it; it is then left at zero until x moves, instead of being admitted again
+    # and again (the classic Lawson-Hanson cycle).
+    blocked = np.zeros(n, dtype=bool)
     steps = 0
-    while (~passive).any() and (grad[~passive] > tol).any():
-        passive[int(np.argmax(np.where(passive, -np.inf, grad)))] = True
+    while ((free := ~passive & ~blocked).any()) and (grad[free] > tol).any():
+        entering = int(np.argmax(np.where(free, grad, -np.inf)))
+        passive[entering] = True
+        first = True
         while True:
             steps += 1
             if steps > 30 * (n + 1):
@@ -39,8 +45,14 @@ def nnls(a: Array, b: Array) -> Array:
             idx = np.flatnonzero(passive)
             trial = np.zeros(n)
             trial[idx] = np.linalg.lstsq(a[:, idx], b, rcond=None)[0]
+            if first and trial[entering] <= 0:
+                passive[entering] = False
+                blocked[entering] = True
+                break
+            first = False
             if (trial[idx] > 0).all():
                 x = trial
+                blocked[:] = False
                 break
             # step from x towards the trial solution until the first coefficient reaches zero
             neg = idx[trial[idx] <= 0]
@@ -48,5 +60,6 @@ def nnls(a: Array, b: Array) -> Array:
             x = x + alpha * (trial - x)
             passive &= x > tol
             x[~passive] = 0.0
+            blocked[:] = False
         grad = atb - ata @ x
     return x

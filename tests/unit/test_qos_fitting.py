@@ -27,7 +27,13 @@ from hivebatch.qos.fitting import (
     fit_paper,
     split_holdout,
 )
-from hivebatch.qos.perfmodel import DEFAULT_COEFFS, comm_penalty, single_gpu_throughput, step_time
+from hivebatch.qos.perfmodel import (
+    DEFAULT_COEFFS,
+    comm_penalty,
+    default_step_times,
+    single_gpu_throughput,
+    step_time,
+)
 
 PLACEMENTS = """local_bsz,step_time,sync_time,placement
 32,0.10,0.0,1
@@ -117,6 +123,18 @@ def test_default_form_recovers_with_noise() -> None:
     assert got["t_w"] == pytest.approx(0.002, rel=0.05)
     assert got["s_lognode"] == pytest.approx(0.05, rel=0.1)
     assert mape(Profile("x", "V100", "default", got), samples) < 2.0
+
+
+def test_default_form_minimises_the_throughput_error_not_the_step_time_error() -> None:
+    # one GPU, a constant step time measured as 1 s three times and 2 s twice: the throughput
+    # error Σ|T/T̂ − 1| is 2 at T̂ = 1 and falls to 1.5 at T̂ = 2, while the step-time error
+    # Σ|T̂/T − 1| is smallest at T̂ = 1, where a fit of that error stays
+    times = [(4.0, 1.0), (4.0, 1.0), (8.0, 1.0), (4.0, 2.0), (8.0, 2.0)]
+    samples = [Sample(Shape(1, 1), w, t) for w, t in times]
+    got = fit_default(samples, columns=("t0",))
+    assert 1.3 < got["t0"] <= 2.0
+    fitted = mape(Profile("x", "V100", "default", got), samples)
+    assert fitted < mape(simple_profile(t0=1.0, overlap=0.0), samples) - 5.0
 
 
 def test_paper_form_recovers_known_coefficients() -> None:
@@ -226,6 +244,29 @@ def test_held_out_rows_of_a_three_batch_profile_are_all_answered() -> None:
         assert pr > 0
         assert abs(pr / s.throughput - 1) < 0.3, s
     assert mape(prof, test) < 10.0
+
+
+@needs_data
+def test_fits_of_every_real_file_answer_the_whole_shape_space_monotonically() -> None:
+    """A fit on each real file, and on each file without its one-GPU rows (the shape a
+    leave-one-shape-out split hides), predicts a positive step time for every local batch 1..1e5
+    on every placement of a 64-node x 8-GPU cluster, never shorter for more GPUs or a bigger batch."""
+    nodes, gpn = np.meshgrid(np.arange(1, 65), np.arange(1, 9), indexing="ij")
+    for path in REAL_FILES:
+        scal = path.with_name(path.name.replace("placements", "scalability"))
+        rows = read_profile_csv(path).samples + (read_profile_csv(scal).samples if scal.exists() else [])
+        for train in (rows, [s for s in rows if s.shape != Shape(1, 1)]):
+            coef = fit_default(train)
+            times = np.array(
+                [
+                    default_step_times(coef, np.full(nodes.shape, w), nodes, gpn)
+                    for w in np.geomspace(1, 1e5, 11)
+                ]
+            )
+            assert np.isfinite(times).all() and (times > 0).all(), path
+            assert (np.diff(times, axis=0) >= 0).all(), path  # bigger local batch
+            assert (np.diff(times, axis=1) >= 0).all(), path  # more nodes
+            assert (np.diff(times, axis=2) >= 0).all(), path  # more GPUs per node
 
 
 @needs_data

@@ -3,6 +3,8 @@ the whole shape space of every shipped profile, and bounded extrapolation."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -31,6 +33,18 @@ def test_nnls_meets_the_optimality_conditions(m: int, n: int, seed: int) -> None
     grad = a.T @ (b - a @ x)  # minus the gradient of ½‖ax − b‖²
     assert (x >= 0).all()
     # KKT: no free direction improves; active coefficients sit at a stationary point
+    assert (grad <= 1e-8).all()
+    assert np.allclose(grad[x > 0], 0.0, atol=1e-8)
+
+
+def test_nnls_settles_when_a_gradient_is_only_rounding_noise() -> None:
+    # a relative-error fit on real profile rows whose right-hand side lies in the span of the
+    # columns: one coefficient's gradient is ~1e-12 and re-admitting it used to cycle forever
+    data = np.load(Path(__file__).parent.parent / "fixtures" / "qos" / "nnls-rounding-cycle.npz")
+    a, b = data["a"], data["b"]
+    x = nnls(a, b)
+    grad = a.T @ (b - a @ x)
+    assert (x >= 0).all()
     assert (grad <= 1e-8).all()
     assert np.allclose(grad[x > 0], 0.0, atol=1e-8)
 
