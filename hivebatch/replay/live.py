@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from hivebatch.errors import HivebatchError
+from hivebatch.replay.latency import JobTimes, latency_lines
 from hivebatch.replay.measure import job_name
 from hivebatch.replay.plan import Plan, PlannedJob
 from hivebatch.slurm.base import SlurmBackend
@@ -216,18 +217,42 @@ def replay_hivebatch(plan: Plan, config_data: dict[str, Any], settings: LiveSett
         scoped: Any = ScopedBackend(CliBackend(run_as=settings.operator), mine)
         users = {vc: CliBackend(run_as=u) for vc, u in settings.users.items()}
 
+        cycles_s: list[float] = []
+
         def tick() -> None:
             report = run_cycle(ctx, factory, scoped)
+            cycles_s.append(report.seconds)
             if not report.ok:
                 settings.log(f"controller cycle: {report.failures}")
 
         try:
             run_plan(plan, "hivebatch", lambda p: (users[p.job.vc], p.job.vc), settings, mine, tick)
+            for line in latency_lines(_job_times(factory), cycles_s):
+                settings.log(f"hivebatch: {line}")
         finally:
             cancel_all(mine)
             _wait_gone(mine)
             engine.dispose()
     return accounting(sorted(mine))
+
+
+def _job_times(factory: Any) -> list[JobTimes]:
+    from sqlalchemy import func, select
+
+    from hivebatch.db.models import Event, Job
+
+    with factory() as session:
+        first_placed = dict(
+            session.execute(
+                select(Event.slurm_job_id, func.min(Event.time))
+                .where(Event.kind == "placed")
+                .group_by(Event.slurm_job_id)
+            ).all()
+        )
+        return [
+            JobTimes(job.vc_name or "?", job.submit_time, first_placed.get(job.slurm_job_id), job.start_time)
+            for job in session.scalars(select(Job).where(Job.submit_time.is_not(None)))
+        ]
 
 
 def _wait_gone(ids: set[int], timeout_s: float = 60.0) -> None:

@@ -1,0 +1,39 @@
+"""Where a job's wait under hivebatch went, per VC: from Slurm's submit to the controller's first placement
+(waiting for a cycle, for cells or for the policy), and from that placement to Slurm's start (Slurm's own
+scheduling). Real seconds, from the replay's ledger; what the sacct figures cannot separate."""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class JobTimes:
+    vc: str
+    submitted: dt.datetime
+    placed: dt.datetime | None  # the controller's first placement
+    started: dt.datetime | None  # Slurm's first start
+
+
+def _split(s: list[float]) -> str:
+    return f"mean {statistics.fmean(s):.1f}, max {max(s):.1f}" if s else "-"
+
+
+def latency_lines(jobs: list[JobTimes], cycles_s: list[float]) -> list[str]:
+    lines = []
+    if cycles_s:
+        lines.append(
+            f"controller: {len(cycles_s)} cycles, median {statistics.median(cycles_s):.2f} s, "
+            f"longest {max(cycles_s):.2f} s"
+        )
+    for vc in sorted({j.vc for j in jobs}):
+        mine = [j for j in jobs if j.vc == vc]
+        to_placed = [(j.placed - j.submitted).total_seconds() for j in mine if j.placed]
+        to_start = [(j.started - j.placed).total_seconds() for j in mine if j.placed and j.started]
+        lines.append(
+            f"{vc}: submit -> placed {_split(to_placed)} s; placed -> started {_split(to_start)} s "
+            f"(real seconds, {len(mine)} jobs)"
+        )
+    return lines
