@@ -8,10 +8,11 @@ prediction: excess wait = mean wait in the run − that baseline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from hivebatch.controller.context import parse_settings
 from hivebatch.replay.plan import Plan
 from hivebatch.sim import setup
 from hivebatch.sim.engine import SimRun, Simulation
@@ -37,10 +38,27 @@ class Prediction:
 def predict(plan: Plan, data: dict[str, Any], config_dir: Path | None, mode: str, policy: str) -> Prediction:
     spec = setup.build_spec(data)
     exp = setup.build_experiment(spec, data, config_dir, plan.sim_jobs, [], private_baseline=True)
+    if mode == "hivebatch":  # the controller's own reservations, fairshare and starvation bound
+        ctl = parse_settings(None, data)
+        exp = replace(
+            exp,
+            backfill=ctl.backfill,
+            starve_after_s=ctl.starve_after_s,
+            fairshare_half_life_s=ctl.fairshare_half_life_s,
+        )
     sim_mode = SIM_MODES[mode]
     private = private_queues(exp, policy, None, sim_mode)
     run = Simulation(
-        spec, plan.sim_jobs, policy, sim_mode, exp.runtime, exp.platform, opportunistic=False
+        spec,
+        plan.sim_jobs,
+        policy,
+        sim_mode,
+        exp.runtime,
+        exp.platform,
+        opportunistic=False,
+        backfill=exp.backfill,
+        fairshare_half_life_s=exp.fairshare_half_life_s,
+        starve_after_s=exp.starve_after_s,
     ).run()
     return Prediction(mode, policy, run, private)
 

@@ -114,7 +114,9 @@ def plan_replay(
         sleep_s = max(1, round(clamped / spec.speedup))
         if clamped != duration:
             plan.clamped += 1
-        job = replace(j, vc=vc, duration_s=sleep_s * spec.speedup)
+        # the controller sees Slurm's time limit, not the run time: the simulator is told the same
+        limit_s = (math.ceil(sleep_s / 60) + 1) * 60 * spec.speedup
+        job = replace(j, vc=vc, duration_s=sleep_s * spec.speedup, time_limit_s=limit_s)
         shape = tightest_shape(j.gpus, gpus_per_node, max_nodes)
         plan.jobs.append(PlannedJob(job, j.arrival / spec.speedup, sleep_s, shape.d_node, shape.d_gpn))
     return plan

@@ -53,6 +53,8 @@ def test_time_is_compressed_and_run_times_clamped() -> None:
     assert by["mid"].sleep_s == 20 and by["mid"].job.duration_s == 200.0  # the simulator replays the same
     assert by["long"].sleep_s == 60 and (by["long"].nodes, by["long"].gpus_per_node) == (2, 6)
     assert by["long"].time_limit_min == 2
+    # the simulator's scheduler sees the limit the controller sees (2 real minutes), not the run time
+    assert by["long"].job.time_limit_s == 2 * 60 * 10 and by["short"].job.time_limit_s == 2 * 60 * 10
     assert plan.clamped == 2 and plan.mapped == 0 and plan.dropped == 0
     assert plan.wall_s == 76.0
 
@@ -142,3 +144,49 @@ def test_bad_input_is_one_clear_line(
     out, err = capsys.readouterr()
     assert code != 0 and out == ""
     assert message in err and "Traceback" not in err
+
+
+def test_the_wait_is_split_between_the_controller_and_slurm_per_vc() -> None:
+    import datetime as dt
+
+    from hivebatch.replay.latency import JobTimes, latency_lines
+
+    t0 = dt.datetime(2026, 11, 24, 12, 0, 0)
+    s = dt.timedelta(seconds=1)
+    jobs = [
+        JobTimes("nlp", t0, t0 + 4 * s, t0 + 5 * s),
+        JobTimes("nlp", t0, t0 + 2 * s, t0 + 5 * s),
+        JobTimes("cv", t0, t0 + 1 * s, t0 + 2 * s),
+        JobTimes("cv", t0, None, None),  # never placed: counted, not timed
+    ]
+    assert latency_lines(jobs, [0.2, 0.4, 1.0]) == [
+        "controller: 3 cycles, median 0.40 s, longest 1.00 s",
+        "cv: submit -> placed mean 1.0, max 1.0 s; placed -> started mean 1.0, max 1.0 s (real seconds, 2 jobs)",
+        "nlp: submit -> placed mean 3.0, max 4.0 s; placed -> started mean 2.0, max 3.0 s (real seconds, 2 jobs)",
+    ]
+
+
+def test_hivebatch_is_predicted_with_the_controllers_reservations_and_fairshare(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[dict[str, Any]] = []
+    real = compare.Simulation
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare, "Simulation", recording)
+    jobs = [_job("a", 0.0, gpus=8, duration=300.0), _job("b", 10.0, gpus=4, duration=200.0)]
+    plan = plan_replay(jobs, SliceSpec(length_s=1000, speedup=10), LAB_VCS, gpus_per_node=8, max_nodes=4)
+    data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
+    data["controller"] = {**data.get("controller", {}), "starve_after_h": 2, "fairshare_half_life_h": 24}
+    compare.predict(plan, data, None, "hivebatch", "qos")
+    assert (seen[-1]["backfill"], seen[-1]["starve_after_s"], seen[-1]["fairshare_half_life_s"]) == (
+        True,
+        7200.0,
+        86400.0,
+    )
+    data["controller"]["backfill"] = False
+    compare.predict(plan, data, None, "hivebatch", "qos")
+    assert seen[-1]["backfill"] is False
