@@ -249,8 +249,19 @@ def _job_times(factory: Any) -> list[JobTimes]:
                 .group_by(Event.slurm_job_id)
             ).all()
         )
+        reasons: dict[int, list[str]] = {}
+        for sid, message in session.execute(
+            select(Event.slurm_job_id, Event.message).where(Event.kind == "waiting").order_by(Event.id)
+        ):
+            reasons.setdefault(sid, []).append(message)
         return [
-            JobTimes(job.vc_name or "?", job.submit_time, first_placed.get(job.slurm_job_id), job.start_time)
+            JobTimes(
+                job.vc_name or "?",
+                job.submit_time,
+                first_placed.get(job.slurm_job_id),
+                job.start_time,
+                tuple(reasons.get(job.slurm_job_id, ())),
+            )
             for job in session.scalars(select(Job).where(Job.submit_time.is_not(None)))
         ]
 

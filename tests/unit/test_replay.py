@@ -154,8 +154,8 @@ def test_the_wait_is_split_between_the_controller_and_slurm_per_vc() -> None:
     t0 = dt.datetime(2026, 11, 24, 12, 0, 0)
     s = dt.timedelta(seconds=1)
     jobs = [
-        JobTimes("nlp", t0, t0 + 4 * s, t0 + 5 * s),
-        JobTimes("nlp", t0, t0 + 2 * s, t0 + 5 * s),
+        JobTimes("nlp", t0, t0 + 4 * s, t0 + 5 * s, ("waits for 8 GPUs", "reserved: starts by 12:00:04")),
+        JobTimes("nlp", t0, t0 + 2 * s, t0 + 5 * s, ("waits for 4 GPUs",)),
         JobTimes("cv", t0, t0 + 1 * s, t0 + 2 * s),
         JobTimes("cv", t0, None, None),  # never placed: counted, not timed
     ]
@@ -163,6 +163,7 @@ def test_the_wait_is_split_between_the_controller_and_slurm_per_vc() -> None:
         "controller: 3 cycles, median 0.40 s, longest 1.00 s",
         "cv: submit -> placed mean 1.0, max 1.0 s; placed -> started mean 1.0, max 1.0 s (real seconds, 2 jobs)",
         "nlp: submit -> placed mean 3.0, max 4.0 s; placed -> started mean 2.0, max 3.0 s (real seconds, 2 jobs)",
+        "nlp: the longest wait was told: waits for 8 GPUs | reserved: starts by 12:00:04",
     ]
 
 
