@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from hivebatch.controller.context import parse_settings
+from hivebatch.notice import parse_notice
 from hivebatch.replay.plan import Plan
 from hivebatch.sim import setup
 from hivebatch.sim.engine import SimRun, Simulation
 from hivebatch.sim.metrics import RunSummary, summarize
+from hivebatch.sim.notice import SimNotice
 from hivebatch.sim.runner import private_queues
 
 #: replay mode -> the simulator's sharing mode that predicts it
@@ -38,7 +40,8 @@ class Prediction:
 def predict(plan: Plan, data: dict[str, Any], config_dir: Path | None, mode: str, policy: str) -> Prediction:
     spec = setup.build_spec(data)
     exp = setup.build_experiment(spec, data, config_dir, plan.sim_jobs, [], private_baseline=True)
-    if mode == "hivebatch":  # the controller's own reservations, fairshare and starvation bound
+    notice = None
+    if mode == "hivebatch":  # the controller's own reservations, fairshare, starvation bound and notices
         ctl = parse_settings(None, data)
         exp = replace(
             exp,
@@ -46,6 +49,7 @@ def predict(plan: Plan, data: dict[str, Any], config_dir: Path | None, mode: str
             starve_after_s=ctl.starve_after_s,
             fairshare_half_life_s=ctl.fairshare_half_life_s,
         )
+        notice = SimNotice(notice_s=float(parse_notice(data).notice_s))
     sim_mode = SIM_MODES[mode]
     private = private_queues(exp, policy, None, sim_mode)
     run = Simulation(
@@ -56,6 +60,7 @@ def predict(plan: Plan, data: dict[str, Any], config_dir: Path | None, mode: str
         exp.runtime,
         exp.platform,
         opportunistic=False,
+        notice=notice,
         backfill=exp.backfill,
         fairshare_half_life_s=exp.fairshare_half_life_s,
         starve_after_s=exp.starve_after_s,

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from hivebatch.errors import HivebatchError
+from hivebatch.notice import parse_notice
 from hivebatch.replay.latency import JobTimes, latency_lines
 from hivebatch.replay.measure import job_name
 from hivebatch.replay.plan import Plan, PlannedJob
@@ -190,6 +191,15 @@ def replay_plain(plan: Plan, vc_gpus: dict[str, int], settings: LiveSettings) ->
     return accounting(sorted(mine))
 
 
+def compressed_notice(config_data: dict[str, Any], speedup: float) -> dict[str, Any]:
+    """The config's ``preemption:`` notices in real seconds: a time like the others, compressed by the speedup."""
+    ns = parse_notice(config_data)
+    return {
+        "notice_s": max(1, round(ns.notice_s / speedup)),
+        "notice_s_by_class": {c: max(1, round(v / speedup)) for c, v in ns.by_class.items()},
+    }
+
+
 def replay_hivebatch(plan: Plan, config_data: dict[str, Any], settings: LiveSettings) -> list[AcctRecord]:
     from hivebatch.controller.context import load_context
     from hivebatch.controller.cycle import run_cycle
@@ -208,6 +218,7 @@ def replay_hivebatch(plan: Plan, config_data: dict[str, Any], settings: LiveSett
             "interval_s": max(1, round(settings.interval_s)),
             "lock_file": str(Path(tmp) / "ctl.lock"),
         }
+        data["preemption"] = compressed_notice(config_data, plan.spec.speedup)
         cfg = Path(tmp) / "hivebatch.yaml"
         cfg.write_text(yaml.safe_dump(data), encoding="utf-8")
         ctx = load_context(cfg)

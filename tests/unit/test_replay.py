@@ -188,6 +188,15 @@ def test_hivebatch_is_predicted_with_the_controllers_reservations_and_fairshare(
         7200.0,
         86400.0,
     )
+    assert seen[-1]["notice"].notice_s == 120.0  # victims told to leave, as the controller tells them
     data["controller"]["backfill"] = False
     compare.predict(plan, data, None, "hivebatch", "qos")
     assert seen[-1]["backfill"] is False
+
+
+def test_the_controller_of_a_replay_gets_its_notices_compressed_like_every_other_time() -> None:
+    from hivebatch.replay.live import compressed_notice
+
+    data = {"preemption": {"notice_s": 120, "notice_s_by_class": {"prior": 300}}}
+    assert compressed_notice(data, 16) == {"notice_s": 8, "notice_s_by_class": {"prior": 19}}
+    assert compressed_notice({}, 1000) == {"notice_s": 1, "notice_s_by_class": {}}  # never none at all
