@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 PROMPT = re.compile(r"(?:([a-z]+))?\$ |(root)# ")
+ERROR_LINE = re.compile(r"(\S+: )?error:")
 
 
 def console_steps(page: Path) -> list[tuple[str, str, list[str]]]:
@@ -26,6 +27,18 @@ def console_steps(page: Path) -> list[tuple[str, str, list[str]]]:
 def console_commands(page: Path) -> list[tuple[str, list[str]]]:
     """(command, the output lines shown after it) of every ``$ `` command of the page's console blocks."""
     return [(command, shown) for who, command, shown in console_steps(page) if not who]
+
+
+def shows_error(shown: list[str]) -> bool:
+    """Whether the page shows the command failing: a line of its output is an error (``error:``, ``hsub: error:``)."""
+    return any(ERROR_LINE.match(line) for line in shown)
+
+
+def shown_file(command: str) -> str | None:
+    """The file ``cat FILE`` names when it names one plain file (no glob, pipe or second word): where it is not
+    there yet, the page is showing a file the next commands use."""
+    name = command.removeprefix("cat ")
+    return name if command.startswith("cat ") and not set(name) & set("*?[ |;") else None
 
 
 def shape_pattern(line: str) -> re.Pattern[str]:

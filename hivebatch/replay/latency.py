@@ -37,8 +37,8 @@ def latency_lines(jobs: list[JobTimes], cycles_s: list[float]) -> list[str]:
             f"{vc}: submit -> placed {_split(to_placed)} s; placed -> started {_split(to_start)} s "
             f"(real seconds, {len(mine)} jobs)"
         )
-        waited = [j for j in mine if j.placed and j.reasons]
+        waited = [(j.placed - j.submitted, j) for j in mine if j.placed and j.reasons]
         if waited:
-            worst = max(waited, key=lambda j: j.placed - j.submitted if j.placed else dt.timedelta(0))
+            _, worst = max(waited, key=lambda w: w[0])
             lines.append(f"{vc}: the longest wait was told: " + " | ".join(r[:120] for r in worst.reasons))
     return lines

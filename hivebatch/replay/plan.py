@@ -37,6 +37,12 @@ class SliceSpec:
             raise HivebatchError("run times need 0 < --min-run <= --max-run")
 
 
+def limit_min(sleep_s: int) -> int:
+    """Slurm's time limit of a job sleeping ``sleep_s``: whole minutes, one more than the run needs (Slurm
+    counts in minutes)."""
+    return math.ceil(sleep_s / 60) + 1
+
+
 @dataclass(frozen=True)
 class PlannedJob:
     job: SimJob  # trace time, with the clamped duration
@@ -47,8 +53,7 @@ class PlannedJob:
 
     @property
     def time_limit_min(self) -> int:
-        """Slurm's time limit in whole minutes, one more than the run needs (Slurm counts in minutes)."""
-        return math.ceil(self.sleep_s / 60) + 1
+        return limit_min(self.sleep_s)
 
 
 @dataclass
@@ -115,8 +120,9 @@ def plan_replay(
         if clamped != duration:
             plan.clamped += 1
         # the controller sees Slurm's time limit, not the run time: the simulator is told the same
-        limit_s = (math.ceil(sleep_s / 60) + 1) * 60 * spec.speedup
-        job = replace(j, vc=vc, duration_s=sleep_s * spec.speedup, time_limit_s=limit_s)
+        job = replace(
+            j, vc=vc, duration_s=sleep_s * spec.speedup, time_limit_s=limit_min(sleep_s) * 60 * spec.speedup
+        )
         shape = tightest_shape(j.gpus, gpus_per_node, max_nodes)
         plan.jobs.append(PlannedJob(job, j.arrival / spec.speedup, sleep_s, shape.d_node, shape.d_gpn))
     return plan

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from docs_pages import console_steps, shape_pattern
+from docs_pages import console_steps, shape_pattern, shown_file, shows_error
 
 PROJECT = Path(__file__).resolve().parents[2]
 VENV_BIN = PROJECT / ".venv" / "bin"
@@ -90,6 +90,8 @@ def page_dir(site: Site) -> Path:
 # output appears, as a student reruns squeue and cron reruns the controller
 CATCH_UP = ("hq", "cat", "hadmin", "squeue", "sacct", "hivebatch controller run --once")
 CATCH_UP_S = 20.0
+# what sbatch/hsub and hadmin profile run say when they leave a job in Slurm
+SUBMITTED = re.compile(r"(?:Submitted batch job|submitted profiling job) (\d+)")
 
 
 def run_page(
@@ -103,10 +105,10 @@ def run_page(
     for who, command, shown in console_steps(PROJECT / "docs" / page):
         if not (who or plain):
             continue
-        shown_file = workdir / command[4:]
-        if command.startswith("cat ") and not set(command[4:]) & set("*?[ |;") and not shown_file.exists():
-            shown_file.write_text("\n".join(shown) + "\n")
-            shown_file.chmod(0o755)
+        name = shown_file(command)
+        if name and not (workdir / name).exists():
+            (workdir / name).write_text("\n".join(shown) + "\n")
+            (workdir / name).chmod(0o755)
             continue
         deadline = time.monotonic() + (
             CATCH_UP_S if command.split()[0] in CATCH_UP or command in CATCH_UP else 0
@@ -122,9 +124,8 @@ def run_page(
             if not missing or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        submitted += [line.split()[-1] for line in output if line.startswith("Submitted batch job")]
-        expect_error = any(re.match(r"(\S+: )?error:", line) for line in shown)
-        assert (proc.returncode != 0) == expect_error, f"{command}\n{proc.stdout}{proc.stderr}"
+        submitted += [m.group(1) for line in output if (m := SUBMITTED.match(line))]
+        assert (proc.returncode != 0) == shows_error(shown), f"{command}\n{proc.stdout}{proc.stderr}"
         assert not missing, f"docs/{page} shows {missing[0]!r} after `{command}`; it printed:\n" + "\n".join(
             printed
         )
@@ -160,3 +161,14 @@ def _run_as(site: Site, who: str, command: str, workdir: Path) -> subprocess.Com
 def cancel(submitted: list[str]) -> None:
     for jid in submitted:
         subprocess.run(["scancel", jid], capture_output=True, check=False)
+
+
+def play_page(
+    site: Site, page: str, plain: str | None = "alice", workdir: Path | None = None
+) -> dict[str, list[str]]:
+    """``run_page`` in a fresh directory (or ``workdir``), the jobs the page submitted cancelled afterwards."""
+    submitted: list[str] = []
+    try:
+        return run_page(site, page, workdir or page_dir(site), submitted, plain)
+    finally:
+        cancel(submitted)

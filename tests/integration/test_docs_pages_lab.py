@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from lab_limits import limited_plugin, write_usage_from_a_ledger
-from lab_site import PROJECT, Site, cancel, lab_site, page_dir, run_page
+from lab_site import PROJECT, Site, cancel, lab_site, page_dir, play_page
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +24,7 @@ def site(slurm_lab) -> Iterator[Site]:  # type: ignore[no-untyped-def]
 
 def test_the_hsub_page_commands_run_as_shown(site: Site) -> None:
     site.controller_once()  # the page's --test-only answer comes from the controller's last cycle
-    submitted: list[str] = []
-    try:
-        run_page(site, "hsub.md", page_dir(site), submitted)
-    finally:
-        cancel(submitted)
+    play_page(site, "hsub.md")
 
 
 def test_the_hq_page_commands_run_as_shown(site: Site) -> None:
@@ -58,7 +54,7 @@ def test_the_hq_page_commands_run_as_shown(site: Site) -> None:
                 break
             time.sleep(1)
         site.controller_once()  # the ledger sees them running
-        run_page(site, "hq.md", workdir, [])
+        play_page(site, "hq.md", workdir=workdir)
     finally:
         cancel(submitted)
 
@@ -75,65 +71,46 @@ def _page_section(page: Path, section: str) -> dict[str, Any]:
 def test_the_sharing_page_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
     page = PROJECT / "docs" / "sharing.md"
     with lab_site(slurm_lab, sharing=_page_section(page, "sharing")) as site:
-        submitted: list[str] = []
-        try:
-            run_page(site, page.name, page_dir(site), submitted)
-        finally:
-            cancel(submitted)
+        play_page(site, page.name)
 
 
 def test_the_enforcement_page_commands_run_as_shown(slurm_lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     page = PROJECT / "docs" / "enforcement.md"
     with lab_site(slurm_lab) as site, limited_plugin(slurm_lab, _page_section(page, "user_limits")) as usage:
         write_usage_from_a_ledger(usage, tmp_path)  # the 52 GPU-hours the page says alice used
-        submitted: list[str] = []
-        try:
-            run_page(site, page.name, page_dir(site), submitted)
-        finally:
-            cancel(submitted)
+        play_page(site, page.name)
 
 
 def test_the_controller_page_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
     with lab_site(slurm_lab) as site:
         workdir = page_dir(site)
-        submitted: list[str] = []
         try:  # the page's `$` commands (the database) run offline, in tests/unit/test_docs.py
-            run_page(site, "controller.md", workdir, submitted, plain=None)
+            play_page(site, "controller.md", plain=None, workdir=workdir)
         finally:
             loop = workdir / "controller.pid"
             if loop.exists():  # the page's own `kill` did not run
                 subprocess.run(["kill", loop.read_text().strip()], capture_output=True, check=False)
-            cancel(submitted)
 
 
 def test_the_hadmin_page_lab_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
-    with lab_site(slurm_lab) as site:
-        submitted: list[str] = []
-        try:  # the page's `$` commands read the example ledger, in tests/unit/test_docs.py
-            run_page(site, "hadmin.md", page_dir(site), submitted, plain=None)
-        finally:
-            cancel(submitted)
+    with lab_site(
+        slurm_lab
+    ) as site:  # the page's `$` commands read the example ledger, in tests/unit/test_docs.py
+        play_page(site, "hadmin.md", plain=None)
 
 
 def test_the_qos_page_lab_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
-    with lab_site(slurm_lab) as site:
-        submitted: list[str] = []
-        # the page's `$` commands (model fit and predict) run offline, in tests/unit/test_docs.py
-        printed = run_page(site, "qos.md", page_dir(site), submitted, plain=None)
-        submitted += [
-            line.split()[3]
-            for out in printed.values()
-            for line in out
-            if line.startswith("submitted profiling job")
-        ]
-        cancel(submitted)
+    with lab_site(
+        slurm_lab
+    ) as site:  # the page's `$` commands (model fit, predict) run in tests/unit/test_docs.py
+        play_page(site, "qos.md", plain=None)
 
 
 def test_the_lab_page_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
     with lab_site(slurm_lab) as site:
-        run_page(site, "lab.md", page_dir(site), [], plain=None)  # the probe job ends by itself
+        play_page(site, "lab.md", plain=None)
 
 
 def test_the_quickstart_page_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
     with lab_site(slurm_lab) as site:  # the quickstart uses the lab's own config; the site only hosts the run
-        run_page(site, "quickstart.md", page_dir(site), [], plain=None)
+        play_page(site, "quickstart.md", plain=None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from lab_site import lab_site, page_dir, run_page
+from lab_site import lab_site, play_page
 
 
 def _associations() -> str:
@@ -24,7 +24,7 @@ def test_replay_runs_every_job_in_both_modes(slurm_lab: Any) -> None:
     before = _associations()
     with lab_site(slurm_lab) as site:
         # the page's `$` commands (the simulator) run offline, in tests/unit/test_docs.py
-        printed = run_page(site, "simulate.md", page_dir(site), [], plain=None)
+        printed = play_page(site, "simulate.md", plain=None)
     (replay,) = [out for command, out in printed.items() if command.startswith("hivebatch replay")]
     jobs = next(int(line.split()[0]) for line in replay if " jobs over " in line)
     for mode in ("plain", "hivebatch"):

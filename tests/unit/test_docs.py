@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from docs_pages import console_commands, shape_pattern
+from docs_pages import console_commands, shape_pattern, shown_file, shows_error
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -67,8 +67,9 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # the hadmin page's ledger
     # `cat FILE` of a file the sandbox lacks shows a file the page has the reader write
     for _, command, shown, _ in CASES:
-        if command.startswith("cat ") and not (where / command.split()[1]).exists():
-            (where / command.split()[1]).write_text("\n".join(shown) + "\n")
+        name = shown_file(command)
+        if name and not (where / name).exists():
+            (where / name).write_text("\n".join(shown) + "\n")
     return where
 
 
@@ -86,8 +87,7 @@ def test_documented_command_runs_as_shown(
     proc = subprocess.run(command, shell=True, cwd=sandbox, env=env, capture_output=True, text=True,  # noqa: S602 - the page's own command
                           timeout=300, check=False)  # fmt: skip
     output = proc.stdout + proc.stderr
-    expect_error = any(line.startswith("error:") for line in shown)
-    assert (proc.returncode != 0) == expect_error, output
+    assert (proc.returncode != 0) == shows_error(shown), output
     lines = output.splitlines()
     for line in shown:
         found = (

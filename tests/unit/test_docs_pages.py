@@ -53,3 +53,15 @@ def test_a_line_cut_short_matches_whatever_follows() -> None:
     pattern = shape_pattern("error: another controller holds this database (pid 598 on …")
     assert pattern.fullmatch("error: another controller holds this database (pid 7 on build-7 since 10:00)")
     assert not pattern.fullmatch("error: the database is locked")
+
+
+def test_a_page_shows_a_failure_by_an_error_line_and_a_file_by_cat_of_one_plain_name() -> None:
+    from docs_pages import shown_file, shows_error
+
+    assert shows_error(["hsub: error: --gpu-mem 40G is more than one V100 GPU has (32G)"])
+    assert shows_error(["error: another controller holds this database"])
+    assert not shows_error(["the error: column counts refusals", "Submitted batch job 12"])
+    assert shown_file("cat train.sh") == "train.sh"
+    assert (
+        shown_file("cat infer-*.out") is None and shown_file("cat a b") is None and shown_file("hq") is None
+    )
