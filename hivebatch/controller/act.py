@@ -18,7 +18,7 @@ from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_indices
 from hivebatch.controller.notice import send_notice, write_notice
 from hivebatch.controller.observe import phase
-from hivebatch.controller.preemption import book_preemption, resume_reason
+from hivebatch.controller.preemption import book_preemption, preemptor, resume_reason
 from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import Job
 from hivebatch.request import CLASS_PRIORITY
@@ -116,7 +116,7 @@ def preempt(
         alive = _still_pending(backend, job.slurm_job_id)
         _record_failure(session, rec, job, result, exc, alive, "requeue", "requeue")
         return
-    who = f"job {by}" if by is not None else "a higher-priority job"
+    who = preemptor(by)
     book_preemption(
         session,
         rec,
@@ -192,7 +192,7 @@ def act(
         if victim is not None and victim.intent == "notice":
             send_notice(session, rec, backend, victim, slurm.get(victim_id), result.failed)
     for job in redo_preempt:
-        preempt(session, rec, backend, job, None, result)
+        preempt(session, rec, backend, job, job.notice_by, result)  # its notice ended: it leaves for that job
     for victim_id, by in decisions.victims.items():
         victim = jobs.get(victim_id)
         if victim is not None and victim.intent == "preempt":

@@ -11,13 +11,12 @@ too, to resume from what it saved, unless its owner cancelled it.
 from __future__ import annotations
 
 import datetime as dt
-import re
 
 from sqlalchemy.orm import Session
 
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import to_utc
-from hivebatch.controller.preemption import book_preemption, resume_reason
+from hivebatch.controller.preemption import book_preemption, preemptor, resume_reason
 from hivebatch.controller.record import Recorder
 from hivebatch.db.models import Job
 from hivebatch.notice import signal_of
@@ -36,13 +35,8 @@ NOTICE_REASON = "preempted by job {by}: told to leave its GPUs; requeued and hel
 def write_notice(job: Job, by: int, until: dt.datetime) -> None:
     job.intent = "notice"
     job.notice_until = until
+    job.notice_by = by
     job.reason = NOTICE_REASON.format(by=by, until=when(until))
-
-
-def _left(job: Job) -> str:
-    """The reason of a victim that left during its notice; the notice's reason is where its preemptor is kept."""
-    by = re.match(r"preempted by (job \d+): told to leave", job.reason or "")
-    return resume_reason(job, by.group(1) if by else "a higher-priority job")
 
 
 def send_notice(
@@ -65,7 +59,7 @@ def send_notice(
         job,
         "notice",
         f"told to leave: {spec.text}; requeued and held at {when(until)} unless it leaves earlier",
-        {"signal": spec.signal, "target": spec.target, "until": until.isoformat()},
+        {"signal": spec.signal, "target": spec.target, "until": until.isoformat(), "by": job.notice_by},
     )
     session.commit()
 
@@ -84,8 +78,11 @@ def follow_notice(
             ledger.redo_preempt.append(job)
         return True
     if ph == "pending":
-        book_preemption(session, rec, job, rec.now, "preempted", "left during its notice: requeued; held")
-        job.reason = _left(job)
+        by = job.notice_by
+        book_preemption(
+            session, rec, job, rec.now, "preempted", "left during its notice: requeued; held", {"by": by}
+        )
+        job.reason = resume_reason(job, preemptor(by))
         if not sj.held:
             try:
                 backend.hold(job.slurm_job_id)
@@ -100,6 +97,7 @@ def follow_notice(
         rec.event(session, job, "act_failed", f"ended during its notice and could not be requeued: {exc}")
         return False
     end = to_utc(sj.end_time) or rec.now
+    by = job.notice_by
     book_preemption(
         session,
         rec,
@@ -107,6 +105,7 @@ def follow_notice(
         end,
         "preempted",
         f"left during its notice (Slurm state {sj.state}, exit {sj.exit_code or '?'}); requeued and held",
+        {"by": by},
     )
-    job.reason = _left(job)
+    job.reason = resume_reason(job, preemptor(by))
     return True

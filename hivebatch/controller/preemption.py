@@ -12,6 +12,11 @@ from hivebatch.controller.record import Recorder, account_run
 from hivebatch.db.models import Job
 
 
+def preemptor(by: int | None) -> str:
+    """Who took a victim's GPUs, as its reason names it (None: its notice was written before it was kept)."""
+    return f"job {by}" if by is not None else "a higher-priority job"
+
+
 def resume_reason(job: Job, who: str) -> str:
     """What a requeued victim waits for: its GPU indices, which Slurm's typed gres keeps for it."""
     return f"preempted by {who}; it resumes on GPUs {symmetric_indices(job.placement or {}) or []} when free"
@@ -32,6 +37,7 @@ def book_preemption(
         account_run(session, job, end, preempted=True)
     job.intent = None
     job.notice_until = None
+    job.notice_by = None
     job.state = "preempted"
     job.preemptions = (job.preemptions or 0) + 1
     rec.event(session, job, kind, message, data)

@@ -86,6 +86,10 @@ def test_victim_gets_its_own_signal_keeps_its_gpus_and_is_requeued_when_the_noti
     assert sv.state == "PENDING" and sv.reason == "job_requeued_in_held_state"
     assert env.job(victim).state == "preempted" and env.job(victim).notice_until is None
     assert env.slurm.job(owner).gpus == {n: list(ix) for n, ix in env.job(victim).placement.items()}
+    assert (
+        env.job(victim).reason
+        == f"preempted by job {owner}; it resumes on GPUs [0, 1, 2, 3, 4, 5, 6, 7] when free"
+    )
 
 
 def test_a_job_without_signal_gets_sigterm_everywhere_and_the_class_notice(env: Env, clock: Clock) -> None:

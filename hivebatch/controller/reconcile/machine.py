@@ -35,6 +35,7 @@ def finish(
     job.state = state
     job.intent = None
     job.notice_until = None
+    job.notice_by = None
     job.end_time = end
     if sj is not None and sj.exit_code:
         job.exit_code = str(sj.exit_code)
