@@ -37,7 +37,15 @@ class Prediction:
         return summarize(self.run, self.private)
 
 
-def predict(plan: Plan, data: dict[str, Any], config_dir: Path | None, mode: str, policy: str) -> Prediction:
+def predict(
+    plan: Plan,
+    data: dict[str, Any],
+    config_dir: Path | None,
+    mode: str,
+    policy: str,
+    cycle_s: float | None = None,
+) -> Prediction:
+    """``cycle_s``: the controller's cycle in trace seconds; hivebatch decides only then (None: at every event)."""
     spec = setup.build_spec(data)
     exp = setup.build_experiment(spec, data, config_dir, plan.sim_jobs, [], private_baseline=True)
     notice = None
@@ -64,6 +72,7 @@ def predict(plan: Plan, data: dict[str, Any], config_dir: Path | None, mode: str
         backfill=exp.backfill,
         fairshare_half_life_s=exp.fairshare_half_life_s,
         starve_after_s=exp.starve_after_s,
+        cycle_s=cycle_s if mode == "hivebatch" else None,
     ).run()
     return Prediction(mode, policy, run, private)
 

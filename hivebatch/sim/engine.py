@@ -33,7 +33,7 @@ from hivebatch.sim.workload import SimJob
 
 MODES = ("cells", "quota")
 
-_COMPLETE, _LEAVE, _NODE, _ARRIVE = 0, 1, 2, 3  # order of events at the same instant
+_COMPLETE, _LEAVE, _NODE, _ARRIVE, _CYCLE = 0, 1, 2, 3, 4  # order of events at the same instant
 
 
 @dataclass
@@ -107,6 +107,7 @@ class Simulation:
         backfill: bool = False,
         fairshare_half_life_s: float | None = None,
         starve_after_s: float = DEFAULT_STARVE_AFTER_S,
+        cycle_s: float | None = None,
     ) -> None:
         """``pool_nodes``: quota mode only, the nodes the shared pool has (default: every node).
         ``notice``: cells mode only, preemption with notice (hivebatch.sim.notice); None: at once.
@@ -114,6 +115,9 @@ class Simulation:
         ``backfill``: give each VC's waiting head a reservation (hivebatch.reservation) from the
         running jobs' predicted ends; a job waiting ``starve_after_s`` becomes its VC's head. ``fairshare_half_life_s``: order a VC's jobs of one class by
         their users' decayed GPU-hours (hivebatch.fairshare); None leaves the policy's order.
+
+        ``cycle_s``: decide only at multiples of this period, as the controller's cycle does (what
+        happened in between waits for the next cycle); None decides at every event.
         """
         if mode not in MODES:
             raise HivebatchError(f"unknown mode {mode!r}: use cells or quota")
@@ -132,6 +136,10 @@ class Simulation:
         self.notice = notice if mode == "cells" else None
         self.backfill = backfill
         self.starve_after_s = starve_after_s
+        if cycle_s is not None and cycle_s <= 0:
+            raise HivebatchError(f"cycle_s must be > 0, got {cycle_s}")
+        self.cycle_s = cycle_s
+        self._due: tuple[float, set[str], bool] | None = None  # the next cycle and what waits for it
         self.usage = DecayedUsage(fairshare_half_life_s) if fairshare_half_life_s else None
         self.vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
         if mode == "cells":
@@ -235,6 +243,8 @@ class Simulation:
                     self._preempt(rec, now)
                     dirty.update(self.vc_gpus)  # the job waiting for its GPUs may be of any VC
                     freed = True
+                elif kind == _CYCLE:
+                    pass
                 elif kind == _ARRIVE:
                     rec = self.records[data]
                     self.waiting[data] = rec
@@ -248,7 +258,10 @@ class Simulation:
                     freed = True
             if self.mode == "quota" and freed or self.bad_now:
                 dirty.update(self.vc_gpus)
-            self._schedule(now, dirty, freed)
+            if self.cycle_s is None:
+                self._schedule(now, dirty, freed)
+            else:
+                self._cycle(now, dirty, freed)
             if self.progress is not None:
                 self.progress(finished + self.rejected, total)
         return SimRun(
@@ -260,6 +273,23 @@ class Simulation:
             events=self.events,
             rounds=self.rounds,
         )
+
+    def _cycle(self, now: float, dirty: set[str], freed: bool) -> None:
+        """Keep what changed for the next cycle; decide when this instant is that cycle."""
+        assert self.cycle_s is not None
+        if self._due is not None:
+            tick, was_dirty, was_freed = self._due
+            dirty, freed = dirty | was_dirty, freed or was_freed
+            if now < tick:
+                self._due = (tick, dirty, freed)
+                return
+            self._due = None
+            self._schedule(now, dirty, freed)
+            return
+        if dirty or freed:
+            tick = (now // self.cycle_s + 1) * self.cycle_s
+            self._due = (tick, dirty, freed)
+            self._push(tick, _CYCLE, None)
 
     def _this_run(self, data: tuple[str, int]) -> JobRecord | None:
         """The running job an event was pushed for, None when that run has ended since."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hivebatch.errors import HivebatchError
 from hivebatch.qos import QosSettings
 from hivebatch.sim.engine import BadNode, JobRecord, SimRun, Simulation
 from hivebatch.sim.metrics import summarize
@@ -252,3 +253,23 @@ def test_makespan_bound_by_hand() -> None:
     s = summarize(_sim(late, "fifo", "cells")[0])
     # arrival bound 400 + 50; work (500 + 50 + 1200) / 8 = 218.75
     assert s.makespan_bound_s == 450 and s.makespan_s == 450 and s.to_json()["makespan_ratio"] == 1.0
+
+
+def test_with_a_cycle_decisions_wait_for_the_next_cycle_as_the_controller_does() -> None:
+    # j1 arrives between cycles; j2 waits for a's node, which j1 frees between cycles too
+    jobs = [_job("j1", "a", 10, 4, 100), _job("j2", "a", 20, 4, 50), _job("j3", "b", 60, 1, 30)]
+    _, at_once = _sim(jobs)
+    assert [(at_once[j].start, at_once[j].end) for j in ("j1", "j2", "j3")] == [
+        (10, 110),
+        (110, 160),
+        (60, 90),
+    ]
+    _, cycled = _sim(jobs, cycle_s=60.0)
+    # j1 waits for the cycle at 60, j2 for the first one after j1 ends at 160; j3, arriving at the cycle's
+    # instant, is seen by it
+    assert [(cycled[j].start, cycled[j].end) for j in ("j1", "j2", "j3")] == [(60, 160), (180, 230), (60, 90)]
+
+
+def test_a_cycle_must_be_positive() -> None:
+    with pytest.raises(HivebatchError, match="cycle_s must be > 0"):
+        _sim([_job("j1", "a", 0, 1, 10)], cycle_s=0.0)

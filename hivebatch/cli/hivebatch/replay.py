@@ -144,7 +144,9 @@ def replay(
     results: dict[str, tuple[RunSummary | None, RunSummary]] = {}
     took: dict[str, float] = {}
     for m in modes:
-        pred = compare.predict(plan, data, cfg_dir, m, plain_policy if m == "plain" else policy)
+        pred = compare.predict(
+            plan, data, cfg_dir, m, plain_policy if m == "plain" else policy, interval * speedup
+        )
         if mode == "sim":
             results[m] = (None, pred.summary)
             continue
