@@ -372,11 +372,15 @@ def schedule_round(
     strict = bool(getattr(policy, "strict_order", False))
     round_ = _Round(alloc, now, platform, prio, ends=dict(ends or {}))
     reserved, first = round_.heads(plans, starve_after_s) if reserving else ({}, set())
+    first |= _claimants(alloc, plans, prio)
     if first:
         plans = _heads_first(plans, first, prio)
     heads = _Heads(reserved, platform)
     outcomes: list[Outcome] = []
     blocked_by: dict[str, str] = {}  # VC -> the task at the head of its queue that waits
+    # VC -> a task waiting for its victims to leave, and its cell priority: the VC's tasks it outranks
+    # or equals wait behind it, since any GPUs of the VC they took it would take back with a new notice
+    noticed: dict[str, tuple[str, int]] = {}
     for plan in plans:
         task = plan.task
         if task.vc in blocked_by and prio(task) >= 0:
@@ -385,10 +389,17 @@ def schedule_round(
                 Outcome(task, "waiting", reason=f"behind job {head} in arrival order", slack=plan.slack)
             )
             continue
+        if task.vc in noticed and 0 <= prio(task) <= noticed[task.vc][1]:
+            head = noticed[task.vc][0]
+            reason = f"behind job {head}, which waits for the jobs it preempted to leave"
+            outcomes.append(Outcome(task, "waiting", reason=reason, slack=plan.slack))
+            continue
         outcome = heads.place(round_, plan)
         outcomes.append(outcome)
         if outcome.result == "waiting" and plan.shapes and strict and prio(task) >= 0:
             blocked_by[task.vc] = str(task.job_id)
+        if outcome.result == "waiting" and outcome.leaving and prio(task) >= 0:
+            noticed.setdefault(task.vc, (str(task.job_id), prio(task)))
     planned = {str(o.task.job_id) for o in outcomes}
     for task in task_list:
         if str(task.job_id) not in planned:
@@ -424,6 +435,14 @@ class _Heads:
         else:
             del self.reserved[task.vc]
         return outcome
+
+
+def _claimants(alloc: Allocator, plans: list[Plan], prio: Callable[[Task], int]) -> set[str]:
+    """Guaranteed tasks that told victims to leave and still wait. They go first in their VC: a victim
+    that left gives its GPUs back, and a task ranked before the claimant would take them (and be told
+    to leave in turn, round after round)."""
+    claims: frozenset[str] = getattr(getattr(alloc, "notice", None), "claimants", frozenset())
+    return {str(p.task.job_id) for p in plans if str(p.task.job_id) in claims and prio(p.task) >= 0}
 
 
 def _heads_first(plans: list[Plan], first: set[str], prio: Callable[[Task], int]) -> list[Plan]:

@@ -38,12 +38,16 @@ class NoticeBook:
 
     ``notice_s``: per running job, the notice it gets if preempted now (absent or 0: preempted at
     once, e.g. a job placed but not started). ``leaving``: jobs told in an earlier round -> when their
-    notice ends. ``told``: filled by the round, victim -> (the job that needs its GPUs, end of notice).
+    notice ends. ``claimants``: jobs that told guaranteed victims to leave (in an earlier round) and
+    still wait; each goes first in its VC's queue, so the GPUs its victims give back are not given to
+    another job of the VC (which it would tell to leave in turn, round after round).
+    ``told``: filled by the round, victim -> (the job that needs its GPUs, end of notice).
     """
 
     now: float
     notice_s: Mapping[str, float] = field(default_factory=dict)
     leaving: Mapping[str, float] = field(default_factory=dict)
+    claimants: frozenset[str] = frozenset()
     told: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def hold(self, victims: Iterable[str]) -> Hold | None:

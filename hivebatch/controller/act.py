@@ -39,6 +39,7 @@ def write_intents(session: Session, decisions: Decisions, jobs: dict[int, Job], 
     for place in decisions.places:
         job = place.job
         job.intent = "place"
+        job.notice_by = None
         job.placement = place.placement or None
         if place.gres:
             job.gres = place.gres

@@ -36,8 +36,7 @@ def book_preemption(
     if end is not None:
         account_run(session, job, end, preempted=True)
     job.intent = None
-    job.notice_until = None
-    job.notice_by = None
+    job.notice_until = None  # notice_by stays until it is placed again: its preemptor still claims its GPUs
     job.state = "preempted"
     job.preemptions = (job.preemptions or 0) + 1
     rec.event(session, job, kind, message, data)

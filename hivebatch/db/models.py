@@ -174,7 +174,8 @@ class Job(Base):
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     # a preemption notice: the job was signalled and is requeued and held at this time at the latest
     notice_until: Mapped[dt.datetime | None] = mapped_column(DateTime)
-    notice_by: Mapped[int | None] = mapped_column(Integer)  # the Slurm job it leaves its GPUs for
+    # the Slurm job it was told to leave its GPUs for, until it is placed again
+    notice_by: Mapped[int | None] = mapped_column(Integer)
 
     gpu_hours_guaranteed: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_hours_opportunistic: Mapped[float] = mapped_column(Float, default=0.0)

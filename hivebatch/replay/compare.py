@@ -73,6 +73,7 @@ def predict(
         fairshare_half_life_s=exp.fairshare_half_life_s,
         starve_after_s=exp.starve_after_s,
         cycle_s=cycle_s if mode == "hivebatch" else None,
+        class_priority=mode == "hivebatch",
     ).run()
     return Prediction(mode, policy, run, private)
 

@@ -23,6 +23,7 @@ from hivebatch.cells import CellAllocator
 from hivebatch.errors import HivebatchError
 from hivebatch.fairshare import DecayedUsage, Run
 from hivebatch.qos import Shape, Task, get_policy, task_ect
+from hivebatch.request import CLASS_PRIORITY
 from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
 from hivebatch.scheduler import Outcome, schedule_round
 from hivebatch.sim.notice import SimNotice, progress_kept, told
@@ -62,6 +63,7 @@ class JobRecord:
     rejected: str | None = None
     token: int = 0
     leaving: float | None = None  # told to leave: the end of its notice
+    told_by: str | None = None  # the job it was told to leave for, until it is placed again
     saved_at: float | None = None  # when it checkpointed on its notice's signal
     saved_fraction: float = 0.0  # of the whole job's work, kept by checkpoints
     predicted_end: float | None = None  # what the scheduler expected when it started the current run
@@ -108,6 +110,7 @@ class Simulation:
         fairshare_half_life_s: float | None = None,
         starve_after_s: float = DEFAULT_STARVE_AFTER_S,
         cycle_s: float | None = None,
+        class_priority: bool = False,
     ) -> None:
         """``pool_nodes``: quota mode only, the nodes the shared pool has (default: every node).
         ``notice``: cells mode only, preemption with notice (hivebatch.sim.notice); None: at once.
@@ -118,6 +121,9 @@ class Simulation:
 
         ``cycle_s``: decide only at multiples of this period, as the controller's cycle does (what
         happened in between waits for the next cycle); None decides at every event.
+        ``class_priority``: the cell core ranks guaranteed jobs by class (urgent > prior > normal: a
+        higher class may take a lower one's GPUs, and a lower one's reservation does not hold it back),
+        as the controller's does; False ranks them alike and leaves the classes to the policy.
         """
         if mode not in MODES:
             raise HivebatchError(f"unknown mode {mode!r}: use cells or quota")
@@ -139,6 +145,7 @@ class Simulation:
         if cycle_s is not None and cycle_s <= 0:
             raise HivebatchError(f"cycle_s must be > 0, got {cycle_s}")
         self.cycle_s = cycle_s
+        self.class_priority = class_priority
         self._due: tuple[float, set[str], bool] | None = None  # the next cycle and what waits for it
         self.usage = DecayedUsage(fairshare_half_life_s) if fairshare_half_life_s else None
         self.vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
@@ -345,19 +352,24 @@ class Simulation:
             limits = self._limits()
             # A fixed-size job bigger than its VC's free GPUs would only come back "waiting"; leaving
             # it out of the round saves planning it (unless a strict-order policy must see the head,
-            # or backfill must reserve for it).
+            # backfill must reserve for it, or its class may preempt).
             tasks = [
                 r.task
                 for jid, r in self.waiting.items()
-                if (jid in self.opp_ids and (freed or r.job.vc in dirty))
-                or (
-                    r.job.vc in dirty
-                    and limits[r.job.vc] > 0
-                    and (
-                        self.strict
-                        or self.backfill
-                        or r.task.model is not None
-                        or r.job.gpus <= limits[r.job.vc]
+                # a victim does not come back while the job it left its GPUs for waits (as in the controller)
+                if (r.told_by is None or r.told_by not in self.waiting)
+                and (
+                    (jid in self.opp_ids and (freed or r.job.vc in dirty))
+                    or (
+                        r.job.vc in dirty
+                        and limits[r.job.vc] > 0
+                        and (
+                            self.strict
+                            or self.backfill
+                            or self.class_priority  # it may take a lower class's GPUs
+                            or r.task.model is not None
+                            or r.job.gpus <= limits[r.job.vc]
+                        )
                     )
                 )
             ]
@@ -373,6 +385,7 @@ class Simulation:
                 self.platform,
                 self.opp_ids,
                 limits=limits,
+                priority_of=self._priority if self.class_priority else None,
                 ends=self._ends(),
                 usage=self._usage(now),
                 starve_after_s=self.starve_after_s,
@@ -386,6 +399,8 @@ class Simulation:
                 rec = self.records[jid]
                 if o.result == "placed":
                     self._start(rec, o, now)
+                    if any(w.told_by == jid for w in self.waiting.values()):
+                        dirty.add(rec.job.vc)  # its victims may come back now
                     for victim in o.preempted:
                         self._preempt(self.records[victim], now)
                         dirty.add(self.records[victim].job.vc)
@@ -399,6 +414,10 @@ class Simulation:
             if not dirty:
                 return
 
+    def _priority(self, task: Task) -> int:
+        jid = str(task.job_id)
+        return CLASS_PRIORITY["opportunistic" if jid in self.opp_ids else self.records[jid].job.cls]
+
     def _start(self, rec: JobRecord, o: Outcome, now: float) -> None:
         jid = rec.job.job_id
         del self.waiting[jid]
@@ -406,7 +425,7 @@ class Simulation:
         rec.shape = o.shape
         run = self.runtime.run_time(rec.job, o.placement) * (1.0 - rec.saved_fraction)
         rec.run_s = run
-        rec.leaving = rec.saved_at = None
+        rec.leaving = rec.saved_at = rec.told_by = None
         rec.start = now
         rec.predicted_end = o.predicted_end
         if rec.first_start is None:

@@ -46,8 +46,9 @@ def prime(sim: Simulation, now: float) -> None:
         assert rec.start is not None
         stake[jid] = (now - rec.start) * gpus(rec)
         notice_s[jid] = rule.notice_s
+    claimants = frozenset(r.told_by for r in sim.records.values() if r.told_by and r.told_by in sim.waiting)
     sim.alloc.at_stake = stake if rule.least_loss else {}
-    sim.alloc.notice = NoticeBook(now, notice_s, leaving) if rule.notice_s > 0 else None
+    sim.alloc.notice = NoticeBook(now, notice_s, leaving, claimants) if rule.notice_s > 0 else None
 
 
 def told(sim: Simulation, now: float) -> list[tuple[JobRecord, float]]:
@@ -56,11 +57,13 @@ def told(sim: Simulation, now: float) -> list[tuple[JobRecord, float]]:
     if book is None:
         return []
     out: list[tuple[JobRecord, float]] = []
-    for jid, (_by, until) in book.told.items():
+    for jid, (by, until) in book.told.items():
         rec = sim.running.get(jid)
         if rec is None or rec.leaving is not None:
             continue
         rec.leaving = until
+        if jid not in sim.opp_ids:  # an opportunistic victim resumes on any free GPU: it claims nothing back
+            rec.told_by = by
         assert sim.notice is not None and rec.start is not None
         if rec.job.checkpoints:
             rec.saved_at = now

@@ -214,3 +214,29 @@ def test_the_waiting_job_is_predicted_to_start_when_the_notice_ends(env: Env, cl
     until = env.job(low).notice_until
     assert until is not None
     assert env.job(high).predicted_start == until  # not the victim's ten-hour time limit
+
+
+def test_a_victim_does_not_come_back_while_the_job_it_left_for_waits(env: Env, clock: Clock) -> None:
+    first = env.submit("bob", "nlp", 8, qos="normal", time_limit_s=3600)
+    env.cycle()
+    env.cycle()
+    clock.advance(60)
+    head = env.submit("bob", "nlp", 16, qos="prior", nodes=2, gpus_per_node=8, time_limit_s=3600)
+    second = env.submit("bob", "nlp", 8, qos="normal", time_limit_s=3600)
+    env.cycle()  # first is told to leave; second takes the free node (it can meet its deadline)
+    env.slurm.finish(first)  # first leaves at its signal
+    clock.advance(10)
+    env.cycle()  # first is requeued; second is told to leave too
+    assert env.slurm.signals_sent(second) == [("TERM", "all")]
+    clock.advance(10)
+    newcomer = env.submit("bob", "nlp", 1, qos="normal", time_limit_s=600)
+    env.cycle()  # first's GPUs are free, but head still waits for second: nobody of nlp takes them
+    kept = env.job(first)
+    assert kept.state == "preempted" and kept.intent is None
+    assert kept.reason == f"preempted by job {head}; it resumes once that job has started"
+    assert env.job(newcomer).state == "queued"
+    assert env.job(newcomer).reason == f"behind job {head}, which waits for the jobs it preempted to leave"
+    clock.advance(120)
+    env.cycle()  # second's notice is over: head takes both nodes
+    assert env.job(head).state == "placed" and env.job(second).state == "preempted"
+    assert env.slurm.signals_sent(first) == [("TERM", "all")]  # told once

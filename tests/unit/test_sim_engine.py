@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hivebatch.errors import HivebatchError
 from hivebatch.qos import QosSettings
 from hivebatch.sim.engine import BadNode, JobRecord, SimRun, Simulation
 from hivebatch.sim.metrics import summarize
+from hivebatch.sim.notice import SimNotice
 from hivebatch.sim.runner import Experiment, run_all
 from hivebatch.sim.setup import build_platform, build_runtime, build_spec
 from hivebatch.sim.workload import SimJob
@@ -273,3 +276,35 @@ def test_with_a_cycle_decisions_wait_for_the_next_cycle_as_the_controller_does()
 def test_a_cycle_must_be_positive() -> None:
     with pytest.raises(HivebatchError, match="cycle_s must be > 0"):
         _sim([_job("j1", "a", 0, 1, 10)], cycle_s=0.0)
+
+
+# VC x owns both nodes of TWO_NODES
+ONE_VC = {**TWO_NODES, "virtual_clusters": {"x": {"cells": {"G-NODE": 2}}}}
+
+
+def test_a_higher_class_takes_its_vc_back_once_with_notice_and_its_victims_wait_for_it() -> None:
+    spec = build_spec(ONE_VC)
+    qos = QosSettings()
+    platform = build_platform(spec, qos)
+    runtime = build_runtime(spec, platform, qos)
+    jobs = [  # no model: each runs on the shape it asks for, as a replayed trace job does
+        replace(j, model=None)
+        for j in (
+            _job("a", "x", 0, 4, 1000),  # runs on one node from the cycle at 30
+            _job("h", "x", 40, 8, 100, cls="prior"),  # needs both nodes: a must leave
+            _job(
+                "b", "x", 40, 4, 1000
+            ),  # takes the free node first (it can meet its deadline) and is told too
+        )
+    ]
+    rounds = []
+    run = Simulation(
+        spec, jobs, "qos", "cells", runtime, platform, notice=SimNotice(notice_s=120), cycle_s=30.0,
+        class_priority=True, backfill=True, after_round=lambda sim, now, outs: rounds.append(now),
+    ).run()  # fmt: skip
+    rec = {r.job.job_id: r for r in run.records}
+    # a and b leave at their signals (60 and 90); neither comes back while h waits, so h starts at the
+    # next cycle, and they after it, at the first cycle after it ends
+    assert rounds == [30, 60, 90, 120, 240]
+    assert rec["h"].first_start == 120 and (rec["a"].preemptions, rec["b"].preemptions) == (1, 1)
+    assert rec["a"].start == rec["b"].start == 240

@@ -35,6 +35,14 @@ def classify(r: Round) -> None:
     gate.request_splits(r)
 
 
+def _preemptor_waiting(r: Round, job: Job) -> int | None:
+    """The job a guaranteed victim left its GPUs for, while that job still waits to be placed."""
+    by = r.ledger.jobs.get(job.notice_by) if job.notice_by is not None and job.priority >= 0 else None
+    if by is None or by.intent is not None or by.state not in ("queued", "preempted"):
+        return None
+    return by.slurm_job_id
+
+
 def _task_index(r: Round, job: Job) -> int:
     task = r.ledger.slurm[job.slurm_job_id].array_task_id
     return -1 if task is None else task
@@ -50,6 +58,11 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate) -> None:
     not_yet = not_eligible(sj, r.now, first_start=first, others=ledger.slurm) or gate.admit(sj)
     if not_yet:
         r.out.waits.append(Wait(job, not_yet))
+        return
+    by = _preemptor_waiting(r, job)
+    if by is not None:
+        # back now, it would take GPUs its preemptor needs, and be told to leave again next cycle
+        r.out.waits.append(Wait(job, f"preempted by job {by}; it resumes once that job has started"))
         return
     req, problem = check_request(job, sj, spec, r.ctx.limits)
     if req is not None:

@@ -39,6 +39,10 @@ def prime_notices(r: Round) -> None:
         spec = signal_of(plugin_extras(r.ledger.slurm.get(sid)))
         notice_s[str(sid)] = float(notice_seconds(r.ctx.notice, job.qos, spec))
     book.notice_s, book.leaving = notice_s, leaving
+    # jobs that told victims to leave, while those wait to be placed again: they go first in their VC
+    book.claimants = frozenset(
+        str(j.notice_by) for j in r.ledger.jobs.values() if j.notice_by is not None and j.priority >= 0
+    )
     r.alloc.at_stake = stake
     r.alloc.notice = book
 
