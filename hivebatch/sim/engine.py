@@ -350,14 +350,16 @@ class Simulation:
     def _schedule(self, now: float, dirty: set[str], freed: bool) -> None:
         for _ in range(100):  # re-plan after preemptions; bounded in case two jobs keep trading GPUs
             limits = self._limits()
+            noticing = {r.told_by for r in self.running.values() if r.leaving is not None and r.told_by}
             # A fixed-size job bigger than its VC's free GPUs would only come back "waiting"; leaving
             # it out of the round saves planning it (unless a strict-order policy must see the head,
             # backfill must reserve for it, or its class may preempt).
             tasks = [
                 r.task
                 for jid, r in self.waiting.items()
-                # a victim does not come back while the job it left its GPUs for waits (as in the controller)
-                if (r.told_by is None or r.told_by not in self.waiting)
+                # a victim does not come back while the job it left its GPUs for waits on other
+                # victims' notices (as in the controller)
+                if (r.told_by is None or r.told_by not in self.waiting or r.told_by not in noticing)
                 and (
                     (jid in self.opp_ids and (freed or r.job.vc in dirty))
                     or (

@@ -30,17 +30,22 @@ def classify(r: Round) -> None:
     # an array's tasks in index order, so the throttle admits the first ones
     candidates.sort(key=lambda j: (j.submit_time or r.now, _task_index(r, j), j.slurm_job_id))
     gate = ArrayGate.of(r)
+    noticing = {
+        j.notice_by for j in ledger.jobs.values() if j.notice_by is not None and j.notice_until is not None
+    }
     for job in candidates:
-        isolated(r, job, partial(_sort_one, r, job, gate))
+        isolated(r, job, partial(_sort_one, r, job, gate, noticing))
     gate.request_splits(r)
 
 
-def _preemptor_waiting(r: Round, job: Job) -> int | None:
-    """The job a guaranteed victim left its GPUs for, while that job still waits to be placed."""
+def _preemptor_waiting(r: Round, job: Job, noticing: set[int]) -> int | None:
+    """The job a guaranteed victim left its GPUs for, while that job waits for other victims' notices
+    (``noticing``). Once none is left in notice, the victim may come back: the preemptor finds its
+    GPUs free this cycle, and a victim resumed before the policy round it takes back before it starts."""
     by = r.ledger.jobs.get(job.notice_by) if job.notice_by is not None and job.priority >= 0 else None
-    if by is None or by.intent is not None or by.state not in ("queued", "preempted"):
+    if by is None or by.slurm_job_id not in noticing or by.intent is not None:
         return None
-    return by.slurm_job_id
+    return by.slurm_job_id if by.state in ("queued", "preempted") else None
 
 
 def _task_index(r: Round, job: Job) -> int:
@@ -48,7 +53,7 @@ def _task_index(r: Round, job: Job) -> int:
     return -1 if task is None else task
 
 
-def _sort_one(r: Round, job: Job, gate: ArrayGate) -> None:
+def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
     ledger, spec = r.ledger, r.ctx.spec
     sj = ledger.slurm[job.slurm_job_id]
     if sj.array_pending_meta:
@@ -59,7 +64,7 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate) -> None:
     if not_yet:
         r.out.waits.append(Wait(job, not_yet))
         return
-    by = _preemptor_waiting(r, job)
+    by = _preemptor_waiting(r, job, noticing)
     if by is not None:
         # back now, it would take GPUs its preemptor needs, and be told to leave again next cycle
         r.out.waits.append(Wait(job, f"preempted by job {by}; it resumes once that job has started"))
