@@ -351,6 +351,7 @@ class Simulation:
         for _ in range(100):  # re-plan after preemptions; bounded in case two jobs keep trading GPUs
             limits = self._limits()
             noticing = {r.told_by for r in self.running.values() if r.leaving is not None and r.told_by}
+            claimed = {r.told_by for r in self.waiting.values() if r.told_by}  # preemptors victims wait for
             # A fixed-size job bigger than its VC's free GPUs would only come back "waiting"; leaving
             # it out of the round saves planning it (unless a strict-order policy must see the head,
             # backfill must reserve for it, or its class may preempt).
@@ -401,7 +402,7 @@ class Simulation:
                 rec = self.records[jid]
                 if o.result == "placed":
                     self._start(rec, o, now)
-                    if any(w.told_by == jid for w in self.waiting.values()):
+                    if jid in claimed:
                         dirty.add(rec.job.vc)  # its victims may come back now
                     for victim in o.preempted:
                         self._preempt(self.records[victim], now)

@@ -46,7 +46,8 @@ def prime(sim: Simulation, now: float) -> None:
         assert rec.start is not None
         stake[jid] = (now - rec.start) * gpus(rec)
         notice_s[jid] = rule.notice_s
-    claimants = frozenset(r.told_by for r in sim.records.values() if r.told_by and r.told_by in sim.waiting)
+    victims = [*sim.running.values(), *sim.waiting.values()]  # told_by is cleared once a victim is placed
+    claimants = frozenset(r.told_by for r in victims if r.told_by and r.told_by in sim.waiting)
     sim.alloc.at_stake = stake if rule.least_loss else {}
     sim.alloc.notice = NoticeBook(now, notice_s, leaving, claimants) if rule.notice_s > 0 else None
 
