@@ -3,7 +3,9 @@
 Plain Slurm is predicted by the simulator's quota mode (GrpTRES GPU counts, ``select/cons_tres``-like
 placement), hivebatch by its cells mode with the controller's policy. The private-cluster baseline of
 each VC is the simulator's (``hivebatch.sim.runner.private_queues``), for the replay as for the
-prediction: excess wait = mean wait in the run − that baseline.
+prediction: excess wait = mean wait in the run − that baseline. The private cluster runs the mode's own
+scheduler (for hivebatch: class ranking, notices and the controller's cycle), so the excess is what
+sharing the cluster costs the VC.
 """
 
 from __future__ import annotations
@@ -59,7 +61,10 @@ def predict(
         )
         notice = SimNotice(notice_s=float(parse_notice(data).notice_s))
     sim_mode = SIM_MODES[mode]
-    private = private_queues(exp, policy, None, sim_mode)
+    hb = mode == "hivebatch"
+    private = private_queues(
+        exp, policy, None, sim_mode, class_priority=hb, notice=notice, cycle_s=cycle_s if hb else None
+    )
     run = Simulation(
         spec,
         plan.sim_jobs,

@@ -17,6 +17,7 @@ from typing import Any
 from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
 from hivebatch.sim.engine import BadNode, Simulation
 from hivebatch.sim.metrics import RunSummary, summarize, vc_queue_means
+from hivebatch.sim.notice import SimNotice
 from hivebatch.sim.runtime import RuntimeModel
 from hivebatch.sim.workload import SimJob
 
@@ -50,9 +51,22 @@ def private_nodes(spec: Any, vc: str) -> list[str] | None:
 
 
 def private_queues(
-    exp: Experiment, policy: str, progress: ProgressFactory | None = None, mode: str = "cells"
+    exp: Experiment,
+    policy: str,
+    progress: ProgressFactory | None = None,
+    mode: str = "cells",
+    *,
+    class_priority: bool = False,
+    notice: SimNotice | None = None,
+    cycle_s: float | None = None,
 ) -> dict[str, float]:
-    """VC -> mean queuing delay of its guaranteed jobs alone on a private cluster of its size."""
+    """VC -> mean queuing delay of its guaranteed jobs alone on a private cluster of its size.
+
+    ``class_priority``, ``notice`` and ``cycle_s``: the private cluster runs the scheduler of the run it is
+    the baseline of (see ``Simulation``): it ranks the VC's own jobs by class, preempts within the VC with
+    notice and decides at the same cycles, so the excess wait over it is what sharing costs, not what
+    the scheduler does on any cluster.
+    """
     by_vc: dict[str, list[SimJob]] = {}
     for j in exp.jobs:
         if not j.opportunistic:
@@ -74,6 +88,9 @@ def private_queues(
             backfill=exp.backfill,
             fairshare_half_life_s=exp.fairshare_half_life_s,
             starve_after_s=exp.starve_after_s,
+            class_priority=class_priority,
+            notice=notice if own is None else None,
+            cycle_s=cycle_s,
         ).run()
         means = vc_queue_means(run.records)
         if vc in means:

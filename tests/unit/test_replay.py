@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,21 @@ def test_hivebatch_is_predicted_with_the_controllers_reservations_and_fairshare(
     data["controller"]["backfill"] = False
     compare.predict(plan, data, None, "hivebatch", "qos")
     assert seen[-1]["backfill"] is False
+
+
+def test_a_vc_alone_on_the_cluster_waits_exactly_as_on_its_private_cluster() -> None:
+    # One VC owns every cell: hivebatch's run is its private cluster, so whatever the scheduler does
+    # (class ranking, notices, cycles) is in both and the excess is 0. A baseline run by another
+    # scheduler (arrival order, at every event) would charge the VC the scheduler's own choices.
+    data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
+    data["virtual_clusters"] = {"cv": {"cells": {"V100-NODE": 4}}}
+    jobs = [_job(f"n{i}", 10.0 * i, gpus=16, duration=600.0) for i in range(3)]
+    jobs.append(replace(_job("p", 35.0, gpus=16, duration=100.0), cls="prior"))
+    plan = plan_replay(jobs, SliceSpec(length_s=1000, speedup=1, max_run_s=1000), {"cv": 32}, 8, 4)
+    pred = compare.predict(plan, data, None, "hivebatch", "qos", cycle_s=64.0)
+    waits = {r.job.job_id: r.queue_s for r in pred.run.records}
+    assert waits["p"] < waits["n2"]  # the prior job went first, at a cycle
+    assert pred.summary.vcs["cv"]["excess_queue_s"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_the_controller_of_a_replay_gets_its_notices_compressed_like_every_other_time() -> None:
