@@ -34,7 +34,10 @@ from hivebatch.sim.workload import SimJob
 
 MODES = ("cells", "quota")
 
-_COMPLETE, _LEAVE, _NODE, _ARRIVE, _CYCLE = 0, 1, 2, 3, 4  # order of events at the same instant
+# Order of events at the same instant. A cycle comes first and decides on what happened before it: a job
+# submitted, or ended, at the cycle's instant is seen by the next cycle, as the controller's squeue at that
+# instant would not show it yet.
+_CYCLE, _COMPLETE, _LEAVE, _NODE, _ARRIVE = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -251,7 +254,7 @@ class Simulation:
                     dirty.update(self.vc_gpus)  # the job waiting for its GPUs may be of any VC
                     freed = True
                 elif kind == _CYCLE:
-                    pass
+                    self._cycle(now, set(), False)
                 elif kind == _ARRIVE:
                     rec = self.records[data]
                     self.waiting[data] = rec
