@@ -43,10 +43,11 @@ def shown_file(command: str) -> str | None:
 
 def shape_pattern(line: str) -> re.Pattern[str]:
     """A shown output line with what changes from run to run left open: numbers (job ids, GPU indices,
-    times), signed durations (``+51s``, ``-3m``) and the width of the blanks between columns; a line the page
-    cuts short with ``…`` matches whatever follows (a host name, a path)."""
+    times), their sign where one leads a column (``+0.3``, ``-1.2``), signed durations (``+51s``, ``-3m``)
+    and the width of the blanks between columns; a line the page cuts short with ``…`` matches whatever
+    follows (a host name, a path)."""
     line, cut = (line[:-1], ".*") if line.endswith("…") else (line, "")
-    parts = re.split(r"([+-]\d+[smhd]\b|\d+| +)", line)
+    parts = re.split(r"([+-]\d+[smhd]\b|(?<!\S)[+-]\d+|\d+| +)", line)
     pattern = "".join(
         (r"[+-][\dsmhd]+" if p[0] in "+-" else " +" if p[0] == " " else r"\d+") if i % 2 else re.escape(p)
         for i, p in enumerate(parts)

@@ -47,6 +47,11 @@ def test_a_shown_line_leaves_numbers_and_column_widths_open_but_not_words() -> N
     assert pattern.fullmatch("5120 carol sys R 1 node3:[2] 8G/32G +58m")
     assert not pattern.fullmatch("5120 alice sys R 1 node3:[2] 8G/32G +58m")
     assert not pattern.fullmatch("4037  carol sys R  1    node1:[0] 8G/32G +59m extra")
+    # a number's sign is open where it leads a column (an excess wait may come out either way), not inside
+    # a word or a range
+    signed = shape_pattern("nlp\t3\t+0.3\tnode[1-3]")
+    assert signed.fullmatch("nlp\t3\t-0.2\tnode[2-4]")
+    assert not signed.fullmatch("nlp\t3\t0.2\tnode[2-4]") and not signed.fullmatch("nlp\t3\t+0.2\tnode[2+4]")
 
 
 def test_a_line_cut_short_matches_whatever_follows() -> None:
