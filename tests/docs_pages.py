@@ -41,15 +41,22 @@ def shown_file(command: str) -> str | None:
     return name if command.startswith("cat ") and not set(name) & set("*?[ |;") else None
 
 
+def _open(token: str) -> str:
+    if token[0] in "+-":
+        return r"[+-][\dsmhd]+"
+    if token[0] == " ":
+        return " +"
+    if ":" in token:  # a clock time; one on another day than today is shown with its date (11-25 00:12)
+        return r"(?:\d+-\d+ +)?\d+:\d+"
+    return r"\d+"
+
+
 def shape_pattern(line: str) -> re.Pattern[str]:
     """A shown output line with what changes from run to run left open: numbers (job ids, GPU indices,
-    times), their sign where one leads a column (``+0.3``, ``-1.2``), signed durations (``+51s``, ``-3m``)
+    times, a clock time's date when it is not today's), their sign where one leads a column (``+0.3``, ``-1.2``), signed durations (``+51s``, ``-3m``)
     and the width of the blanks between columns; a line the page cuts short with ``…`` matches whatever
     follows (a host name, a path)."""
     line, cut = (line[:-1], ".*") if line.endswith("…") else (line, "")
-    parts = re.split(r"([+-]\d+[smhd]\b|(?<!\S)[+-]\d+|\d+| +)", line)
-    pattern = "".join(
-        (r"[+-][\dsmhd]+" if p[0] in "+-" else " +" if p[0] == " " else r"\d+") if i % 2 else re.escape(p)
-        for i, p in enumerate(parts)
-    )
+    parts = re.split(r"([+-]\d+[smhd]\b|(?<!\S)[+-]\d+|\d+:\d+|\d+| +)", line)
+    pattern = "".join((_open(p) if i % 2 else re.escape(p)) for i, p in enumerate(parts))
     return re.compile(pattern + cut)

@@ -52,6 +52,10 @@ def test_a_shown_line_leaves_numbers_and_column_widths_open_but_not_words() -> N
     signed = shape_pattern("nlp\t3\t+0.3\tnode[1-3]")
     assert signed.fullmatch("nlp\t3\t-0.2\tnode[2-4]")
     assert not signed.fullmatch("nlp\t3\t0.2\tnode[2-4]") and not signed.fullmatch("nlp\t3\t+0.2\tnode[2+4]")
+    # a job ending after midnight shows its end with the date
+    ends = shape_pattern("88    bob   nlp R  4    node1:[0,1] 16:27 17:27 +59m")
+    assert ends.fullmatch("53    bob   nlp R  4    node2:[0,1] 23:12 11-25 00:12 +59m")
+    assert not ends.fullmatch("53    bob   nlp R  4    node2:[0,1] 23:12 +59m")
 
 
 def test_a_line_cut_short_matches_whatever_follows() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -94,7 +95,16 @@ def _started(tmp_path: Path, user: str, qos: str) -> subprocess.Popen[str]:
     job = tmp_path / "job.sh"
     job.write_text(render_job_script(user, [], vc="cv", qos=qos))
     env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HOME": "/nonexistent"}
-    proc = subprocess.Popen(["bash", str(job)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    # slurmstepd starts a batch script with every signal at its default, whatever this test inherited
+    # (a runner started in the background of a non-interactive shell ignores SIGINT)
+    proc = subprocess.Popen(
+        ["bash", str(job)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     _wait_for(tmp_path / "started")
     return proc
 
