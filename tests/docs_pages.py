@@ -42,6 +42,7 @@ def shown_file(command: str) -> str | None:
 
 
 def _open(token: str) -> str:
+    """The pattern a number-like token of a shown line leaves open (see shape_pattern)."""
     if token[0] in "+-":
         return r"[+-][\dsmhd]+"
     if token[0] == " ":
@@ -53,9 +54,9 @@ def _open(token: str) -> str:
 
 def shape_pattern(line: str) -> re.Pattern[str]:
     """A shown output line with what changes from run to run left open: numbers (job ids, GPU indices,
-    times, a clock time's date when it is not today's), their sign where one leads a column (``+0.3``, ``-1.2``), signed durations (``+51s``, ``-3m``)
-    and the width of the blanks between columns; a line the page cuts short with ``…`` matches whatever
-    follows (a host name, a path)."""
+    times, a clock time's date when it is not today's), their sign where one leads a column (``+0.3``,
+    ``-1.2``), signed durations (``+51s``, ``-3m``) and the width of the blanks between columns; a line the
+    page cuts short with ``…`` matches whatever follows (a host name, a path)."""
     line, cut = (line[:-1], ".*") if line.endswith("…") else (line, "")
     parts = re.split(r"([+-]\d+[smhd]\b|(?<!\S)[+-]\d+|\d+:\d+|\d+| +)", line)
     pattern = "".join((_open(p) if i % 2 else re.escape(p)) for i, p in enumerate(parts))

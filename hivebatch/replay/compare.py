@@ -50,7 +50,9 @@ def predict(
     """``cycle_s``: the controller's cycle in trace seconds; hivebatch decides only then (None: at every event)."""
     spec = setup.build_spec(data)
     exp = setup.build_experiment(spec, data, config_dir, plan.sim_jobs, [], private_baseline=True)
-    notice = None
+    # plain Slurm decides at every event, arrival order; the controller ranks by class, preempts with
+    # notice and decides at its cycles (the shared run and the private baseline alike)
+    notice, cycle, ranked = None, None, False
     if mode == "hivebatch":  # the controller's own reservations, fairshare, starvation bound and notices
         ctl = parse_settings(None, data)
         exp = replace(
@@ -60,11 +62,9 @@ def predict(
             fairshare_half_life_s=ctl.fairshare_half_life_s,
         )
         notice = SimNotice(notice_s=float(parse_notice(data).notice_s))
+        cycle, ranked = cycle_s, True
     sim_mode = SIM_MODES[mode]
-    hb = mode == "hivebatch"
-    private = private_queues(
-        exp, policy, None, sim_mode, class_priority=hb, notice=notice, cycle_s=cycle_s if hb else None
-    )
+    private = private_queues(exp, policy, None, sim_mode, class_priority=ranked, notice=notice, cycle_s=cycle)
     run = Simulation(
         spec,
         plan.sim_jobs,
@@ -77,8 +77,8 @@ def predict(
         backfill=exp.backfill,
         fairshare_half_life_s=exp.fairshare_half_life_s,
         starve_after_s=exp.starve_after_s,
-        cycle_s=cycle_s if mode == "hivebatch" else None,
-        class_priority=mode == "hivebatch",
+        cycle_s=cycle,
+        class_priority=ranked,
     ).run()
     return Prediction(mode, policy, run, private)
 
