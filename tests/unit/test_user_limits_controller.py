@@ -31,7 +31,9 @@ user_limits:
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
     config = CONFIG.replace("interval_s: 1}", f"interval_s: 1, usage_file: {tmp_path / 'usage.lua'}}}")
-    env = make_env(tmp_path, config + LIMITS)
+    # a clock that moves only when the test moves it: GPU-hours are exact whenever the second ticks over
+    frozen = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    env = make_env(tmp_path, config + LIMITS, clock=lambda: frozen)
     # the controller's clock is the fake Slurm's, so GPU-hours add up as the fake's time moves on
     monkeypatch.setattr("hivebatch.controller.observe.utcnow", lambda: env.slurm.now().replace(tzinfo=None))
     return env
