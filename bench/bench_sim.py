@@ -3,8 +3,9 @@
   speed     (default) a 100,000-job synthetic trace on 256 nodes x 8 GPUs (target: <= 60 s): wall
             time, events, scheduling rounds, peak resident memory.
   makespan  the QoS paper's workload (one VC, 4 x 4 GPUs) at 5/10/20 jobs per hour, seeds 1-3, every
-            policy: makespan over its lower bound (see hivebatch.sim.metrics), QoS rate, and whether
-            qos stays within 1.10 x the bound, never behind the best baseline, and ahead on QoS rate.
+            policy: makespan over its lower bound (see hivebatch.sim.metrics), QoS rate and its
+            ceiling (the jobs that can meet their ECT at all), and whether qos stays within 1.10 x the
+            bound, never behind the best baseline, and ahead on QoS rate or at the ceiling.
   philly    the Philly trace (or a slice of it) with each VC sized by --target-load: per-VC excess
             queuing delay over the VC's private cluster in cells and in quota mode.
 
@@ -82,24 +83,36 @@ def makespan(args: argparse.Namespace) -> None:
             for r in run_all(exp, list(POLICY_NAMES), ["cells"]):
                 by[r.policy].append(r)
         print(f"\nrate {rate:g}/h, seeds {','.join(map(str, args.seeds))}")
-        print(f"  {'policy':12s} {'ratio':>6s} {'per seed':>18s} {'bound h':>8s} {'QoS rate':>9s}")
+        print(
+            f"  {'policy':12s} {'ratio':>6s} {'per seed':>18s} {'bound h':>8s} {'QoS rate':>9s} {'per seed':>18s}"
+        )
         for p, rs in by.items():
             ratios = [r.makespan_ratio for r in rs]
             per = " ".join(f"{x:.2f}" for x in ratios)
+            rates = " ".join(f"{100 * r.qos_rate:.1f}" for r in rs)
             print(
                 f"  {p:12s} {statistics.mean(ratios):6.3f} {per:>18s} "
                 f"{statistics.mean(r.makespan_bound_s for r in rs) / 3600:8.2f} "
-                f"{100 * statistics.mean(r.qos_rate for r in rs):8.1f}%"
+                f"{100 * statistics.mean(r.qos_rate for r in rs):8.1f}% {rates:>18s}"
             )
         q = by["qos"]
+        ceiling = " ".join(f"{100 * r.qos_ceiling:.1f}" for r in q)
+        print(
+            f"  {'ceiling':12s} {'':6s} {'':>18s} {'':8s} {100 * statistics.mean(r.qos_ceiling for r in q):8.1f}% {ceiling:>18s}"
+        )
         best_base = [min(by[b][i].makespan_s for b in BASELINES) for i in range(len(q))]
         within = all(r.makespan_ratio <= 1.10 for r in q)
         not_behind = all(r.makespan_s <= b + 1e-6 for r, b in zip(q, best_base, strict=True))
-        qos_ahead = all(q[i].qos_rate > max(by[b][i].qos_rate for b in BASELINES) for i in range(len(q)))
+        # where every job that can meet its ECT at all meets it, no policy can be ahead: at the ceiling counts
+        qos_ahead = all(
+            q[i].qos_rate > max(by[b][i].qos_rate for b in BASELINES)
+            or q[i].qos_rate >= q[i].qos_ceiling - 1e-9
+            for i in range(len(q))
+        )
         print(
             f"  qos <= 1.10 x bound every seed: {'yes' if within else 'NO'};  "
             f"never behind the best baseline's makespan: {'yes' if not_behind else 'NO'};  "
-            f"QoS rate ahead of every baseline every seed: {'yes' if qos_ahead else 'NO'}"
+            f"QoS rate ahead of every baseline or at the ceiling every seed: {'yes' if qos_ahead else 'NO'}"
         )
 
 

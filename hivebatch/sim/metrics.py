@@ -36,6 +36,9 @@ class RunSummary:
     preemptions: int
     vcs: dict[str, dict[str, float]]
     makespan_bound_s: float = 0.0
+    # the share of jobs that could end by their ECT at all (started on arrival on their fastest
+    # placement): no policy's QoS rate can pass it
+    qos_ceiling: float = 0.0
     completion_times: list[float] = field(default_factory=list, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -52,6 +55,7 @@ class RunSummary:
             "completed": self.completed,
             "rejected": self.rejected,
             "qos_rate": round(self.qos_rate, 6),
+            "qos_ceiling": round(self.qos_ceiling, 6),
             "makespan_s": round(self.makespan_s, 3),
             "makespan_bound_s": round(self.makespan_bound_s, 3),
             "makespan_ratio": round(self.makespan_ratio, 6),
@@ -87,6 +91,9 @@ def summarize(run: SimRun, private: dict[str, float] | None = None) -> RunSummar
     else:
         makespan = 0.0
     met = sum(1 for r in done if r.met_qos)
+    can_meet = sum(
+        1 for r in run.records if r.rejected is None and r.job.arrival + r.best_s <= r.expected_end + 1e-6
+    )
     arrival_bound = max((r.job.arrival - first + r.best_s for r in done), default=0.0)
     work_bound = sum(r.min_gpu_s for r in done) / run.total_gpus if run.total_gpus else 0.0
     util = run.busy_gpu_s / (run.total_gpus * makespan) if makespan > 0 and run.total_gpus else 0.0
@@ -110,6 +117,7 @@ def summarize(run: SimRun, private: dict[str, float] | None = None) -> RunSummar
         completed=len(done),
         rejected=rejected,
         qos_rate=met / jobs if jobs else 0.0,
+        qos_ceiling=can_meet / jobs if jobs else 0.0,
         makespan_s=makespan,
         avg_jct_s=_mean([r.end - r.job.arrival for r in done if r.end is not None]),
         avg_queue_s=_mean([r.queue_s for r in done]),

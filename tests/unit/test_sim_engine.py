@@ -258,6 +258,16 @@ def test_makespan_bound_by_hand() -> None:
     assert s.makespan_bound_s == 450 and s.makespan_s == 450 and s.to_json()["makespan_ratio"] == 1.0
 
 
+def test_the_qos_ceiling_counts_the_jobs_that_can_meet_their_ect_at_all() -> None:
+    # an urgent job's ECT is its arrival (c = 0): no policy can meet it, so the ceiling leaves it out;
+    # every normal job could meet its ECT (200 s) alone, but a's node runs one at a time, so n3 misses it
+    jobs = [_job("u", "a", 0, 4, 100, cls="urgent"), *(_job(f"n{i}", "a", 0, 4, 100) for i in (1, 2, 3))]
+    run, rec = _sim(jobs, "fifo", "cells")
+    assert [rec[j].met_qos for j in ("u", "n1", "n2", "n3")] == [False, True, True, False]
+    s = summarize(run)
+    assert s.qos_ceiling == 3 / 4 and s.to_json()["qos_ceiling"] == 0.75 and s.qos_rate == 2 / 4
+
+
 def test_with_a_cycle_decisions_wait_for_the_next_cycle_as_the_controller_does() -> None:
     # j1 arrives between cycles; j2 waits for a's node, which j1 frees between cycles too
     jobs = [_job("j1", "a", 10, 4, 100), _job("j2", "a", 20, 4, 50), _job("j3", "b", 60, 1, 30)]
