@@ -216,3 +216,60 @@ def test_the_controller_of_a_replay_gets_its_notices_compressed_like_every_other
     data = {"preemption": {"notice_s": 120, "notice_s_by_class": {"prior": 300}}}
     assert compressed_notice(data, 16) == {"notice_s": 8, "notice_s_by_class": {"prior": 19}}
     assert compressed_notice({}, 1000) == {"notice_s": 1, "notice_s_by_class": {}}  # never none at all
+
+
+ANOMALY = [  # docs/simulate.md's slice: cv and sys fragment the nodes nlp's 16-GPU job needs whole
+    _job("c1", 0.0, 5), _job("c2", 2.0, 5), _job("c3", 4.0, 2),
+    _job("s1", 6.0, 2, vc="sys"), _job("s2", 8.0, 2, vc="sys"), _job("n1", 20.0, 16, 300.0, vc="nlp"),
+]  # fmt: skip
+
+
+def _scan(jobs: list[SimJob], budget_s: float, **spec: Any) -> list[Any]:
+    from hivebatch.replay.find import Scan, find_slices
+
+    data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
+    base = SliceSpec(length_s=3600, speedup=30, max_run_s=60, **spec)
+    scan = Scan(base, step_s=3600, until_s=4 * 3600, budget_s=budget_s)
+    return list(find_slices(jobs, scan, data, None, LAB_VCS, (8, 4), ("tetris-perf", "qos"), 30.0))
+
+
+def test_the_slice_search_finds_the_window_where_plain_slurm_shows_the_anomaly() -> None:
+    from hivebatch.replay.find import format_candidates
+
+    # hour 0: the anomaly; hour 2: the same jobs without nlp's; hours 1 and 3 are empty
+    later = [replace(j, job_id=j.job_id + "b", arrival=j.arrival + 7200) for j in ANOMALY if j.vc != "nlp"]
+    found = _scan(ANOMALY + later, budget_s=900)
+    assert [c.start_h for c in found] == [0.0, 2.0] and [c.jobs for c in found] == [6, 5]
+    anomaly, calm = found
+    assert anomaly.plain_excess["nlp"] > 5.0 and anomaly.hivebatch_excess["nlp"] <= 0.5
+    assert max(calm.plain_excess.values()) <= 0.0 and anomaly.anomaly > calm.anomaly
+    # the predicted replay: nlp's 10 trace minutes of run after its wait, at speedup 30
+    assert 20 <= anomaly.wall_s <= 60
+    table = format_candidates(list(reversed(found)), 0.5).splitlines()
+    assert table[2].split("\t")[:2] == ["0", "6"] and "nlp+" in table[2]  # strongest first
+    assert json.loads(json.dumps(anomaly.to_json()))["plain_excess_min"]["nlp"] > 5.0
+
+
+def test_the_slice_search_keeps_to_the_budget_and_to_slices_hivebatch_runs_whole() -> None:
+    assert _scan(ANOMALY, budget_s=10) == []  # predicted to take longer than 10 real seconds
+    # sys's cells (a switch of 2 and two single GPUs) hold no 3-GPU job: hivebatch would not run it
+    assert _scan([*ANOMALY, _job("s3", 30.0, 3, vc="sys")], budget_s=900) == []
+
+
+def test_find_mode_lists_slices_and_refuses_a_bad_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "anomaly.csv"
+    rows = [f"2017-10-03 10:00:{int(j.arrival):02d},{j.duration_s:.0f},{j.gpus},0,{j.vc}" for j in ANOMALY]
+    trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + "\n".join(rows) + "\n")
+    base = ["replay", "--trace", str(trace), "--trace-format", "philly", "--mode", "find", "--speedup", "30"]
+    base += ["--config", str(PROJECT / "etc" / "hivebatch.example.yaml")]
+    run_cli(cli, [*base, "--json"])
+    out, err = capsys.readouterr()
+    (only,) = json.loads(out)
+    assert only["start_h"] == 0.0 and only["jobs"] == 6 and only["plain_excess_min"]["nlp"] > 5.0
+    assert "1 slices from 0 h, 1 fit 900 s" in err
+    with pytest.raises(SystemExit) as bad:
+        run_cli(cli, [*base, "--step", "0"])
+    out, err = capsys.readouterr()
+    assert bad.value.code != 0 and out == "" and "--step and --budget must be > 0" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -44,10 +45,11 @@ _RUN_OPTIONS = (
     ),
     click.option(
         "--mode",
-        type=click.Choice(["plain", "hivebatch", "both", "sim"]),
+        type=click.Choice(["plain", "hivebatch", "both", "sim", "find"]),
         default="both",
         show_default=True,
-        help="Replay on plain Slurm, through hivebatch, both, or only print the simulator's prediction.",
+        help="Replay on plain Slurm, through hivebatch, both, or only print the simulator's prediction; "
+        "find: scan the trace for slices worth replaying (--until, --step, --budget).",
     ),
     click.option("--operator", default="hbctl", show_default=True, help="The controller's user (a Slurm Operator)."),
     click.option("--user", "users", multiple=True, metavar="VC=USER", help="Who submits a VC's jobs in hivebatch mode (repeatable)."),
@@ -57,6 +59,10 @@ _RUN_OPTIONS = (
                  help="Simulator policy predicting plain Slurm (tetris-perf: arrival order, later jobs fill gaps, as backfill does)."),
     click.option("--timeout", type=float, default=1800.0, show_default=True, help="Give up on a replay after this many real seconds."),
     click.option("--json", "as_json", is_flag=True, help="One JSON object with every figure."),
+    click.option("--until", "until_h", type=float, help="--mode find: scan slices starting up to this trace hour (default: the trace's end)."),
+    click.option("--step", "step_h", type=float, default=1.0, show_default=True, help="--mode find: trace hours between the slices' starts."),
+    click.option("--budget", type=float, default=900.0, show_default=True,
+                 help="--mode find: real seconds each replay of a slice may take, waits included (as simulated)."),
 )  # fmt: skip
 
 
@@ -91,6 +97,9 @@ def replay(
     plain_policy: str,
     timeout: float,
     as_json: bool,
+    until_h: float | None,
+    step_h: float,
+    budget: float,
 ) -> None:
     """Replay a trace slice into a live Slurm, time-compressed, with plain Slurm and through hivebatch.
 
@@ -107,6 +116,7 @@ def replay(
     from hivebatch.config import read_yaml
     from hivebatch.qos import POLICY_NAMES, parse_qos_config
     from hivebatch.replay import compare, live
+    from hivebatch.replay.find import Scan, find_slices, format_candidates
     from hivebatch.replay.measure import measured_summary
     from hivebatch.replay.plan import SliceSpec, plan_replay
     from hivebatch.sim import setup, traces
@@ -127,6 +137,28 @@ def replay(
     jobs, report = traces.read_trace(trace_format, trace, trace_vcs)
     slice_spec = SliceSpec(start_h * 3600, hours * 3600, max_jobs, speedup, min_run, max_run)
     platform = setup.build_platform(spec, parse_qos_config(data, Path(cfg).resolve().parent))
+    cfg_dir = Path(cfg).resolve().parent
+    if mode == "find":
+        slice_spec.check()
+        if step_h <= 0 or budget <= 0:
+            raise click.UsageError("--step and --budget must be > 0")
+        last = max((j.arrival for j in jobs), default=0.0)
+        scan = Scan(slice_spec, step_h * 3600, last if until_h is None else until_h * 3600, budget)
+        limits = (platform.gpus_per_node, platform.max_nodes)
+        found = list(
+            find_slices(
+                jobs, scan, data, cfg_dir, vc_gpus, limits, (plain_policy, policy), interval * speedup
+            )
+        )
+        windows = max(0, math.ceil((scan.until_s - slice_spec.start_s) / scan.step_s))
+        click.echo(
+            f"{windows} slices from {start_h:g} h, {len(found)} fit {budget:g} s and run whole", err=True
+        )
+        if as_json:
+            click.echo(json.dumps([c.to_json() for c in found]))
+        else:
+            click.echo(format_candidates(found, interval * speedup / 60))
+        return
     plan = plan_replay(jobs, slice_spec, vc_gpus, platform.gpus_per_node, platform.max_nodes)
     if not plan.jobs:
         raise HivebatchError(f"{trace}: no jobs in the slice ({report.summary()})")
@@ -139,7 +171,6 @@ def replay(
         timeout_s=timeout,
         log=lambda m: click.echo(m, err=True),
     )
-    cfg_dir = Path(cfg).resolve().parent
     modes = ["plain", "hivebatch"] if mode in ("both", "sim") else [mode]
     results: dict[str, tuple[RunSummary | None, RunSummary]] = {}
     took: dict[str, float] = {}
