@@ -116,6 +116,13 @@ def test_hq_before_the_controller_ran(site: Site, slurm_lab, lab_jobs) -> None: 
     assert not (site.dir / "db" / "never-created.db").exists()  # readers never create the ledger
 
 
+def test_hq_passes_squeues_own_refusal_on_as_one_line(site: Site) -> None:
+    proc = site.as_user("alice", "hq", "-j", "abc")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("hq: error:") and "Invalid job id: abc" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
 def test_full_path_alices_two_gpu_job_runs_on_the_chosen_gpus(site: Site, slurm_lab, lab_jobs) -> None:  # type: ignore[no-untyped-def]
     script = write_script(site, "two.sh")
     job_id = submit(site, "alice", lab_jobs, "-A", "cv", "--gpus", "2", "-o", str(site.dir / "two-%j.out"),
