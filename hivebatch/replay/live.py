@@ -167,12 +167,14 @@ def cancel_all(ids: set[int]) -> None:
 
 
 def accounting(ids: list[int], timeout_s: float = 60.0) -> list[AcctRecord]:
-    """sacct rows of ``ids`` once every one has its end time (slurmdbd records ends a moment later)."""
+    """sacct rows of every run of ``ids`` (a preempted job has one per run, oldest first), once each
+    job's latest has its end time (slurmdbd records ends a moment later)."""
     backend = CliBackend()
     deadline = time.monotonic() + timeout_s
     while True:
-        rows = backend.history(ids)
-        if len(rows) >= len(ids) and all(r.end_time is not None for r in rows):
+        rows = backend.history(ids, runs=True)
+        latest = {r.job_id: r for r in rows}
+        if len(latest) >= len(ids) and all(r.end_time is not None for r in latest.values()):
             return rows
         if time.monotonic() > deadline:
             return rows

@@ -26,26 +26,44 @@ def job_name(mode: str, job_id: str) -> str:
 def measured_records(sim: SimRun, rows: list[AcctRecord], plan: Plan, mode: str) -> list[JobRecord]:
     """The simulator's records of the plan's jobs with Slurm's submit, start and end times (trace seconds).
 
-    A job's wait is counted from its real submission, so a late submission does not count as waiting."""
-    by_name = {r.name: r for r in rows}
+    ``rows`` holds every run of a job, oldest first (``sacct --duplicates``): a preempted job's runs
+    before its last count as preemptions, and its wait runs from its first submission, since Slurm
+    gives each run after a requeue a submit time of its own. A job's wait is counted from its real
+    submission, so a late submission does not count as waiting."""
+    runs: dict[str, list[AcctRecord]] = {}
+    for r in rows:
+        runs.setdefault(r.name, []).append(r)
     speedup = plan.spec.speedup
     out: list[JobRecord] = []
     for rec in sim.records:
-        row = by_name.get(job_name(mode, rec.job.job_id))
-        fresh = replace(rec, start=None, first_start=None, end=None, run_s=0.0, placement={}, preemptions=0)
+        mine = runs.get(job_name(mode, rec.job.job_id), [])
+        fresh = replace(
+            rec,
+            start=None,
+            first_start=None,
+            end=None,
+            run_s=0.0,
+            placement={},
+            preemptions=0,
+            lost_gpu_s=0.0,
+        )
+        row = mine[-1] if mine else None
+        submitted = mine[0].submit_time if mine else None
         if (
             row is not None
             and row.state == "COMPLETED"
-            and row.submit_time is not None
+            and submitted is not None
             and row.start_time is not None
             and row.end_time is not None
         ):
-            wait = (row.start_time - row.submit_time).total_seconds() * speedup
-            run = (row.end_time - row.start_time).total_seconds() * speedup
-            fresh.start = fresh.first_start = rec.job.arrival + wait
-            fresh.run_s = run
-            fresh.end = fresh.start + run
+            first = mine[0].start_time or row.start_time
+            fresh.first_start = rec.job.arrival + (first - submitted).total_seconds() * speedup
+            fresh.start = rec.job.arrival + (row.start_time - submitted).total_seconds() * speedup
+            fresh.run_s = (row.end_time - row.start_time).total_seconds() * speedup
+            fresh.end = fresh.start + fresh.run_s
             fresh.placement = {n: [] for n in row.nodes}
+            fresh.preemptions = len(mine) - 1
+            fresh.lost_gpu_s = sum(r.elapsed_s for r in mine[:-1]) * speedup * rec.job.gpus
         out.append(fresh)
     return out
 

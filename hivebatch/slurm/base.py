@@ -74,8 +74,12 @@ class SlurmBackend(ABC):
         """Return when slurmctld answers; raise SlurmUnavailable when it does not."""
 
     @abstractmethod
-    def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
-        """Accounting records (sacct) of jobs, finished or not."""
+    def history(
+        self, job_ids: list[int] | None = None, since: datetime | None = None, runs: bool = False
+    ) -> list[AcctRecord]:
+        """Accounting records (sacct) of jobs, finished or not: each job's latest run, or with ``runs``
+        every run of a requeued job, oldest first (sacct --duplicates). A requeue resubmits the job:
+        the later run's submit time is the requeue, not the user's submission."""
 
     @abstractmethod
     def list_accounts(self) -> list[str]:

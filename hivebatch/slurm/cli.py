@@ -182,8 +182,12 @@ class CliBackend(SlurmBackend):
         if " is UP" not in out:
             raise SlurmUnavailable(["scontrol", "ping"], (out.strip().splitlines() or ["no answer"])[0])
 
-    def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
+    def history(
+        self, job_ids: list[int] | None = None, since: datetime | None = None, runs: bool = False
+    ) -> list[AcctRecord]:
         args = ["sacct", "--parsable2", "--noheader", "-X", "--allusers", "-o", ",".join(SACCT_FIELDS)]
+        if runs:
+            args.append("--duplicates")
         if job_ids is not None:
             if not job_ids:
                 return []

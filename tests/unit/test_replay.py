@@ -14,7 +14,7 @@ from hivebatch.cli.common import run_cli
 from hivebatch.cli.hivebatch.main import cli
 from hivebatch.errors import HivebatchError
 from hivebatch.replay import compare
-from hivebatch.replay.measure import job_name, measured_summary
+from hivebatch.replay.measure import job_name, measured_records, measured_summary
 from hivebatch.replay.plan import Plan, SliceSpec, plan_replay, select_slice
 from hivebatch.sim.workload import SimJob
 from hivebatch.slurm.parse import parse_sacct
@@ -120,6 +120,36 @@ def test_a_job_slurm_did_not_complete_is_not_counted() -> None:
     pred = compare.predict(plan, data, PROJECT / "etc", "hivebatch", "qos")
     real = measured_summary(pred.run, rows, plan, "hivebatch", pred.private)
     assert (real.completed, real.jobs) == (7, 8)
+
+
+def test_a_preempted_job_waits_from_its_first_submission_and_counts_its_lost_run() -> None:
+    # one recorded job run twice, as the lab's sacct --duplicates shows a requeue
+    # (tests/fixtures/slurm/sacct_requeued_runs.txt): the later run is submitted at the requeue
+    from datetime import timedelta
+
+    plan, data = _tiny()
+    rows = parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text())
+    mine = [r for r in rows if r.name.startswith("hbreplay-plain-")]
+    job = mine[1]  # 4 GPUs of cv, waited 1 s, ran 3 s
+    assert job.submit_time is not None and job.start_time is not None and job.end_time is not None
+    s = timedelta(seconds=1)
+    cut = replace(job, state="REQUEUED", end_time=job.start_time + 2 * s, elapsed_s=2)
+    again = replace(
+        job, submit_time=cut.end_time, start_time=cut.end_time + 12 * s, end_time=cut.end_time + 15 * s
+    )
+    others = [r for r in mine if r is not job]
+    pred = compare.predict(plan, data, PROJECT / "etc", "plain", "tetris-perf")
+    by_name = {r.job.job_id: r for r in measured_records(pred.run, [*others, cut, again], plan, "plain")}
+    once = {r.job.job_id: r for r in measured_records(pred.run, mine, plan, "plain")}
+    jid = job.name.removeprefix("hbreplay-plain-")
+    twice = by_name[jid]
+    assert twice.preemptions == 1 and once[jid].preemptions == 0
+    # waited 1 s, ran 2 s, was requeued and waited 12 s more: 15 real s = 900 trace s at speedup 60
+    assert twice.queue_s == pytest.approx(15 * 60) and once[jid].queue_s == pytest.approx(1 * 60)
+    assert twice.first_start == pytest.approx(twice.job.arrival + 60)
+    assert twice.lost_gpu_s == pytest.approx(2 * 60 * 4) and twice.run_s == pytest.approx(3 * 60)
+    real = measured_summary(pred.run, [*others, cut, again], plan, "plain", pred.private)
+    assert real.completed == 8 and real.preemptions == 1
 
 
 @pytest.mark.parametrize(

@@ -117,6 +117,19 @@ def test_history_arguments(slurm_fixture):
     assert be.history([]) == [] and len(rec.calls) == 2
 
 
+def test_every_run_of_a_requeued_job_from_recorded_sacct(slurm_fixture):
+    # recorded on the lab: two jobs, each requeued once mid-run (one held and released)
+    rec = Recorder(Completed(0, slurm_fixture("sacct_requeued_runs.txt"), ""))
+    rows = CliBackend(rec).history([6636, 6637], runs=True)
+    assert "--duplicates" in rec.calls[0][0]
+    assert [(r.job_id, r.state) for r in rows] == [
+        (6636, "REQUEUED"), (6636, "COMPLETED"), (6637, "REQUEUED"), (6637, "COMPLETED"),
+    ]  # fmt: skip
+    for first, then in (rows[:2], rows[2:]):
+        # the later run is submitted at the requeue: the user's submission is the first run's
+        assert then.submit_time == first.end_time and first.submit_time < then.submit_time
+
+
 def test_missing_command_is_a_slurm_error(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SlurmError) as err:

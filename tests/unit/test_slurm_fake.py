@@ -46,6 +46,24 @@ def test_held_job_pinned_released_requeued_cancelled(fake_slurm):
     ]
 
 
+def test_a_requeue_keeps_the_run_in_accounting_and_resubmits_as_slurm_does(fake_slurm):
+    # the shape of tests/fixtures/slurm/sacct_requeued_runs.txt, recorded on the lab
+    jid = fake_slurm.as_user("alice").submit("#!/bin/sh\nsleep 4\n", ["-A", "cv", "-J", "twice"])
+    submitted = fake_slurm.job(jid).submit_time
+    fake_slurm.advance(3)
+    op = fake_slurm.as_user("hbctl")
+    op.requeue_hold(jid)
+    assert fake_slurm.job(jid).submit_time == fake_slurm.now() > submitted
+    op.release(jid)
+    fake_slurm.advance(15)
+    fake_slurm.finish(jid)
+    first, then = fake_slurm.history([jid], runs=True)
+    assert (first.state, then.state) == ("REQUEUED", "COMPLETED")
+    assert first.submit_time == submitted and then.submit_time == first.end_time
+    assert first.elapsed_s >= 3 and first.nodes
+    assert fake_slurm.history([jid]) == [then]  # without --duplicates: the latest run only
+
+
 def test_permissions_like_slurm_with_accounting(fake_slurm):
     alice, bob, op = (fake_slurm.as_user(u) for u in ("alice", "bob", "hbctl"))
     jid = alice.submit(SCRIPT, ["--hold"])

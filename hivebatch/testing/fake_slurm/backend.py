@@ -302,10 +302,9 @@ class FakeSlurm(SlurmBackend):
         # a finished batch job Slurm still lists is requeued too (recorded on the lab: COMPLETED, FAILED
         # and CANCELLED jobs all go back to PENDING, held)
         # keeps its GRES and node list, loses the running allocation
-        j.state, j.reason = "PENDING", "job_requeued_in_held_state"
-        j.nodes, j.gpus, j.shards, j.start_time = [], {}, {}, None
-        j.restarts += 1
-        j.eligible_at = self._s.now() + timedelta(seconds=REQUEUE_DELAY_S)
+        j.requeue(
+            self._s.now(), "job_requeued_in_held_state", self._s.now() + timedelta(seconds=REQUEUE_DELAY_S)
+        )
 
     def cancel(self, job_id: int) -> None:
         self._log("cancel", (job_id,))
@@ -396,13 +395,24 @@ class FakeSlurm(SlurmBackend):
     def list_qos(self) -> list[str]:
         return sorted(QOS_NAMES)
 
-    def history(self, job_ids: list[int] | None = None, since: datetime | None = None) -> list[AcctRecord]:
+    def history(
+        self, job_ids: list[int] | None = None, since: datetime | None = None, runs: bool = False
+    ) -> list[AcctRecord]:
         out = []
         for j in self._s.jobs.values():
             if job_ids is not None and j.job_id not in set(job_ids):
                 continue
             if since is not None and (j.end_time or self._s.now()) < since:
                 continue
+            for past in j.past_runs if runs else []:
+                elapsed = int((past.end_time - past.start_time).total_seconds())
+                out.append(
+                    AcctRecord(job_id=j.job_id, name=j.name, user=j.user, account=j.account, qos=j.qos,
+                               state=past.state, submit_time=past.submit_time, start_time=past.start_time,
+                               end_time=past.end_time, elapsed_s=elapsed, nodes=list(past.nodes),
+                               gpus={k: list(v) for k, v in past.gpus.items()}, comment=j.comment,
+                               exit_code="0:0")
+                )  # fmt: skip
             end = j.end_time
             elapsed = int(((end or self._s.now()) - j.start_time).total_seconds()) if j.start_time else 0
             out.append(

@@ -118,10 +118,7 @@ def requeue_in_the_way(state: State, chosen: dict[str, tuple[list[int], dict[int
         )
         if clash:
             # a requeued job may start again only after a delay (the lab: AuthInfo=cred_expire=10)
-            other.state, other.reason = "PENDING", "BeginTime"
-            other.nodes, other.gpus, other.shards, other.start_time = [], {}, {}, None
-            other.restarts += 1
-            other.eligible_at = state.now() + timedelta(seconds=REQUEUE_DELAY_S)
+            other.requeue(state.now(), "BeginTime", state.now() + timedelta(seconds=REQUEUE_DELAY_S))
 
 
 def dependency_status(state: State, dependency: str) -> str:

@@ -17,6 +17,18 @@ REQUEUE_DELAY_S = 10
 MIN_JOB_AGE_S = 300
 
 
+@dataclass(frozen=True)
+class PastRun:
+    """A run that a requeue ended, as ``sacct --duplicates`` keeps it beside the job's latest."""
+
+    state: str
+    submit_time: datetime
+    start_time: datetime
+    end_time: datetime
+    nodes: list[str]
+    gpus: dict[str, list[int]]
+
+
 @dataclass
 class Job:
     job_id: int
@@ -49,6 +61,24 @@ class Job:
     array_pending: list[int] = field(default_factory=list)  # tasks this record still stands for
     array_max: int = 0
     signals: list[tuple[str, str]] = field(default_factory=list)  # (signal, target) sent by scancel
+    past_runs: list[PastRun] = field(default_factory=list)
+
+    def requeue(self, now: datetime, reason: str, eligible_at: datetime) -> None:
+        """Back to PENDING without its allocation, as Slurm requeues. The run so far stays in accounting,
+        and the job counts as submitted anew: on the lab the next run's Submit is the requeue
+        (tests/fixtures/slurm/sacct_requeued_runs.txt)."""
+        if self.start_time is not None:
+            ended = "REQUEUED" if self.state == "RUNNING" else self.state
+            gpus = {k: list(v) for k, v in self.gpus.items()}
+            run = PastRun(
+                ended, self.submit_time, self.start_time, self.end_time or now, list(self.nodes), gpus
+            )
+            self.past_runs.append(run)
+        self.submit_time = now
+        self.state, self.reason = "PENDING", reason
+        self.nodes, self.gpus, self.shards, self.start_time = [], {}, {}, None
+        self.restarts += 1
+        self.eligible_at = eligible_at
 
     @property
     def held(self) -> bool:
