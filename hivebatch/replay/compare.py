@@ -46,8 +46,10 @@ def predict(
     mode: str,
     policy: str,
     cycle_s: float | None = None,
+    requeue_delay_s: float = 0.0,
 ) -> Prediction:
-    """``cycle_s``: the controller's cycle in trace seconds; hivebatch decides only then (None: at every event)."""
+    """``cycle_s``: the controller's cycle in trace seconds; hivebatch decides only then (None: at every event).
+    ``requeue_delay_s``: trace seconds before a job hivebatch preempted may start again (Slurm's requeue)."""
     spec = setup.build_spec(data)
     exp = setup.build_experiment(spec, data, config_dir, plan.sim_jobs, [], private_baseline=True)
     # plain Slurm decides at every event, arrival order; the controller ranks by class, preempts with
@@ -61,7 +63,7 @@ def predict(
             starve_after_s=ctl.starve_after_s,
             fairshare_half_life_s=ctl.fairshare_half_life_s,
         )
-        notice = SimNotice(notice_s=float(parse_notice(data).notice_s))
+        notice = SimNotice(notice_s=float(parse_notice(data).notice_s), requeue_delay_s=requeue_delay_s)
         cycle, ranked = cycle_s, True
     sim_mode = SIM_MODES[mode]
     private = private_queues(exp, policy, None, sim_mode, class_priority=ranked, notice=notice, cycle_s=cycle)

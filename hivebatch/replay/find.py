@@ -70,13 +70,13 @@ def find_slices(
     vc_gpus: dict[str, int],
     shape_limits: tuple[int, int],
     policies: tuple[str, str],
-    cycle_s: float,
+    timing: tuple[float, float],
     progress: Callable[[float], None] | None = None,
 ) -> Iterator[Candidate]:
     """Each window of the scan that fits the budget and that both modes run whole, in trace order.
 
     ``shape_limits``: GPUs per node and nodes of the cluster; ``policies``: the plain and the
-    hivebatch policy; ``cycle_s``: the controller's cycle in trace seconds.
+    hivebatch policy; ``timing``: the controller's cycle and Slurm's requeue delay, trace seconds.
     """
     if scan.step_s <= 0:
         raise ValueError("the scan's step must be > 0")
@@ -89,7 +89,7 @@ def find_slices(
         # the arrivals and runs alone bound the replay's time from below: no need to simulate past it
         if plan.jobs and plan.wall_s <= scan.budget_s:
             plain = predict(plan, data, config_dir, "plain", policies[0]).summary
-            hive = predict(plan, data, config_dir, "hivebatch", policies[1], cycle_s).summary
+            hive = predict(plan, data, config_dir, "hivebatch", policies[1], *timing).summary
             # with the waits: each mode's predicted makespan, in real seconds
             wall = max(plain.makespan_s, hive.makespan_s) / spec.speedup
             if plain.completed == plain.jobs and hive.completed == hive.jobs and wall <= scan.budget_s:

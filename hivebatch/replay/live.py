@@ -31,6 +31,7 @@ from hivebatch.replay.measure import job_name
 from hivebatch.replay.plan import Plan, PlannedJob
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.cli import CliBackend, subprocess_runner
+from hivebatch.slurm.parse import requeue_delay_s
 from hivebatch.slurm.types import FINISHED_STATES, AcctRecord, SlurmJob, SlurmUnavailable
 
 PLAIN_ACCOUNT_PREFIX = "hbreplay_"
@@ -191,6 +192,17 @@ def replay_plain(plan: Plan, vc_gpus: dict[str, int], settings: LiveSettings) ->
             cancel_all(mine)  # nothing of the replay may outlive it, or the accounts cannot go
             _wait_gone(mine)
     return accounting(sorted(mine))
+
+
+def requeue_delay() -> tuple[int, str]:
+    """Real seconds before a job hivebatch preempted may start again, and where that figure came from."""
+    try:
+        config = CliBackend().config()
+    except HivebatchError as exc:
+        return requeue_delay_s({}), f"Slurm's default; slurmctld did not answer: {exc}"
+    return requeue_delay_s(
+        config
+    ), f"slurmctld's AuthInfo {config.get('AuthInfo') or '(cred_expire default)'}"
 
 
 def compressed_notice(config_data: dict[str, Any], speedup: float) -> dict[str, Any]:

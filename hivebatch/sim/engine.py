@@ -468,7 +468,11 @@ class Simulation:
         rec.start = None
         rec.run_s = 0.0
         rec.placement = {}
-        self.waiting[jid] = rec
+        delay = self.notice.requeue_delay_s if self.notice is not None else 0.0
+        if delay > 0:
+            self._push(now + delay, _ARRIVE, jid)  # back in the queue when Slurm lets it start again
+        else:
+            self.waiting[jid] = rec
 
 
 def _gpus(placement: dict[str, list[int]]) -> int:

@@ -23,6 +23,9 @@ class SimNotice:
     notice_s: float = 120.0  # 0: victims are preempted at once
     least_loss: bool = True  # victims chosen by the work they would lose
     save_s: float = 30.0  # a checkpointing job saves and leaves this long after its signal
+    # a requeued job may start again only this long after it left: Slurm sets its begin time to the
+    # requeue + AuthInfo's cred_expire + 1 s (the lab, cred_expire=10: eligible 11 s later)
+    requeue_delay_s: float = 0.0
 
 
 def gpus(rec: JobRecord) -> int:

@@ -14,6 +14,7 @@ from hivebatch.slurm.parse import (
     parse_job_gpus,
     parse_job_id,
     parse_sacct,
+    parse_show_config,
     parse_sinfo_json,
     parse_squeue_json,
 )
@@ -198,6 +199,10 @@ class CliBackend(SlurmBackend):
         elif job_ids is None:
             args += ["-S", "1970-01-01T00:00:00"]
         return parse_sacct(self._run(args))
+
+    def config(self) -> dict[str, str]:
+        """slurmctld's running configuration (``scontrol show config``), key -> value."""
+        return parse_show_config(self._run(["scontrol", "show", "config"]))
 
     def list_accounts(self) -> list[str]:
         return _names(

@@ -460,3 +460,28 @@ def parse_job_id(stdout: str) -> int:
     if not text.isdigit():
         raise HivebatchError(f"sbatch printed no job id (got {stdout.strip()[:80]!r})")
     return int(text)
+
+
+#: Slurm's AuthInfo cred_expire when slurm.conf does not set it (slurm.conf(5))
+DEFAULT_CRED_EXPIRE_S = 120
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: each ``Key = value`` line (the first of a repeated key)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def requeue_delay_s(config: Mapping[str, str]) -> int:
+    """Seconds a requeued job waits before it may start again: slurmctld sets its begin time to the
+    requeue + AuthInfo's cred_expire + 1 (the lab, cred_expire=10: eligible 11 s after the requeue)."""
+    expire = DEFAULT_CRED_EXPIRE_S
+    for option in config.get("AuthInfo", "").split(","):
+        name, _, value = option.partition("=")
+        if name.strip() == "cred_expire" and value.strip().isdigit():
+            expire = int(value)
+    return expire + 1

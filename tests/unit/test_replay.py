@@ -260,7 +260,7 @@ def _scan(jobs: list[SimJob], budget_s: float, **spec: Any) -> list[Any]:
     data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
     base = SliceSpec(length_s=3600, speedup=30, max_run_s=60, **spec)
     scan = Scan(base, step_s=3600, until_s=4 * 3600, budget_s=budget_s)
-    return list(find_slices(jobs, scan, data, None, LAB_VCS, (8, 4), ("tetris-perf", "qos"), 30.0))
+    return list(find_slices(jobs, scan, data, None, LAB_VCS, (8, 4), ("tetris-perf", "qos"), (30.0, 330.0)))
 
 
 def test_the_slice_search_finds_the_window_where_plain_slurm_shows_the_anomaly() -> None:

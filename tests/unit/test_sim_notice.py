@@ -46,3 +46,24 @@ def test_a_victim_without_a_trap_dies_of_its_signal_at_once() -> None:
     recs = _run(SimNotice(notice_s=120, save_s=30), checkpoints=False)
     assert recs["own"].first_start == pytest.approx(1 * H)
     assert recs["opp"].lost_gpu_s == pytest.approx(1 * H * 8)
+
+
+@pytest.mark.parametrize(("delay", "back_at"), [(0.0, 1 * H + 60), (600.0, 1 * H + 600)])
+def test_a_requeued_victim_starts_again_only_after_slurms_requeue_delay(delay: float, back_at: float) -> None:
+    # the owner needs the node for a minute; Slurm lets the requeued victim start again only after
+    # cred_expire + 1 s (tests/fixtures/slurm/sacct_requeued_runs.txt), so it idles past the owner's end
+    spec = setup.build_spec(setup.node8_config({"a": 1}))
+    qos = QosSettings()
+    platform = setup.build_platform(spec, qos)
+    runtime = setup.build_runtime(spec, platform, qos)
+    jobs = [
+        SimJob("opp", "a", "normal", 0.0, 8, duration_s=10 * H, opportunistic=True),
+        SimJob("own", "a", "normal", 1 * H, 8, duration_s=60),
+    ]
+    notice = SimNotice(notice_s=120, requeue_delay_s=delay)
+    recs = {
+        r.job.job_id: r
+        for r in Simulation(spec, jobs, "fifo", "cells", runtime, platform, notice=notice).run().records
+    }
+    assert recs["own"].first_start == pytest.approx(1 * H) and recs["opp"].preemptions == 1
+    assert recs["opp"].start == pytest.approx(back_at)

@@ -165,3 +165,15 @@ def test_array_tasks_are_named_by_their_index_as_scontrol_needs(slurm_fixture):
         ["scontrol", "release", "2333"],
         ["scontrol", "hold", "2333_4"],
     ]
+
+
+def test_the_requeue_delay_from_slurmctlds_config(slurm_fixture):
+    from hivebatch.slurm.parse import parse_show_config, requeue_delay_s
+
+    rec = Recorder(Completed(0, slurm_fixture("scontrol_show_config.txt"), ""))
+    config = CliBackend(rec).config()
+    assert rec.calls[0][0] == ["scontrol", "show", "config"]
+    assert config["AuthInfo"] == "cred_expire=10" and config["SelectType"] == "select/cons_tres"
+    assert requeue_delay_s(config) == 11  # on the lab a requeued job is eligible 11 s later
+    assert requeue_delay_s({}) == 121  # Slurm's default cred_expire, 120 s
+    assert requeue_delay_s(parse_show_config("AuthInfo = socket=/run/munge.sock,cred_expire=30\n")) == 31

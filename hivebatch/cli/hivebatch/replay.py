@@ -138,6 +138,9 @@ def replay(
     slice_spec = SliceSpec(start_h * 3600, hours * 3600, max_jobs, speedup, min_run, max_run)
     platform = setup.build_platform(spec, parse_qos_config(data, Path(cfg).resolve().parent))
     cfg_dir = Path(cfg).resolve().parent
+    delay_s, source = live.requeue_delay()
+    click.echo(f"a preempted job may start again {delay_s} s after its requeue ({source})", err=True)
+    requeue_trace_s = delay_s * speedup
     if mode == "find":
         slice_spec.check()
         if step_h <= 0 or budget <= 0:
@@ -147,7 +150,14 @@ def replay(
         limits = (platform.gpus_per_node, platform.max_nodes)
         found = list(
             find_slices(
-                jobs, scan, data, cfg_dir, vc_gpus, limits, (plain_policy, policy), interval * speedup
+                jobs,
+                scan,
+                data,
+                cfg_dir,
+                vc_gpus,
+                limits,
+                (plain_policy, policy),
+                (interval * speedup, requeue_trace_s),
             )
         )
         windows = max(0, math.ceil((scan.until_s - slice_spec.start_s) / scan.step_s))
@@ -176,7 +186,13 @@ def replay(
     took: dict[str, float] = {}
     for m in modes:
         pred = compare.predict(
-            plan, data, cfg_dir, m, plain_policy if m == "plain" else policy, interval * speedup
+            plan,
+            data,
+            cfg_dir,
+            m,
+            plain_policy if m == "plain" else policy,
+            interval * speedup,
+            requeue_trace_s,
         )
         if mode == "sim":
             results[m] = (None, pred.summary)
