@@ -15,7 +15,12 @@ from hivebatch.cli.common import options
 from hivebatch.errors import HivebatchError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from hivebatch.replay.find import Candidate, Scan
+    from hivebatch.replay.plan import SliceSpec
     from hivebatch.sim.metrics import RunSummary
+    from hivebatch.sim.workload import SimJob
 
 _SLICE_OPTIONS = (
     click.option("--trace", required=True, type=click.Path(dir_okay=False), help="Trace file to replay."),
@@ -116,7 +121,7 @@ def replay(
     from hivebatch.config import read_yaml
     from hivebatch.qos import POLICY_NAMES, parse_qos_config
     from hivebatch.replay import compare, live
-    from hivebatch.replay.find import Scan, find_slices, format_candidates
+    from hivebatch.replay.find import find_slices
     from hivebatch.replay.measure import measured_summary
     from hivebatch.replay.plan import SliceSpec, plan_replay
     from hivebatch.sim import setup, traces
@@ -142,32 +147,11 @@ def replay(
     click.echo(f"a preempted job may start again {delay_s} s after its requeue ({source})", err=True)
     requeue_trace_s = delay_s * speedup
     if mode == "find":
-        slice_spec.check()
-        if step_h <= 0 or budget <= 0:
-            raise click.UsageError("--step and --budget must be > 0")
-        last = max((j.arrival for j in jobs), default=0.0)
-        scan = Scan(slice_spec, step_h * 3600, last if until_h is None else until_h * 3600, budget)
+        scan = _scan(jobs, slice_spec, until_h, step_h, budget)
+        timing = (interval * speedup, requeue_trace_s)
         limits = (platform.gpus_per_node, platform.max_nodes)
-        found = list(
-            find_slices(
-                jobs,
-                scan,
-                data,
-                cfg_dir,
-                vc_gpus,
-                limits,
-                (plain_policy, policy),
-                (interval * speedup, requeue_trace_s),
-            )
-        )
-        windows = max(0, math.ceil((scan.until_s - slice_spec.start_s) / scan.step_s))
-        click.echo(
-            f"{windows} slices from {start_h:g} h, {len(found)} fit {budget:g} s and run whole", err=True
-        )
-        if as_json:
-            click.echo(json.dumps([c.to_json() for c in found]))
-        else:
-            click.echo(format_candidates(found, interval * speedup / 60))
+        _print_found(scan, find_slices(jobs, scan, data, cfg_dir, vc_gpus, limits, (plain_policy, policy), timing),
+                     interval * speedup / 60, as_json)  # fmt: skip
         return
     plan = plan_replay(jobs, slice_spec, vc_gpus, platform.gpus_per_node, platform.max_nodes)
     if not plan.jobs:
@@ -222,3 +206,26 @@ def replay(
         click.echo(json.dumps(out))
     else:
         click.echo(compare.format_table(out))
+
+
+def _scan(jobs: list[SimJob], spec: SliceSpec, until_h: float | None, step_h: float, budget: float) -> Scan:
+    """--mode find's windows: from the slice's start to --until (default: the trace's last arrival)."""
+    from hivebatch.replay.find import Scan
+
+    spec.check()
+    if step_h <= 0 or budget <= 0:
+        raise click.UsageError("--step and --budget must be > 0")
+    last = max((j.arrival for j in jobs), default=0.0)
+    return Scan(spec, step_h * 3600, last if until_h is None else until_h * 3600, budget)
+
+
+def _print_found(scan: Scan, found: Iterable[Candidate], interval_min: float, as_json: bool) -> None:
+    from hivebatch.replay.find import format_candidates
+
+    kept = list(found)
+    windows = max(0, math.ceil((scan.until_s - scan.spec.start_s) / scan.step_s))
+    start_h = scan.spec.start_s / 3600
+    click.echo(
+        f"{windows} slices from {start_h:g} h, {len(kept)} fit {scan.budget_s:g} s and run whole", err=True
+    )
+    click.echo(json.dumps([c.to_json() for c in kept]) if as_json else format_candidates(kept, interval_min))
