@@ -8,7 +8,7 @@ the replay would plan it and predicted in both modes (``compare.predict``), abou
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -71,7 +71,6 @@ def find_slices(
     shape_limits: tuple[int, int],
     policies: tuple[str, str],
     timing: tuple[float, float],
-    progress: Callable[[float], None] | None = None,
 ) -> Iterator[Candidate]:
     """Each window of the scan that fits the budget and that both modes run whole, in trace order.
 
@@ -82,8 +81,6 @@ def find_slices(
         raise ValueError("the scan's step must be > 0")
     start = scan.spec.start_s
     while start < scan.until_s:
-        if progress is not None:
-            progress(start)
         spec = replace(scan.spec, start_s=start)
         plan = plan_replay(jobs, spec, vc_gpus, *shape_limits)
         # the arrivals and runs alone bound the replay's time from below: no need to simulate past it

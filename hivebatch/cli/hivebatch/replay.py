@@ -141,11 +141,13 @@ def replay(
     trace_vcs = {vc: 8 * n for vc, n in traces.read_vcs(vcs_file).items()} if vcs_file else vc_gpus
     jobs, report = traces.read_trace(trace_format, trace, trace_vcs)
     slice_spec = SliceSpec(start_h * 3600, hours * 3600, max_jobs, speedup, min_run, max_run)
-    platform = setup.build_platform(spec, parse_qos_config(data, Path(cfg).resolve().parent))
     cfg_dir = Path(cfg).resolve().parent
-    delay_s, source = live.requeue_delay()
-    click.echo(f"a preempted job may start again {delay_s} s after its requeue ({source})", err=True)
-    requeue_trace_s = delay_s * speedup
+    platform = setup.build_platform(spec, parse_qos_config(data, cfg_dir))
+    requeue_trace_s = 0.0  # plain Slurm preempts nothing
+    if mode != "plain":
+        delay_s, source = live.requeue_delay()
+        click.echo(f"a preempted job may start again {delay_s} s after its requeue ({source})", err=True)
+        requeue_trace_s = delay_s * speedup
     if mode == "find":
         scan = _scan(jobs, slice_spec, until_h, step_h, budget)
         timing = (interval * speedup, requeue_trace_s)

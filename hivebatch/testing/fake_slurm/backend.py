@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from hivebatch.slurm.base import SlurmBackend
@@ -24,7 +25,6 @@ from hivebatch.testing.fake_slurm.scheduler import try_start
 from hivebatch.testing.fake_slurm.state import (
     MIN_JOB_AGE_S,
     QOS_NAMES,
-    REQUEUE_DELAY_S,
     Job,
     Node,
     State,
@@ -302,9 +302,7 @@ class FakeSlurm(SlurmBackend):
         # a finished batch job Slurm still lists is requeued too (recorded on the lab: COMPLETED, FAILED
         # and CANCELLED jobs all go back to PENDING, held)
         # keeps its GRES and node list, loses the running allocation
-        j.requeue(
-            self._s.now(), "job_requeued_in_held_state", self._s.now() + timedelta(seconds=REQUEUE_DELAY_S)
-        )
+        j.requeue(self._s.now(), "job_requeued_in_held_state")
 
     def cancel(self, job_id: int) -> None:
         self._log("cancel", (job_id,))
@@ -404,35 +402,31 @@ class FakeSlurm(SlurmBackend):
                 continue
             if since is not None and (j.end_time or self._s.now()) < since:
                 continue
-            for past in j.past_runs if runs else []:
-                elapsed = int((past.end_time - past.start_time).total_seconds())
-                out.append(
-                    AcctRecord(job_id=j.job_id, name=j.name, user=j.user, account=j.account, qos=j.qos,
-                               state=past.state, submit_time=past.submit_time, start_time=past.start_time,
-                               end_time=past.end_time, elapsed_s=elapsed, nodes=list(past.nodes),
-                               gpus={k: list(v) for k, v in past.gpus.items()}, comment=j.comment,
-                               exit_code="0:0")
-                )  # fmt: skip
             end = j.end_time
             elapsed = int(((end or self._s.now()) - j.start_time).total_seconds()) if j.start_time else 0
-            out.append(
-                AcctRecord(
-                    job_id=j.job_id,
-                    name=j.name,
-                    user=j.user,
-                    account=j.account,
-                    qos=j.qos,
-                    state=j.state,
-                    submit_time=j.submit_time,
-                    start_time=j.start_time,
-                    end_time=end,
-                    elapsed_s=elapsed,
-                    nodes=list(j.nodes),
-                    gpus={k: list(v) for k, v in j.gpus.items()},
-                    comment=j.comment,
-                    exit_code=j.exit_code or "0:0",
-                )
+            latest = AcctRecord(
+                job_id=j.job_id,
+                name=j.name,
+                user=j.user,
+                account=j.account,
+                qos=j.qos,
+                state=j.state,
+                submit_time=j.submit_time,
+                start_time=j.start_time,
+                end_time=end,
+                elapsed_s=elapsed,
+                nodes=list(j.nodes),
+                gpus={k: list(v) for k, v in j.gpus.items()},
+                comment=j.comment,
+                exit_code=j.exit_code or "0:0",
             )
+            for past in j.past_runs if runs else []:
+                out.append(
+                    replace(latest, state=past.state, submit_time=past.submit_time, start_time=past.start_time,
+                            end_time=past.end_time, elapsed_s=int((past.end_time - past.start_time).total_seconds()),
+                            nodes=list(past.nodes), gpus={k: list(v) for k, v in past.gpus.items()}, exit_code="0:0")
+                )  # fmt: skip
+            out.append(latest)
         return out
 
     # --- internals -------------------------------------------------------------------------------

@@ -3,11 +3,9 @@ preemption of opportunistic jobs (PreemptMode=REQUEUE)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from hivebatch.slurm.parse import split_gres
 from hivebatch.slurm.types import FINISHED_STATES
-from hivebatch.testing.fake_slurm.state import PREEMPTABLE_QOS, REQUEUE_DELAY_S, Job, State
+from hivebatch.testing.fake_slurm.state import PREEMPTABLE_QOS, Job, State
 
 
 def busy(state: State, skip_qos: str | None = None) -> tuple[dict[str, set[int]], dict[str, dict[int, int]]]:
@@ -117,8 +115,7 @@ def requeue_in_the_way(state: State, chosen: dict[str, tuple[list[int], dict[int
             for node, (g, s) in chosen.items()
         )
         if clash:
-            # a requeued job may start again only after a delay (the lab: AuthInfo=cred_expire=10)
-            other.requeue(state.now(), "BeginTime", state.now() + timedelta(seconds=REQUEUE_DELAY_S))
+            other.requeue(state.now(), "BeginTime")
 
 
 def dependency_status(state: State, dependency: str) -> str:

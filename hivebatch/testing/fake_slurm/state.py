@@ -63,9 +63,10 @@ class Job:
     signals: list[tuple[str, str]] = field(default_factory=list)  # (signal, target) sent by scancel
     past_runs: list[PastRun] = field(default_factory=list)
 
-    def requeue(self, now: datetime, reason: str, eligible_at: datetime) -> None:
-        """Back to PENDING without its allocation, as Slurm requeues. The run so far stays in accounting,
-        and the job counts as submitted anew: on the lab the next run's Submit is the requeue
+    def requeue(self, now: datetime, reason: str) -> None:
+        """Back to PENDING without its allocation, as Slurm requeues, and eligible again only after a
+        delay (the lab: AuthInfo=cred_expire=10). The run so far stays in accounting, and the job counts
+        as submitted anew: on the lab the next run's Submit is the requeue
         (tests/fixtures/slurm/sacct_requeued_runs.txt)."""
         if self.start_time is not None:
             ended = "REQUEUED" if self.state == "RUNNING" else self.state
@@ -78,7 +79,7 @@ class Job:
         self.state, self.reason = "PENDING", reason
         self.nodes, self.gpus, self.shards, self.start_time = [], {}, {}, None
         self.restarts += 1
-        self.eligible_at = eligible_at
+        self.eligible_at = now + timedelta(seconds=REQUEUE_DELAY_S)
 
     @property
     def held(self) -> bool:
