@@ -10,7 +10,6 @@ allocator commits the placement or rolls the bindings back.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
 
 from hivebatch.cells.binding import BindLog, try_bind
 from hivebatch.cells.shape import check_vc_can_hold, min_level
@@ -96,18 +95,15 @@ def place_single(
     hi = ch.node_level
     if req.within:
         hi = min(hi, st.spec.cell_types[req.within].level)
+    if victims is not None:
+        return _place_single_preempting(st, req, chain, g, lmin, hi, victims)
     bind_notes: list[str] = []
     for lv in range(lmin, ch.top_level + 1):
         if not v.total[chain][lv]:
             continue
         best: tuple[tuple[int, int, float, int, int], list[Cell]] | None = None
-        if victims is not None:
-            # the second pass: only cells holding victims can offer more than the first pass saw
-            pool: Iterable[Cell] = (c for c in v.bound[chain][lv].values() if victims.extra(c))
-        else:
-            pool = v.roomy[chain][lv].values()
-        for cell in pool:
-            got = pick_in(st, cell, g, lmin, hi, victims)
+        for cell in v.roomy[chain][lv].values():
+            got = pick_in(st, cell, g, lmin, hi, None)
             if got is None:
                 continue
             key = (*got[0], cell.id)  # ties go to tree order, whatever the history
@@ -119,10 +115,34 @@ def place_single(
             new_cell = try_bind(st, req.vc, chain, lv, bind_notes, log)
             if new_cell is None:
                 continue
-            got = pick_in(st, new_cell, g, lmin, hi, victims)
+            got = pick_in(st, new_cell, g, lmin, hi, None)
             if got is not None:
                 return got[1]
     raise Wait(single_reason(st, req, chain, g, lmin, bind_notes))
+
+
+def _place_single_preempting(
+    st: CellState, req: Request, chain: str, g: int, lmin: int, hi: int, victims: Victims
+) -> list[Cell]:
+    """The second pass of ``place_single``: only bound cells holding victims can offer more than the first
+    pass saw (a fresh binding holds none). Unlike free GPUs, victims are compared across the levels of the
+    VC's cells: the placement's own topology first, then the victims' class and the work they lose, so a
+    job is not preempted for sitting in a smaller cell when one that loses less runs in a larger one
+    (taking a victim's GPUs leaves the cells as full as they were)."""
+    v = st.vcs[req.vc]
+    best: tuple[tuple[int, int, float, int, int, int], list[Cell]] | None = None
+    for lv in range(lmin, st.spec.chains[chain].top_level + 1):
+        if not v.total[chain][lv]:
+            continue
+        for cell in v.bound[chain][lv].values():
+            got = pick_in(st, cell, g, lmin, hi, victims) if victims.extra(cell) else None
+            if got is not None:
+                key = (*got[0], lv, cell.id)
+                if best is None or key < best[0]:
+                    best = (key, got[1])
+    if best is None:
+        raise Wait(single_reason(st, req, chain, g, lmin, []))
+    return best[1]
 
 
 def single_reason(st: CellState, req: Request, chain: str, g: int, lmin: int, notes: list[str]) -> str:

@@ -57,6 +57,23 @@ def test_victims_losing_the_least_work_are_chosen() -> None:
     assert a.try_allocate(req("high", "x", 4, priority=1)).preempted == ["c", "d"]
 
 
+def test_victims_are_compared_across_the_vcs_cells_of_every_level() -> None:
+    # sys's shape in the example config: two single GPUs (a, b) and a switch pair (c, d)
+    a = lab({"x": {"V100-SWITCH": 1, "V100": 2}}, nodes=1)
+    for j in ("a", "b", "c", "d"):
+        a.allocate(req(j, "x", 1, priority=0))
+    assert a.jobs()["b"].placement == {"node1": [1]} and a.jobs()["c"].placement == {"node1": [2]}
+    # c loses least although it runs in the larger cell (measured on the lab: the single GPU's job,
+    # 16 times as far along, was preempted)
+    a.at_stake = {"a": 900.0, "b": 800.0, "c": 50.0, "d": 700.0}
+    assert a.try_allocate(req("high", "x", 1, priority=1)).preempted == ["c"]
+    a.at_stake = {"a": 10.0, "b": 800.0, "c": 50.0, "d": 700.0}
+    assert a.try_allocate(req("high", "x", 1, priority=1)).preempted == ["a"]
+    # two GPUs together: only the switch pair has them, whatever its victims lose
+    assert a.try_allocate(req("high", "x", 2, priority=1)).preempted == ["c", "d"]
+    a.check_invariants()
+
+
 def test_a_job_in_notice_is_the_cheapest_victim() -> None:
     a = lab({"x": {"V100-NODE": 1}}, nodes=1)
     for j in ("a", "b", "c", "d"):
