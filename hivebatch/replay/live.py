@@ -6,7 +6,7 @@ Slurm's own priority and backfill place them within quotas. The accounts and the
 associations with them are deleted afterwards: accounting changes are persistent.
 
 hivebatch: the jobs go in as each VC's user into the VC's account; the plugin holds them and the
-controller (``run_cycle``, a fresh SQLite ledger in a temporary directory) places them, one cycle
+controller (``run_cycle``, a fresh SQLite ledger in a temporary directory unless kept) places them, one cycle
 every ``interval_s``. It sees only the replay's pending jobs, so stray jobs on the cluster are left
 alone, but it does see everything running.
 """
@@ -45,6 +45,7 @@ class LiveSettings:
     classes: list[str]  # the QOS names of the job classes
     interval_s: float = 2.0  # controller cycle period, real seconds
     timeout_s: float = 1800.0  # a replay not finished by then is cancelled
+    keep: Path | None = None  # a new directory to keep the hivebatch run's ledger and config in
     log: Callable[[str], None] = field(default=lambda _m: None)
 
 
@@ -223,7 +224,7 @@ def replay_hivebatch(plan: Plan, config_data: dict[str, Any], settings: LiveSett
     if missing:
         raise HivebatchError(f"no user for VC(s) {', '.join(missing)}: give --user VC=USER for each")
     mine: set[int] = set()
-    with tempfile.TemporaryDirectory(prefix="hbreplay-") as tmp:
+    with _workdir(settings.keep) as tmp:
         url = f"sqlite:///{Path(tmp) / 'ledger.db'}"
         data = dict(config_data)
         data["database"] = {"url": url}
@@ -259,6 +260,15 @@ def replay_hivebatch(plan: Plan, config_data: dict[str, Any], settings: LiveSett
             _wait_gone(mine)
             engine.dispose()
     return accounting(sorted(mine))
+
+
+def _workdir(keep: Path | None) -> contextlib.AbstractContextManager[str]:
+    """Where the hivebatch run's ledger and config live: ``keep`` (made now, left afterwards) or a temporary
+    directory."""
+    if keep is None:
+        return tempfile.TemporaryDirectory(prefix="hbreplay-")
+    keep.mkdir()
+    return contextlib.nullcontext(str(keep))
 
 
 def _job_times(factory: Any) -> list[JobTimes]:

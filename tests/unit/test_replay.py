@@ -159,6 +159,9 @@ def test_a_preempted_job_waits_from_its_first_submission_and_counts_its_lost_run
         (["--speedup", "0"], "--speedup must be > 0"),
         (["--policy", "nope"], "unknown policy 'nope'"),
         (["--start", "100"], "no jobs in the slice"),
+        (["--keep", "kept"], "only a hivebatch run has a ledger to keep, not --mode sim"),
+        (["--mode", "hivebatch", "--keep", "/nonexistent/kept"], "is not in an existing directory"),
+        (["--mode", "hivebatch", "--keep", "/"], "/ exists: give a new directory"),
     ],
 )
 def test_bad_input_is_one_clear_line(

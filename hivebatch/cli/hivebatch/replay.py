@@ -63,6 +63,9 @@ _RUN_OPTIONS = (
     click.option("--plain-policy", default="tetris-perf", show_default=True,
                  help="Simulator policy predicting plain Slurm (tetris-perf: arrival order, later jobs fill gaps, as backfill does)."),
     click.option("--timeout", type=float, default=1800.0, show_default=True, help="Give up on a replay after this many real seconds."),
+    click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
+                 help="Keep the hivebatch run's ledger and config in this new directory, to read the "
+                      "controller's decisions afterwards (hadmin events --config DIR/hivebatch.yaml)."),
     click.option("--json", "as_json", is_flag=True, help="One JSON object with every figure."),
     click.option("--until", "until_h", type=float, help="--mode find: scan slices starting up to this trace hour (default: the trace's end)."),
     click.option("--step", "step_h", type=float, default=1.0, show_default=True, help="--mode find: trace hours between the slices' starts."),
@@ -101,6 +104,7 @@ def replay(
     policy: str | None,
     plain_policy: str,
     timeout: float,
+    keep: Path | None,
     as_json: bool,
     until_h: float | None,
     step_h: float,
@@ -136,6 +140,13 @@ def replay(
         if p not in POLICY_NAMES:
             raise click.UsageError(f"unknown policy {p!r}: use one of {', '.join(POLICY_NAMES)}")
     vc_users = _users(users)
+    if keep is not None and mode not in ("hivebatch", "both"):
+        raise click.BadParameter(
+            f"only a hivebatch run has a ledger to keep, not --mode {mode}", param_hint="--keep"
+        )
+    if keep is not None and (keep.exists() or not keep.parent.is_dir()):
+        why = "exists" if keep.exists() else "is not in an existing directory"
+        raise click.BadParameter(f"{keep} {why}: give a new directory", param_hint="--keep")
     spec = setup.build_spec(data)
     vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
     trace_vcs = {vc: 8 * n for vc, n in traces.read_vcs(vcs_file).items()} if vcs_file else vc_gpus
@@ -165,6 +176,7 @@ def replay(
         classes=list(CLASSES),
         interval_s=interval,
         timeout_s=timeout,
+        keep=None if keep is None else keep.resolve(),
         log=lambda m: click.echo(m, err=True),
     )
     modes = ["plain", "hivebatch"] if mode in ("both", "sim") else [mode]
