@@ -11,9 +11,10 @@ from __future__ import annotations
 from functools import partial
 
 from hivebatch.cells import GpuUse
+from hivebatch.cells.resume import resume_nodes
 from hivebatch.controller.decide.gres import gres_for, symmetric_indices
 from hivebatch.controller.decide.isolate import isolated
-from hivebatch.controller.decide.types import GpuMap, Place, Round, Wait
+from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.whole import note_whole
 from hivebatch.db.models import Job
 from hivebatch.request import JobRequest
@@ -21,17 +22,6 @@ from hivebatch.request import JobRequest
 
 def _waits_for(idx: list[int], nodes: int) -> str:
     return f"requeued with GPUs {idx} per node; waits until {nodes} node(s) have those indices free"
-
-
-def _free_on(gmap: GpuMap, node: str, idx: list[int], req: JobRequest) -> bool:
-    gpus = gmap.get(node, {})
-    for i in idx:
-        use = gpus.get(i)
-        if use is None or use.bad or use.foreign or use.job is not None:
-            return False
-        if use.vc is not None and (req.priority < 0 or use.vc != req.vc):
-            return False  # bound to another VC's cell (or to any cell: opportunistic work keeps off)
-    return True
 
 
 def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
@@ -42,18 +32,18 @@ def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
         return "its earlier placement had different GPU indices per node; it cannot be re-placed"
     want_nodes = len(old)
     node_type = {n.name: n.gpu_type for n in r.ctx.spec.nodes}
-    order = sorted(old) + sorted(n for n in r.gmap if n not in old)
     sj = r.ledger.slurm.get(job.slurm_job_id)
     unfit = r.unfit_for(job, sj) if sj is not None else {}
-    chosen = [
-        n
-        for n in order
-        if n not in r.ledger.bad_nodes
-        and n not in unfit
-        and (req.gpu_type is None or node_type.get(n) == req.gpu_type)
-        and _free_on(r.gmap, n, idx, req)
-    ][:want_nodes]
-    if len(chosen) < want_nodes:
+
+    def eligible(n: str) -> bool:
+        return (
+            n not in r.ledger.bad_nodes
+            and n not in unfit
+            and (req.gpu_type is None or node_type.get(n) == req.gpu_type)
+        )
+
+    chosen = resume_nodes(r.gmap, list(old), idx, req.vc, req.priority, eligible)
+    if chosen is None:
         return _waits_for(idx, want_nodes)
     placement = {n: list(idx) for n in chosen}
     decision = r.alloc.adopt(str(job.slurm_job_id), req.vc, req.priority, placement)
