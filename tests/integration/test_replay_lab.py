@@ -1,6 +1,7 @@
 """docs/simulate.md's lab commands: the lab's own sacct history replayed in the simulator, and hivebatch replay
 of two tiny slices in both modes (every job run, a row per VC, accounts restored; on the second, the sharing
-anomaly under plain Slurm and none through hivebatch)."""
+anomaly under plain Slurm and none through hivebatch, and the hivebatch run's ledger, kept with --keep,
+read by hadmin events)."""
 
 from __future__ import annotations
 
