@@ -19,7 +19,7 @@ from typing import Any
 
 from hivebatch.cells import snapshot as _snapshot
 from hivebatch.cells import views
-from hivebatch.cells.binding import BindLog, bind_around, unbind_if_idle
+from hivebatch.cells.binding import BindLog, bind_around, others_kept, shortfall_now, unbind_if_idle
 from hivebatch.cells.capacity import check_feasibility
 from hivebatch.cells.invariants import check_invariants
 from hivebatch.cells.notice import Hold
@@ -250,11 +250,22 @@ class CellAllocator(CellState):
         return views.foreign(self)
 
     # ======================================================================== adopt
-    def adopt(self, job_id: str, vc: str, priority: int, placement: dict[str, list[int]]) -> Decision:
+    def adopt(
+        self,
+        job_id: str,
+        vc: str,
+        priority: int,
+        placement: dict[str, list[int]],
+        *,
+        keep_guarantees: bool = False,
+    ) -> Decision:
         """Re-create a job at a known physical placement (after a restart, or a job Slurm started).
 
         Guaranteed jobs bind the VC cells that contain their GPUs (lowest VC level first, bad nodes
         allowed since the job already runs there); opportunistic jobs on those GPUs are preempted.
+        ``keep_guarantees`` (a placement hivebatch chooses, as a requeued job's): refuse it when its
+        bindings would leave another VC's free cells without physical cells to bind, as the buddy
+        search never does; a job that already runs is adopted regardless.
         """
         try:
             leaves = self._adoptable(job_id, vc, priority, placement)
@@ -262,12 +273,20 @@ class CellAllocator(CellState):
             return Decision("rejected", error=str(exc))
         chain = leaves[0].chain
         if priority >= 0:
+            before = shortfall_now(self, chain) if keep_guarantees else None
             log = BindLog(self)
             try:
                 bind_around(self, vc, chain, leaves, log)
             except Wait as exc:
                 log.rollback()
                 return Decision("rejected", error=str(exc))
+            if keep_guarantees and not others_kept(self, chain, vc, before):
+                log.rollback()
+                where = ", ".join(sorted(placement))
+                return Decision(
+                    "rejected",
+                    error=f"its VC's cells on {where} would leave another VC's guaranteed cells without GPUs",
+                )
         preempted = sorted({lf.job for lf in leaves if lf.job is not None})
         for jid in preempted:
             self._release_job(jid)  # opportunistic: binds nothing

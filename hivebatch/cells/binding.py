@@ -82,6 +82,18 @@ def _no_worse(before: dict[str, list[int]], after: dict[str, list[int]], request
     )
 
 
+def shortfall_now(st: CellState, chain: str) -> dict[str, list[int]] | None:
+    """What bindings must not make worse for other VCs: None when every VC cell can be backed."""
+    return None if feasible(st, chain) else chain_shortfall(st, chain)
+
+
+def others_kept(st: CellState, chain: str, vc: str, before: dict[str, list[int]] | None) -> bool:
+    """After bindings for ``vc``: every other VC's cells are as backed as ``before`` (shortfall_now)."""
+    return feasible(st, chain) or _no_worse(
+        before if before is not None else _no_shortfall(st, chain), chain_shortfall(st, chain), vc
+    )
+
+
 # ---------------------------------------------------------------- bind and unbind
 def try_bind(st: CellState, vc: str, chain: str, level: int, notes: list[str], log: BindLog) -> Cell | None:
     """bind, recorded in ``log`` so a failed placement can unbind it; None (and why, in ``notes``)
@@ -104,7 +116,7 @@ def bind(st: CellState, vc: str, chain: str, level: int) -> Cell:
     # that would shift it onto another VC is refused.
     # (A split made while nodes were bad can leave a guarantee unbacked after they recover, so
     # this is checked whenever the chain is short, not only while hardware is bad.)
-    before = None if feasible(st, chain) else chain_shortfall(st, chain)
+    before = shortfall_now(st, chain)
     tname = st.spec.chains[chain].type_at(level)
     cands = st.buddy.candidates(chain, level)
     if st.at_stake:
@@ -116,9 +128,7 @@ def bind(st: CellState, vc: str, chain: str, level: int) -> Cell:
         cell = st.buddy.take(start, level)
         v.unbound[chain][level] -= 1
         st.demand[chain][level] -= 1
-        if feasible(st, chain) or _no_worse(
-            before if before is not None else _no_shortfall(st, chain), chain_shortfall(st, chain), vc
-        ):
+        if others_kept(st, chain, vc, before):
             mark_bound(st, cell, vc)
             return cell
         v.unbound[chain][level] += 1

@@ -274,6 +274,25 @@ def test_restore_with_a_changed_config_keeps_what_fits() -> None:
     assert set(b.jobs()) <= {"c"}
 
 
+def test_adopt_keeping_guarantees_refuses_gpus_whose_cells_another_vc_needs() -> None:
+    # x is guaranteed a whole node; y's first single-GPU cell split node1 already
+    a = lab({"x": {"V100-NODE": 1}, "y": {"V100": 2}}, nodes=2)
+    assert a.allocate(req("y1", "y", 1)).placement == {"node1": [0]}
+    # a requeued job of y must resume on GPU 3: on node2 its cell would split x's last whole node
+    d = a.adopt("y2", "y", 0, {"node2": [3]}, keep_guarantees=True)
+    assert d.result == "rejected"
+    assert d.error == "its VC's cells on node2 would leave another VC's guaranteed cells without GPUs"
+    assert "y2" not in a.jobs()
+    a.check_invariants()
+    assert a.adopt("y2", "y", 0, {"node1": [3]}, keep_guarantees=True).placement == {"node1": [3]}
+    assert a.allocate(req("x1", "x", 8)).placement == {"node2": list(range(8))}
+    # a job that already runs is adopted where it runs, whatever it costs: then x waits
+    b = lab({"x": {"V100-NODE": 1}, "y": {"V100": 2}}, nodes=2)
+    b.allocate(req("y1", "y", 1))
+    assert b.adopt("y2", "y", 0, {"node2": [3]}).result == "placed"
+    assert b.allocate(req("x1", "x", 8)).result == "waiting"
+
+
 def test_adopt_binds_one_cell_for_gpus_spanning_small_cells() -> None:
     a = lab({"x": {"V100-SWITCH": 1, "V100-NODE": 1}}, nodes=2)
     d = a.adopt("j", "x", 0, {"node1": [0, 1, 2, 3]})

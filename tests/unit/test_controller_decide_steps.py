@@ -82,6 +82,26 @@ def test_requeued_job_resumes_on_its_indices_elsewhere_when_its_node_is_taken(ct
     assert r.gmap[node][2].job == "4" and r.placed_now[4] is place
 
 
+def test_requeued_job_does_not_resume_where_its_cells_would_take_another_vcs_guarantee(
+    ctx: ControllerContext,
+) -> None:
+    # the example cluster is exactly full of guarantees (nlp two nodes, cv one and a socket, sys half a
+    # socket); with node1's GPU 3 taken by outside work, a sys cell on any other node would split a node
+    # nlp or cv is guaranteed. sys, charged with the shortfall, waits instead of taking it from them.
+    job = row(4, JobRequest(vc="sys", gpus=1), state="preempted", gres="gpu:g3:1", placement={"node1": [3]})
+    r = make_round(ctx, [job])
+    r.alloc.occupy_foreign("other@node1", "node1", [3])
+    r.gmap = r.alloc.gpu_map()
+    r.typed.append((job, JobRequest(vc="sys", gpus=1)))
+    resume_requeued(r)
+    assert not r.out.places and "4" not in r.alloc.jobs()
+    assert r.out.waits[0].reason == (
+        "requeued with GPUs [3] per node; "
+        "its VC's cells on node4 would leave another VC's guaranteed cells without GPUs"
+    )
+    assert not r.alloc.shortfall()["nlp"] and not r.alloc.shortfall()["cv"]
+
+
 def test_requeued_job_waits_when_fewer_gpus_are_idle(ctx: ControllerContext) -> None:
     job = row(
         4,

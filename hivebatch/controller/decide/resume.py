@@ -42,13 +42,21 @@ def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
             and (req.gpu_type is None or node_type.get(n) == req.gpu_type)
         )
 
-    chosen = resume_nodes(r.gmap, list(old), idx, req.vc, req.priority, eligible)
-    if chosen is None:
-        return _waits_for(idx, want_nodes)
-    placement = {n: list(idx) for n in chosen}
-    decision = r.alloc.adopt(str(job.slurm_job_id), req.vc, req.priority, placement)
-    if decision.result != "placed":
-        return f"requeued with GPUs {idx} per node; {decision.reason or decision.error or 'its VC has no room now'}"
+    # a node where its VC's cells would take what another VC's guarantee needs is passed over for the next
+    refused: set[str] = set()
+    why = "its VC has no room now"
+    while True:
+        chosen = resume_nodes(
+            r.gmap, list(old), idx, req.vc, req.priority, lambda n: eligible(n) and n not in refused
+        )
+        if chosen is None:
+            return f"requeued with GPUs {idx} per node; {why}" if refused else _waits_for(idx, want_nodes)
+        placement = {n: list(idx) for n in chosen}
+        decision = r.alloc.adopt(str(job.slurm_job_id), req.vc, req.priority, placement, keep_guarantees=True)
+        if decision.result == "placed":
+            break
+        why = decision.reason or decision.error or why
+        refused.add(chosen[-1])
     for n in chosen:  # keep the map current for the next requeued job
         for i in idx:
             r.gmap[n][i] = GpuUse(
