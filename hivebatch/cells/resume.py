@@ -1,8 +1,8 @@
 """Where a requeued job may resume: on the GPU indices it had, on any node(s) where they are free.
 
 A placed job carries a typed GPU gres (``gpu:g3:1,…``) that Slurm cannot re-type (it would grant the
-old and the new GPUs together), so after a requeue it can only run on the same indices again. The
-controller resumes requeued jobs this way, and the simulator, which predicts it, does too.
+old and the new GPUs together), so after a requeue it can only run on the same indices again: the
+controller resumes requeued jobs this way (the simulator does not yet; see docs/simulate.md).
 """
 
 from __future__ import annotations
