@@ -201,9 +201,8 @@ def requeue_delay() -> tuple[int, str]:
         config = CliBackend().config()
     except HivebatchError as exc:
         return requeue_delay_s({}), f"Slurm's default; slurmctld did not answer: {exc}"
-    return requeue_delay_s(
-        config
-    ), f"slurmctld's AuthInfo {config.get('AuthInfo') or '(cred_expire default)'}"
+    source = f"slurmctld's AuthInfo {config.get('AuthInfo') or '(cred_expire default)'}"
+    return requeue_delay_s(config), source
 
 
 def compressed_notice(config_data: dict[str, Any], speedup: float) -> dict[str, Any]:

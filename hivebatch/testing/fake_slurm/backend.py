@@ -397,8 +397,9 @@ class FakeSlurm(SlurmBackend):
         self, job_ids: list[int] | None = None, since: datetime | None = None, runs: bool = False
     ) -> list[AcctRecord]:
         out = []
+        wanted = None if job_ids is None else set(job_ids)
         for j in self._s.jobs.values():
-            if job_ids is not None and j.job_id not in set(job_ids):
+            if wanted is not None and j.job_id not in wanted:
                 continue
             if since is not None and (j.end_time or self._s.now()) < since:
                 continue
