@@ -53,6 +53,26 @@ def test_held_job_pinned_to_gpus_3_and_5_on_node2(slurm_lab, lab_jobs):
     assert job.finished and not job.held
 
 
+@pytest.mark.parametrize("retype", ["gpu:g1:1", "gpu:g1:1,gpu:g3:0"])
+def test_retyping_a_typed_gres_keeps_the_old_gpus(slurm_lab, lab_jobs, retype):
+    """Why a requeued job only ever resumes on its own GPU indices: Slurm 22.05 takes a new typed gres
+    and shows it, but still grants the old type as well, even when the update gives it a count of 0.
+    tests/fixtures/slurm/scontrol_retyped_gres.txt has the same, as scontrol shows it."""
+    op = slurm_lab.backend(slurm_lab.operator)
+    jid = _submit(slurm_lab, "alice", "retype")
+    lab_jobs.append(jid)
+    slurm_lab.wait_for(jid, {"PENDING"}, held=True)
+    op.update_pending(jid, nodelist=["node2"], num_nodes=1, gres="gpu:g3:1")
+    op.update_pending(jid, gres=retype)
+    shown = slurm_lab.wait_for(jid, {"PENDING"}, held=True).tres_per_node
+    assert shown == ",".join(f"gres:{g}" for g in retype.split(","))  # only the new gres is shown
+    op.release(jid)
+    job = slurm_lab.wait_for(jid, {"RUNNING"})
+    assert job.gpus == {"node2": [1, 3]}  # and the old one is granted with it
+    out = slurm_lab.wait_for_file(slurm_lab.jobs_dir / f"retype-{jid}.out", "cvd=")
+    assert "cvd=1,3" in out or "cvd=3,1" in out
+
+
 def test_other_user_cannot_touch_a_job_but_the_operator_can(slurm_lab, lab_jobs):
     bob, op = slurm_lab.backend("bob"), slurm_lab.backend(slurm_lab.operator)
     jid = _submit(slurm_lab, "alice", "perm")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hivebatch.slurm.types import SlurmError
@@ -106,14 +108,36 @@ def test_sbatch_lines_in_the_script_are_read(fake_slurm):
     assert (j.name, j.qos, j.time_limit_s, j.account) == ("fromscript", "prior", 5400, "nlp")
 
 
-def test_lab_quirks_retyping_and_bad_constraints(fake_slurm):
+def _retyped_on_the_lab(text: str) -> list[tuple[list[str], bool, str, list[int]]]:
+    """Per recorded job: the Gres= of each update, whether it ran and was requeued in between, what
+    TresPerNode then showed, the GPU indices it ran on."""
+    out = []
+    for block in text.split("# job ")[1:]:
+        updates = re.findall(r"^\$ scontrol update JobId=\d+ .*?Gres=(\S+)", block, re.M)
+        shown = re.findall(r"TresPerNode=(\S+)", block)[-1]
+        granted = sorted(int(i) for i in re.findall(r"\(IDX:(\d+)\)", block))
+        out.append((updates, "requeuehold" in block, shown, granted))
+    return out
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_retyping_grants_the_old_gpus_too_as_recorded(fake_slurm, slurm_fixture, case):
+    updates, requeued, shown, granted = _retyped_on_the_lab(slurm_fixture("scontrol_retyped_gres.txt"))[case]
     op = fake_slurm.as_user("hbctl")
     jid = fake_slurm.as_user("alice").submit(SCRIPT, ["--hold"])
-    op.update_pending(jid, ["node1"], 1, "gpu:g3:1")
-    op.update_pending(jid, ["node1"], 1, "gpu:g0:1")  # Slurm keeps g3 as well
+    op.update_pending(jid, ["node2"], 1, updates[0])
+    if requeued:
+        op.release(jid)
+        op.requeue_hold(jid)
+    op.update_pending(jid, gres=updates[-1])
+    assert fake_slurm.job(jid).tres_per_node == shown
     op.release(jid)
-    assert fake_slurm.job(jid).gpus == {"node1": [0, 3]}
+    fake_slurm.advance(15)
+    assert fake_slurm.job(jid).gpus == {"node2": granted}
 
+
+def test_lab_quirks_bad_constraints_and_mixed_typing(fake_slurm):
+    op = fake_slurm.as_user("hbctl")
     j2 = fake_slurm.as_user("alice").submit(SCRIPT, ["--hold"])
     op.update_pending(j2, ["node1", "node2"], 1)
     op.release(j2)

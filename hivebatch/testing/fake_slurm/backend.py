@@ -472,9 +472,9 @@ class FakeSlurm(SlurmBackend):
         return j
 
     def _retype(self, j: Job, gres: str, cmd: list[str]) -> str:
+        """The job's new gres as Slurm shows it; the typed GPUs it had before go to ``j.kept_gres``."""
         old = split_gres(j.tres_per_node)
         new = split_gres(gres)
-        old_typed = {(n, t) for n, t, _, _ in old if n == "gpu" and t}
         old_untyped = [t is None for n, t, _, _ in old if n == "gpu"]
         new_untyped = [t is None for n, t, _, _ in new if n == "gpu"]
         if old_untyped and new_untyped and any(old_untyped) != any(new_untyped):
@@ -483,12 +483,12 @@ class FakeSlurm(SlurmBackend):
                 1,
                 f"Invalid GRES specification (with and without type identification) for job {j.job_id}",
             )
-        items = [f"gres:{n}:{t}:{c}" if t else f"gres:{n}:{c}" for n, t, c, _ in new]
-        # Slurm 22.05 quirk: re-typing a typed GPU gres keeps the old types as well
-        for n, t in sorted(old_typed, key=lambda x: x[1] or ""):
-            if not any(nn == n and tt == t for nn, tt, _, _ in new):
-                items.append(f"gres:{n}:{t}:1")
-        return ",".join(items)
+        # Slurm 22.05 quirk (tests/fixtures/slurm/scontrol_retyped_gres.txt): it shows only the new
+        # gres but still grants every typed GPU the job had, even one the update gives a count of 0
+        granted = {(n, t) for n, t, c, _ in new if c > 0}
+        kept = {(n, t) for n, t, _, _ in (*old, *split_gres(j.kept_gres)) if n == "gpu" and t}
+        j.kept_gres = ",".join(f"gres:{n}:{t}:1" for n, t in sorted(kept - granted, key=lambda x: x[1] or ""))
+        return ",".join(f"gres:{n}:{t}:{c}" if t else f"gres:{n}:{c}" for n, t, c, _ in new)
 
     def _maybe_schedule(self) -> None:
         if self._s.auto_schedule:

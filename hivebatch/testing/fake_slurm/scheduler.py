@@ -30,12 +30,12 @@ def fit(
     want_gpus: list[int] = []
     want_shards: dict[int, int] = {}
     untyped = 0
-    for name, gtype, count, _ in split_gres(j.tres_per_node):
+    for name, gtype, count, _ in split_gres(",".join(g for g in (j.tres_per_node, j.kept_gres) if g)):
         idx = int(gtype[1:]) if gtype and gtype.startswith("g") and gtype[1:].isdigit() else None
         if name == "gpu":
             if idx is None:
                 untyped += count
-            else:
+            elif count > 0 and idx not in want_gpus:
                 want_gpus.append(idx)
         elif name == "shard" and idx is not None:
             want_shards[idx] = want_shards.get(idx, 0) + count

@@ -62,6 +62,7 @@ class Job:
     array_max: int = 0
     signals: list[tuple[str, str]] = field(default_factory=list)  # (signal, target) sent by scancel
     past_runs: list[PastRun] = field(default_factory=list)
+    kept_gres: str = ""  # typed GPUs a re-typing update did not take away (Slurm grants them still)
 
     def requeue(self, now: datetime, reason: str) -> None:
         """Back to PENDING without its allocation, as Slurm requeues, and eligible again only after a
