@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hivebatch.slurm.parse import requeue_delay_s
 from hivebatch.slurm.types import FINISHED_STATES, SlurmError
 
 QOS_NAMES = ("urgent", "prior", "normal", "opportunistic")
 PREEMPTABLE_QOS = "opportunistic"
-#: seconds before a preempted (requeued) job may start again
-REQUEUE_DELAY_S = 10
+#: seconds before a preempted (requeued) job may start again, from the lab's AuthInfo as slurmctld
+#: derives it (tests/fixtures/slurm/scontrol_show_config.txt)
+REQUEUE_DELAY_S = requeue_delay_s({"AuthInfo": "cred_expire=10"})
 #: finished jobs stay visible in squeue this long (the lab's MinJobAge)
 MIN_JOB_AGE_S = 300
 
