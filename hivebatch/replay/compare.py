@@ -47,14 +47,16 @@ def predict(
     policy: str,
     cycle_s: float | None = None,
     requeue_delay_s: float = 0.0,
+    start_latency_s: float = 0.0,
 ) -> Prediction:
     """``cycle_s``: the controller's cycle in trace seconds; hivebatch decides only then (None: at every event).
-    ``requeue_delay_s``: trace seconds before a job hivebatch preempted may start again (Slurm's requeue)."""
+    ``requeue_delay_s``: trace seconds before a job hivebatch preempted may start again (Slurm's requeue).
+    ``start_latency_s``: trace seconds from the controller's release of a placed job to Slurm's start."""
     spec = setup.build_spec(data)
     exp = setup.build_experiment(spec, data, config_dir, plan.sim_jobs, [], private_baseline=True)
     # plain Slurm decides at every event, arrival order; the controller ranks by class, preempts with
     # notice and decides at its cycles (the shared run and the private baseline alike)
-    notice, cycle, ranked = None, None, False
+    notice, cycle, ranked, latency = None, None, False, 0.0
     if mode == "hivebatch":  # the controller's own reservations, fairshare, starvation bound and notices
         ctl = parse_settings(None, data)
         exp = replace(
@@ -64,9 +66,18 @@ def predict(
             fairshare_half_life_s=ctl.fairshare_half_life_s,
         )
         notice = SimNotice(notice_s=float(parse_notice(data).notice_s), requeue_delay_s=requeue_delay_s)
-        cycle, ranked = cycle_s, True
+        cycle, ranked, latency = cycle_s, True, start_latency_s
     sim_mode = SIM_MODES[mode]
-    private = private_queues(exp, policy, None, sim_mode, class_priority=ranked, notice=notice, cycle_s=cycle)
+    private = private_queues(
+        exp,
+        policy,
+        None,
+        sim_mode,
+        class_priority=ranked,
+        notice=notice,
+        cycle_s=cycle,
+        start_latency_s=latency,
+    )
     run = Simulation(
         spec,
         plan.sim_jobs,
@@ -81,6 +92,7 @@ def predict(
         starve_after_s=exp.starve_after_s,
         cycle_s=cycle,
         class_priority=ranked,
+        start_latency_s=latency,
     ).run()
     return Prediction(mode, policy, run, private)
 

@@ -70,12 +70,13 @@ def find_slices(
     vc_gpus: dict[str, int],
     shape_limits: tuple[int, int],
     policies: tuple[str, str],
-    timing: tuple[float, float],
+    timing: tuple[float, float, float],
 ) -> Iterator[Candidate]:
     """Each window of the scan that fits the budget and that both modes run whole, in trace order.
 
     ``shape_limits``: GPUs per node and nodes of the cluster; ``policies``: the plain and the
-    hivebatch policy; ``timing``: the controller's cycle and Slurm's requeue delay, trace seconds.
+    hivebatch policy; ``timing``: the controller's cycle, Slurm's requeue delay and its start latency,
+    trace seconds.
     """
     if scan.step_s <= 0:
         raise ValueError("the scan's step must be > 0")

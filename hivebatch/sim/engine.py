@@ -71,6 +71,12 @@ class JobRecord:
     saved_fraction: float = 0.0  # of the whole job's work, kept by checkpoints
     predicted_end: float | None = None  # what the scheduler expected when it started the current run
 
+    def ran_s(self, now: float) -> float:
+        """How long its current run has run by ``now``: 0 until it starts, which may be a moment after
+        it was placed (``Simulation``'s start latency)."""
+        assert self.start is not None
+        return max(0.0, now - self.start)
+
     @property
     def queue_s(self) -> float:
         """Time not spent in the final run: waiting, plus runs lost to preemption."""
@@ -114,6 +120,7 @@ class Simulation:
         starve_after_s: float = DEFAULT_STARVE_AFTER_S,
         cycle_s: float | None = None,
         class_priority: bool = False,
+        start_latency_s: float = 0.0,
     ) -> None:
         """``pool_nodes``: quota mode only, the nodes the shared pool has (default: every node).
         ``notice``: cells mode only, preemption with notice (hivebatch.sim.notice); None: at once.
@@ -127,6 +134,8 @@ class Simulation:
         ``class_priority``: the cell core ranks guaranteed jobs by class (urgent > prior > normal: a
         higher class may take a lower one's GPUs, and a lower one's reservation does not hold it back),
         as the controller's does; False ranks them alike and leaves the classes to the policy.
+        ``start_latency_s``: how long after the decision the job starts, holding its GPUs meanwhile (on
+        Slurm: the controller's update and release, then slurmctld's scheduling pass); counted as waiting.
         """
         if mode not in MODES:
             raise HivebatchError(f"unknown mode {mode!r}: use cells or quota")
@@ -149,6 +158,9 @@ class Simulation:
             raise HivebatchError(f"cycle_s must be > 0, got {cycle_s}")
         self.cycle_s = cycle_s
         self.class_priority = class_priority
+        if start_latency_s < 0:
+            raise HivebatchError(f"a start latency cannot be negative (got {start_latency_s:g} s)")
+        self.start_latency_s = start_latency_s
         self._due: tuple[float, set[str], bool] | None = None  # the next cycle and what waits for it
         self.usage = DecayedUsage(fairshare_half_life_s) if fairshare_half_life_s else None
         self.vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
@@ -321,13 +333,13 @@ class Simulation:
     def _count_usage(self, rec: JobRecord, now: float) -> None:
         """The run that ends now counts towards its user's fairshare usage."""
         if self.usage is not None and rec.job.user is not None and rec.start is not None:
-            self.usage.add(Run(rec.job.user, _gpus(rec.placement), rec.start, now))
+            self.usage.add(Run(rec.job.user, _gpus(rec.placement), min(rec.start, now), now))
 
     def _usage(self, now: float) -> dict[str, float] | None:
         if self.usage is None:
             return None
         running = (
-            Run(r.job.user, _gpus(r.placement), r.start, now)
+            Run(r.job.user, _gpus(r.placement), min(r.start, now), now)
             for r in self.running.values()
             if r.job.user is not None and r.start is not None
         )
@@ -432,16 +444,16 @@ class Simulation:
         run = self.runtime.run_time(rec.job, o.placement) * (1.0 - rec.saved_fraction)
         rec.run_s = run
         rec.leaving = rec.saved_at = rec.told_by = None
-        rec.start = now
+        rec.start = now + self.start_latency_s
         rec.predicted_end = o.predicted_end
         if rec.first_start is None:
-            rec.first_start = now
+            rec.first_start = rec.start
         rec.token += 1
         self.running[jid] = rec
         if jid not in self.opp_ids:
             self.used[rec.job.vc] += _gpus(o.placement)
         self.busy_gpu_s += run * _gpus(o.placement)
-        self._push(now + run, _COMPLETE, (jid, rec.token))
+        self._push(rec.start + run, _COMPLETE, (jid, rec.token))
 
     def _preempt(self, rec: JobRecord, now: float) -> None:
         """Requeue a preempted job; the cell core took its GPUs back already, or, when it had a notice,
@@ -453,22 +465,28 @@ class Simulation:
         del self.running[jid]
         assert rec.start is not None
         gpus = _gpus(rec.placement)
-        done = now - rec.start
+        done = rec.ran_s(now)
         self.busy_gpu_s -= (rec.run_s - done) * gpus  # the part it will not run now
         kept = progress_kept(rec)
         # a checkpoint keeps the run up to its signal; the time spent saving is lost all the same
-        rec.lost_gpu_s += (now - (rec.saved_at if rec.saved_at is not None else rec.start)) * gpus
+        since = rec.start if rec.saved_at is None else max(rec.saved_at, rec.start)
+        rec.lost_gpu_s += max(0.0, now - since) * gpus
         rec.saved_fraction = kept
         if rec.leaving is not None:
             self.alloc.release(jid)  # it kept its cells through its notice
         if jid not in self.opp_ids:
             self.used[rec.job.vc] -= gpus
-        rec.preemptions += 1
+        # a job Slurm had not started yet is held again, not requeued: no run ends, no requeue delay
+        started = now >= rec.start
+        if started:
+            rec.preemptions += 1
+        elif rec.first_start == rec.start:
+            rec.first_start = None
         rec.token += 1
         rec.start = None
         rec.run_s = 0.0
         rec.placement = {}
-        delay = self.notice.requeue_delay_s if self.notice is not None else 0.0
+        delay = self.notice.requeue_delay_s if self.notice is not None and started else 0.0
         if delay > 0:
             self._push(now + delay, _ARRIVE, jid)  # back in the queue when Slurm lets it start again
         else:

@@ -46,8 +46,7 @@ def prime(sim: Simulation, now: float) -> None:
             leaving[jid] = rec.leaving
             stake[jid] = 0.0
             continue
-        assert rec.start is not None
-        stake[jid] = (now - rec.start) * gpus(rec)
+        stake[jid] = rec.ran_s(now) * gpus(rec)
         notice_s[jid] = rule.notice_s
     victims = [*sim.running.values(), *sim.waiting.values()]  # told_by is cleared once a victim is placed
     claimants = frozenset(r.told_by for r in victims if r.told_by and r.told_by in sim.waiting)
@@ -82,5 +81,5 @@ def progress_kept(rec: JobRecord) -> float:
     """The fraction of the whole job saved by a checkpoint at ``rec.saved_at`` (0 without one)."""
     if rec.saved_at is None or rec.start is None or rec.run_s <= 0:
         return rec.saved_fraction
-    this_run = min(1.0, (rec.saved_at - rec.start) / rec.run_s)
+    this_run = min(1.0, max(0.0, rec.saved_at - rec.start) / rec.run_s)
     return rec.saved_fraction + (1.0 - rec.saved_fraction) * this_run

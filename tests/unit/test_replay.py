@@ -162,6 +162,7 @@ def test_a_preempted_job_waits_from_its_first_submission_and_counts_its_lost_run
         (["--keep", "kept"], "only a hivebatch run has a ledger to keep, not --mode sim"),
         (["--mode", "hivebatch", "--keep", "/nonexistent/kept"], "is not in an existing directory"),
         (["--mode", "hivebatch", "--keep", "/"], "/ exists: give a new directory"),
+        (["--start-latency", "-1"], "-1.0 is not in the range x>=0"),
     ],
 )
 def test_bad_input_is_one_clear_line(
@@ -243,6 +244,26 @@ def test_a_vc_alone_on_the_cluster_waits_exactly_as_on_its_private_cluster() -> 
     assert pred.summary.vcs["cv"]["excess_queue_s"] == pytest.approx(0.0, abs=1e-6)
 
 
+def test_hivebatch_is_predicted_with_slurms_start_latency_in_both_runs() -> None:
+    # the same VC alone: each job starts the latency after its cycle, in the shared run and in the
+    # private baseline alike, so the waits grow and the excess stays 0; plain Slurm is left as it was
+    data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
+    data["virtual_clusters"] = {"cv": {"cells": {"V100-NODE": 4}}}
+    jobs = [_job(f"n{i}", 10.0 * i, gpus=16, duration=600.0) for i in range(3)]
+    plan = plan_replay(jobs, SliceSpec(length_s=1000, speedup=1, max_run_s=1000), {"cv": 32}, 8, 4)
+    at_once = compare.predict(plan, data, None, "hivebatch", "qos", cycle_s=64.0)
+    later = compare.predict(plan, data, None, "hivebatch", "qos", cycle_s=64.0, start_latency_s=5.0)
+    first = {r.job.job_id: r.first_start for r in at_once.run.records}
+    assert {r.job.job_id: r.first_start for r in later.run.records}["n0"] == first["n0"] + 5.0
+    assert later.summary.avg_queue_s > at_once.summary.avg_queue_s
+    assert later.summary.vcs["cv"]["excess_queue_s"] == pytest.approx(0.0, abs=1e-6)
+    plain = compare.predict(plan, data, None, "plain", "tetris-perf", start_latency_s=5.0)
+    assert (
+        plain.summary.avg_queue_s
+        == compare.predict(plan, data, None, "plain", "tetris-perf").summary.avg_queue_s
+    )
+
+
 def test_the_controller_of_a_replay_gets_its_notices_compressed_like_every_other_time() -> None:
     from hivebatch.replay.live import compressed_notice
 
@@ -263,7 +284,9 @@ def _scan(jobs: list[SimJob], budget_s: float, **spec: Any) -> list[Any]:
     data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
     base = SliceSpec(length_s=3600, speedup=30, max_run_s=60, **spec)
     scan = Scan(base, step_s=3600, until_s=4 * 3600, budget_s=budget_s)
-    return list(find_slices(jobs, scan, data, None, LAB_VCS, (8, 4), ("tetris-perf", "qos"), (30.0, 330.0)))
+    return list(
+        find_slices(jobs, scan, data, None, LAB_VCS, (8, 4), ("tetris-perf", "qos"), (30.0, 330.0, 0.0))
+    )
 
 
 def test_the_slice_search_finds_the_window_where_plain_slurm_shows_the_anomaly() -> None:

@@ -291,6 +291,17 @@ def test_with_a_cycle_decisions_wait_for_the_next_cycle_as_the_controller_does()
     assert (alone["j3"].start, alone["j3"].end) == (120, 150)
 
 
+def test_a_start_latency_delays_each_start_and_holds_the_gpus_meanwhile() -> None:
+    # the j1/j2 queue of the cycle test, each job starting 5 s after its cycle's decision: j2's cycle
+    # comes after j1's later end, and both waits count the latency, as Slurm's start times do
+    jobs = [_job("j1", "a", 10, 4, 100), _job("j2", "a", 20, 4, 50)]
+    run, rec = _sim(jobs, cycle_s=60.0, start_latency_s=5.0)
+    assert [(rec[j].start, rec[j].end) for j in ("j1", "j2")] == [(65, 165), (185, 235)]
+    assert summarize(run).avg_queue_s == pytest.approx(((65 - 10) + (185 - 20)) / 2)
+    with pytest.raises(HivebatchError, match="start latency cannot be negative"):
+        _sim(jobs, start_latency_s=-1.0)
+
+
 def test_a_cycle_must_be_positive() -> None:
     with pytest.raises(HivebatchError, match="cycle_s must be > 0"):
         _sim([_job("j1", "a", 0, 1, 10)], cycle_s=0.0)
@@ -298,6 +309,26 @@ def test_a_cycle_must_be_positive() -> None:
 
 # VC x owns both nodes of TWO_NODES
 ONE_VC = {**TWO_NODES, "virtual_clusters": {"x": {"cells": {"G-NODE": 2}}}}
+
+
+def test_a_job_taken_back_before_slurm_starts_it_is_held_again_not_preempted() -> None:
+    spec = build_spec(ONE_VC)
+    qos = QosSettings()
+    platform = build_platform(spec, qos)
+    runtime = build_runtime(spec, platform, qos)
+    jobs = [
+        replace(j, model=None) for j in (_job("a", "x", 0, 4, 1000), _job("h", "x", 40, 8, 100, cls="prior"))
+    ]
+    run = Simulation(
+        spec, jobs, "qos", "cells", runtime, platform, notice=SimNotice(notice_s=120, requeue_delay_s=50),
+        cycle_s=30.0, class_priority=True, backfill=True, start_latency_s=40.0,
+    ).run()  # fmt: skip
+    rec = {r.job.job_id: r for r in run.records}
+    # a is placed at 30 to start at 70; h takes the VC back at the cycle at 60, before a has run, and
+    # starts 40 s after the next cycle's decision; a, never started, waits without a requeue delay for
+    # the cycle after h's end (230) and starts 40 s later
+    assert (rec["a"].preemptions, rec["a"].lost_gpu_s) == (0, 0.0)
+    assert rec["h"].first_start == 130 and rec["a"].first_start == rec["a"].start == 280
 
 
 def test_a_higher_class_takes_its_vc_back_once_with_notice_and_its_victims_wait_for_it() -> None:

@@ -59,6 +59,9 @@ _RUN_OPTIONS = (
     click.option("--operator", default="hbctl", show_default=True, help="The controller's user (a Slurm Operator)."),
     click.option("--user", "users", multiple=True, metavar="VC=USER", help="Who submits a VC's jobs in hivebatch mode (repeatable)."),
     click.option("--interval", type=float, default=2.0, show_default=True, help="Controller cycle period, real seconds."),
+    click.option("--start-latency", type=click.FloatRange(min=0), default=0.8, show_default=True,
+                 help="For the simulator: real seconds from the controller's release of a placed job to Slurm's "
+                      "start of it (0.6-0.9 s on average on the lab, from slurmctld's log)."),
     click.option("--policy", help="The controller's policy (default: the config's controller.policy, else qos)."),
     click.option("--plain-policy", default="tetris-perf", show_default=True,
                  help="Simulator policy predicting plain Slurm (tetris-perf: arrival order, later jobs fill gaps, as backfill does)."),
@@ -101,6 +104,7 @@ def replay(
     operator: str,
     users: tuple[str, ...],
     interval: float,
+    start_latency: float,
     policy: str | None,
     plain_policy: str,
     timeout: float,
@@ -161,7 +165,7 @@ def replay(
         requeue_trace_s = delay_s * speedup
     if mode == "find":
         scan = _scan(jobs, slice_spec, until_h, step_h, budget)
-        timing = (interval * speedup, requeue_trace_s)
+        timing = (interval * speedup, requeue_trace_s, start_latency * speedup)
         limits = (platform.gpus_per_node, platform.max_nodes)
         _print_found(scan, find_slices(jobs, scan, data, cfg_dir, vc_gpus, limits, (plain_policy, policy), timing),
                      interval * speedup / 60, as_json)  # fmt: skip
@@ -191,6 +195,7 @@ def replay(
             plain_policy if m == "plain" else policy,
             interval * speedup,
             requeue_trace_s,
+            start_latency * speedup,
         )
         if mode == "sim":
             results[m] = (None, pred.summary)
