@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from hivebatch.errors import HivebatchError
+from hivebatch.qos import correction
 from hivebatch.qos.nnls import nnls
 from hivebatch.qos.perfmodel import (
     COMPUTE_COEFFS,
@@ -36,6 +37,7 @@ from hivebatch.qos.perfmodel import (
     Profile,
     Shape,
     default_features,
+    default_step_times,
     predict_throughput,
 )
 
@@ -292,6 +294,28 @@ def fit_paper(samples: list[Sample]) -> dict[str, float]:
 FITTERS = {"default": fit_default, "paper": fit_paper}
 
 
+def corrected(profile: Profile, samples: list[Sample]) -> Profile:
+    """``profile`` with the correction its form leaves in ``samples`` (physical default form only)."""
+    if not profile.physical or not samples:
+        return profile
+    t = default_step_times(
+        profile.coefficients,
+        np.array([s.local_batch for s in samples]),
+        np.array([s.shape.d_node for s in samples]),
+        np.array([s.shape.d_gpn for s in samples]),
+    )
+    ratios = np.array([s.step_time for s in samples]) / t
+    profile.correction = correction.learn(
+        [(s.shape.d_node, s.shape.d_gpn) for s in samples], [s.local_batch for s in samples], ratios
+    )
+    return profile
+
+
+def fit_form(form: str, samples: list[Sample], name: str = "m", gpu_type: str = "g") -> Profile:
+    """A profile of ``form`` fitted to ``samples``, corrected where the form allows it."""
+    return corrected(Profile(name, gpu_type, form, FITTERS[form](samples)), samples)
+
+
 def fit_profile(
     name: str,
     gpu_type: str,
@@ -322,7 +346,7 @@ def fit_profile(
         train, test = split_holdout(base, holdout, seed)
         if not test:
             raise HivebatchError(f"--holdout {holdout:g} leaves no rows to test on ({len(base)} samples)")
-        trial = Profile(name, gpu_type, form, fitter(train + more))
+        trial = fit_form(form, train + more, name, gpu_type)
         mape_holdout = mape(trial, test)
         holdout_rows = len(test)
     everything = base + more
@@ -337,6 +361,7 @@ def fit_profile(
         skipped_asymmetric=skipped,
         source=", ".join(s.source for s in (placements, extra) if s is not None and s.source),
     )
+    corrected(profile, everything)
     batches = [s.local_batch for s in everything]
     profile.extra["local_batch_range"] = [min(batches), max(batches)]
     profile.extra["shapes_profiled"] = sorted({str(s.shape) for s in everything})

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from hivebatch.errors import HivebatchError
+from hivebatch.qos.correction import Correction, knot_floors, running_max
 
 FORMS = ("default", "paper")
 
@@ -104,6 +105,8 @@ class Profile:
     mape_holdout: float | None = None
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # measured per-shape and per-batch factors on the form's step time (physical default form only)
+    correction: Correction | None = None
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:
@@ -129,6 +132,11 @@ class Profile:
                     f"profile {self.name}/{self.gpu_type}: with an overlap coefficient every coefficient "
                     f"must be >= 0, overlap <= 1 and t0 + t_w + t_sqrtw > 0 (refit it with hivebatch model fit)"
                 )
+        if self.correction is not None and not self.physical:
+            raise HivebatchError(
+                f"profile {self.name}/{self.gpu_type}: a correction needs the default form with an overlap "
+                f"coefficient (refit it with hivebatch model fit)"
+            )
 
     @property
     def physical(self) -> bool:
@@ -149,6 +157,8 @@ class Profile:
             "mape_holdout": self.mape_holdout,
             "source": self.source,
         }
+        if self.correction is not None:
+            d["correction"] = self.correction.to_dict()
         d.update(self.extra)
         return d
 
@@ -156,7 +166,7 @@ class Profile:
     def from_dict(cls, d: dict[str, Any]) -> Profile:
         known = {
             "name", "gpu_type", "form", "coefficients", "family", "params_m", "samples",
-            "skipped_asymmetric", "mape_train", "mape_holdout", "source",
+            "skipped_asymmetric", "mape_train", "mape_holdout", "source", "correction",
         }  # fmt: skip
         try:
             return cls(
@@ -172,8 +182,9 @@ class Profile:
                 mape_holdout=d.get("mape_holdout"),
                 source=str(d.get("source") or ""),
                 extra={k: v for k, v in d.items() if k not in known},
+                correction=Correction.from_dict(d["correction"]) if d.get("correction") else None,
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise HivebatchError(f"malformed profile entry {d.get('name', '?')!r}: {exc}") from None
 
 
@@ -206,6 +217,67 @@ def default_step_times(
 
 _COMPUTE_COLS = [DEFAULT_COEFFS.index(k) for k in COMPUTE_COEFFS]
 _SYNC_COLS = [DEFAULT_COEFFS.index(k) for k in SYNC_COEFFS]
+
+
+def profile_step_times(profile: Profile, w: np.ndarray, d_node: np.ndarray, d_gpn: np.ndarray) -> np.ndarray:
+    """T(w', s) of a default-form profile, with its measured correction when it has one.
+
+    Corrected step time stays physical: positive, non-decreasing in the local batch (``running_max``)
+    and in nodes and GPUs per node (``Correction.floor_grid``)."""
+    c = profile.coefficients
+    corr = profile.correction
+    if corr is None:
+        return default_step_times(c, w, d_node, d_gpn)
+    out_shape = np.broadcast(w, d_node, d_gpn).shape
+    wb, dn, g = (a.astype(float).ravel() for a in np.broadcast_arrays(w, d_node, d_gpn))
+    plan = _plan(c, corr, dn, g)
+    kx, ky = corr.batch_knots
+    t = running_max(default_step_times(c, wb, dn, g), wb, kx, ky, plan.own_knots) * plan.own_ratio
+    if plan.inside.any():
+        pn, pg, _ = corr.floor_grid
+        wide = np.broadcast_to(wb[:, None], plan.inside.shape).ravel()
+        pnn = np.broadcast_to(pn[None, :], plan.inside.shape).ravel()
+        pgg = np.broadcast_to(pg[None, :], plan.inside.shape).ravel()
+        smaller = running_max(default_step_times(c, wide, pnn, pgg), wide, kx, ky, plan.grid_knots)
+        smaller = smaller.reshape(plan.inside.shape) * plan.grid_ratio
+        t = np.maximum(t, np.where(plan.inside, smaller, 0.0).max(axis=1))
+    return np.asarray(t.reshape(out_shape), dtype=float)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a corrected prediction needs that depends on the placements only, not on the batch."""
+
+    own_knots: np.ndarray  # N x K: knot_floors of the form's step times at the batch knots, per placement
+    own_ratio: np.ndarray  # N: each placement's shape factor
+    inside: np.ndarray  # N x P: which grid shapes each placement contains
+    grid_knots: np.ndarray  # (N·P) x K: the same for the grid shapes, repeated for every placement
+    grid_ratio: np.ndarray  # P: the grid shapes' factors (the single GPU's capped at 1)
+
+
+def _plan(c: dict[str, float], corr: Correction, dn: np.ndarray, g: np.ndarray) -> _Plan:
+    # policies ask about the same placements for batch after batch: plan them once per profile
+    key = (tuple(c.values()), dn.tobytes(), g.tobytes())
+    memo = corr.memo
+    if key in memo:
+        return memo[key]  # type: ignore[no-any-return]
+    kx, ky = corr.batch_knots
+    knots = np.exp(kx)
+    pn, pg, grid_ratio = corr.floor_grid
+    inside = (pn[None, :] <= dn[:, None]) & (pg[None, :] <= g[:, None])
+    grid_at = default_step_times(c, *np.broadcast_arrays(knots[None, :], pn[:, None], pg[:, None]))
+    own_at = default_step_times(c, *np.broadcast_arrays(knots[None, :], dn[:, None], g[:, None]))
+    plan = _Plan(
+        own_knots=knot_floors(own_at, ky),
+        own_ratio=corr.shape_ratio(dn, g),
+        inside=inside,
+        grid_knots=np.tile(knot_floors(grid_at, ky), (len(dn), 1)),
+        grid_ratio=grid_ratio,
+    )
+    if len(memo) >= 256:
+        memo.clear()
+    memo[key] = plan
+    return plan
 
 
 def comm_penalty(gamma: float, lam: float, shape: Shape) -> float:
@@ -243,7 +315,9 @@ def predict_throughput(profile: Profile, batch: float, shape: Shape) -> float:
     w = local_batch(batch, shape)
     c = profile.coefficients
     if profile.form == "default":
-        t = float(default_step_times(c, np.array([w]), np.array([shape.d_node]), np.array([shape.d_gpn]))[0])
+        t = float(
+            profile_step_times(profile, np.array([w]), np.array([shape.d_node]), np.array([shape.d_gpn]))[0]
+        )
         if not t > 0:
             raise ModelRangeError(
                 f"profile {profile.name}/{profile.gpu_type} predicts a non-positive step time for "
@@ -271,7 +345,7 @@ def throughput_grid(profile: Profile, batch: float, d_node: np.ndarray, d_gpn: n
     c = profile.coefficients
     with np.errstate(divide="ignore", invalid="ignore"):
         if profile.form == "default":
-            t = default_step_times(c, w, dn, g)
+            t = profile_step_times(profile, w, dn, g)
             pr = np.where(t > 0, w * n / t, np.nan)
         else:
             spr = c["k0"] + c["k1"] * w + c["k2"] * w * w

@@ -14,6 +14,7 @@ from hivebatch.cli.common import config_option, options
 from hivebatch.errors import ConfigError, HivebatchError
 
 if TYPE_CHECKING:  # at run time imported where used, so --help does not load numpy
+    from hivebatch.qos.correction import Correction
     from hivebatch.qos.fitting import FitResult
     from hivebatch.qos.perfmodel import Forecast
 
@@ -209,6 +210,7 @@ def _fit_json(
         "samples": prof.samples,
         "skipped_asymmetric": prof.skipped_asymmetric,
         "coefficients": prof.coefficients,
+        "correction": None if prof.correction is None else prof.correction.to_dict(),
         "mape_train": chosen.mape_train,
         **(
             {"mape_holdout": chosen.mape_holdout, "holdout_rows": chosen.holdout_rows, "seed": seed}
@@ -245,7 +247,20 @@ def _echo_fit(
     if holdout is not None:
         click.echo(f"  train MAPE ({prof.form}, all rows): {_fmt_pct(chosen.mape_train)}")
     click.echo("  coefficients: " + " ".join(f"{k}={v:.6g}" for k, v in prof.coefficients.items()))
+    if prof.correction is not None:
+        click.echo(f"  measured correction on the form's step time: {_span(prof.correction)}")
     click.echo(f"  stored in {store_path}" if store_path else "  not stored (--dry-run)")
+
+
+def _span(corr: Correction) -> str:
+    parts = []
+    for what, ratios in (
+        ("shapes", list(corr.shapes.values())),
+        ("batch sizes", [r for _, r in corr.batches]),
+    ):
+        if ratios:
+            parts.append(f"{len(ratios)} {what} x{min(ratios):.2f}-{max(ratios):.2f}")
+    return ", ".join(parts) or "none"
 
 
 #: the placement asked about, the fallback when NAME has no profile, the start-up overhead
