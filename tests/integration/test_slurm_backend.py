@@ -53,16 +53,23 @@ def test_held_job_pinned_to_gpus_3_and_5_on_node2(slurm_lab, lab_jobs):
     assert job.finished and not job.held
 
 
-@pytest.mark.parametrize("retype", ["gpu:g1:1", "gpu:g1:1,gpu:g3:0"])
-def test_retyping_a_typed_gres_keeps_the_old_gpus(slurm_lab, lab_jobs, retype):
+@pytest.mark.parametrize(
+    "cleared, retype",
+    [(None, "gpu:g1:1"), (None, "gpu:g1:1,gpu:g3:0"), ("", "gpu:g1:1"), ("gpu:0", "gpu:g1:1")],
+)
+def test_retyping_a_typed_gres_keeps_the_old_gpus(slurm_lab, lab_jobs, cleared, retype):
     """Why a requeued job only ever resumes on its own GPU indices: Slurm 22.05 takes a new typed gres
-    and shows it, but still grants the old type as well, even when the update gives it a count of 0.
+    and shows it, but still grants the old type as well, even when the update gives it a count of 0 or
+    an update clears the gres first (Gres= or Gres=gpu:0). slurmctld merges an update into the job's
+    requested gres list and never removes a type from it (gres_job_state_validate in src/common/gres.c).
     tests/fixtures/slurm/scontrol_retyped_gres.txt has the same, as scontrol shows it."""
     op = slurm_lab.backend(slurm_lab.operator)
     jid = _submit(slurm_lab, "alice", "retype")
     lab_jobs.append(jid)
     slurm_lab.wait_for(jid, {"PENDING"}, held=True)
     op.update_pending(jid, nodelist=["node2"], num_nodes=1, gres="gpu:g3:1")
+    if cleared is not None:
+        op.update_pending(jid, gres=cleared)
     op.update_pending(jid, gres=retype)
     shown = slurm_lab.wait_for(jid, {"PENDING"}, held=True).tres_per_node
     assert shown == ",".join(f"gres:{g}" for g in retype.split(","))  # only the new gres is shown

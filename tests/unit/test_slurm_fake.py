@@ -113,14 +113,14 @@ def _retyped_on_the_lab(text: str) -> list[tuple[list[str], bool, str, list[int]
     TresPerNode then showed, the GPU indices it ran on."""
     out = []
     for block in text.split("# job ")[1:]:
-        updates = re.findall(r"^\$ scontrol update JobId=\d+ .*?Gres=(\S+)", block, re.M)
+        updates = re.findall(r"^\$ scontrol update JobId=\d+ .*?Gres=(\S*)", block, re.M)
         shown = re.findall(r"TresPerNode=(\S+)", block)[-1]
         granted = sorted(int(i) for i in re.findall(r"\(IDX:(\d+)\)", block))
         out.append((updates, "requeuehold" in block, shown, granted))
     return out
 
 
-@pytest.mark.parametrize("case", range(3))
+@pytest.mark.parametrize("case", range(5))
 def test_retyping_grants_the_old_gpus_too_as_recorded(fake_slurm, slurm_fixture, case):
     updates, requeued, shown, granted = _retyped_on_the_lab(slurm_fixture("scontrol_retyped_gres.txt"))[case]
     op = fake_slurm.as_user("hbctl")
@@ -129,7 +129,8 @@ def test_retyping_grants_the_old_gpus_too_as_recorded(fake_slurm, slurm_fixture,
     if requeued:
         op.release(jid)
         op.requeue_hold(jid)
-    op.update_pending(jid, gres=updates[-1])
+    for gres in updates[1:]:  # a clearing update (Gres= or Gres=gpu:0) in between changes nothing
+        op.update_pending(jid, gres=gres)
     assert fake_slurm.job(jid).tres_per_node == shown
     op.release(jid)
     fake_slurm.advance(15)

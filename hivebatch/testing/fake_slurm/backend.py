@@ -475,8 +475,9 @@ class FakeSlurm(SlurmBackend):
         """The job's new gres as Slurm shows it; the typed GPUs it had before go to ``j.kept_gres``."""
         old = split_gres(j.tres_per_node)
         new = split_gres(gres)
-        old_untyped = [t is None for n, t, _, _ in old if n == "gpu"]
-        new_untyped = [t is None for n, t, _, _ in new if n == "gpu"]
+        # a count of 0 asks for nothing: Slurm takes Gres=gpu:0 after a typed gres (recorded there too)
+        old_untyped = [t is None for n, t, c, _ in old if n == "gpu" and c > 0]
+        new_untyped = [t is None for n, t, c, _ in new if n == "gpu" and c > 0]
         if old_untyped and new_untyped and any(old_untyped) != any(new_untyped):
             raise SlurmError(
                 cmd,
