@@ -245,10 +245,16 @@ def profile_step_times(profile: Profile, w: np.ndarray, d_node: np.ndarray, d_gp
         smaller = running_max(default_step_times(c, wide, pnn, pgg), wide, kx, ky, plan.grid_knots)
         smaller = smaller.reshape(plan.inside.shape) * plan.grid_ratio
         t = np.maximum(t, np.where(plan.inside, smaller, 0.0).max(axis=1))
-    if len(plan.times) >= 1024:
+    if len(plan.times) >= _ASKED_KEPT:
         plan.times.clear()
     plan.times[asked] = t
     return np.asarray(t.reshape(out_shape), dtype=float).copy()
+
+
+# bounds on what a correction remembers: placement sets, and batches asked per set (at most
+# 64 x 256 arrays of one float per placement)
+_PLANS_KEPT = 64
+_ASKED_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -283,7 +289,7 @@ def _plan(c: dict[str, float], corr: Correction, dn: np.ndarray, g: np.ndarray) 
         grid_knots=np.tile(knot_floors(grid_at, ky), (len(dn), 1)),
         grid_ratio=grid_ratio,
     )
-    if len(memo) >= 256:
+    if len(memo) >= _PLANS_KEPT:
         memo.clear()
     memo[key] = plan
     return plan

@@ -194,3 +194,16 @@ def test_on_real_measurements_the_correction_predicts_held_out_batches_and_shape
         alone = _cv_error(rows, extra, key, with_correction=False)
         corrected_error = _cv_error(rows, extra, key, with_correction=True)
         assert corrected_error < alone - 0.5, (key, alone, corrected_error)
+
+
+def test_a_remembered_answer_is_the_same_and_cannot_be_changed_by_the_caller() -> None:
+    from hivebatch.qos.perfmodel import throughput_grid
+
+    prof = corrected(_form(), _rows(_form(), Shape(2, 2), 1.15, 64.0, 1.2))
+    dn, g = np.array([1, 2, 2, 2]), np.array([4, 2, 4, 8])
+    first = throughput_grid(prof, 256.0, dn, g)
+    first[:] = -1.0
+    again = throughput_grid(prof, 256.0, dn, g)
+    assert (again > 0).all()
+    fresh = corrected(_form(), _rows(_form(), Shape(2, 2), 1.15, 64.0, 1.2))
+    assert again.tolist() == throughput_grid(fresh, 256.0, dn, g).tolist()
