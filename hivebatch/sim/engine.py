@@ -367,9 +367,10 @@ class Simulation:
             limits = self._limits()
             noticing = {r.told_by for r in self.running.values() if r.leaving is not None and r.told_by}
             claimed = {r.told_by for r in self.waiting.values() if r.told_by}  # preemptors victims wait for
+            lowest = self._lowest_classes()
             # A fixed-size job bigger than its VC's free GPUs would only come back "waiting"; leaving
             # it out of the round saves planning it (unless a strict-order policy must see the head,
-            # backfill must reserve for it, or its class may preempt).
+            # backfill must reserve for it, or its class may preempt: then even with none free).
             tasks = [
                 r.task
                 for jid, r in self.waiting.items()
@@ -380,7 +381,7 @@ class Simulation:
                     (jid in self.opp_ids and (freed or r.job.vc in dirty))
                     or (
                         r.job.vc in dirty
-                        and limits[r.job.vc] > 0
+                        and (limits[r.job.vc] > 0 or self._outranks(r.task, lowest))
                         and (
                             self.strict
                             or self.backfill
@@ -431,6 +432,20 @@ class Simulation:
                 self.after_round(self, now, outcomes)
             if not dirty:
                 return
+
+    def _lowest_classes(self) -> dict[str, int]:
+        """VC -> the lowest cell priority among its running guaranteed jobs (with class_priority)."""
+        out: dict[str, int] = {}
+        if self.class_priority:
+            for jid, r in self.running.items():
+                if jid not in self.opp_ids:
+                    p = self._priority(r.task)
+                    out[r.job.vc] = min(p, out.get(r.job.vc, p))
+        return out
+
+    def _outranks(self, task: Task, lowest: dict[str, int]) -> bool:
+        """Whether ``task`` may take GPUs from one of its VC's running jobs (the cell core ranks by class)."""
+        return self.class_priority and task.vc in lowest and self._priority(task) > lowest[task.vc]
 
     def _priority(self, task: Task) -> int:
         jid = str(task.job_id)
