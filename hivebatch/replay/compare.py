@@ -16,6 +16,7 @@ from typing import Any
 
 from hivebatch.controller.context import parse_settings
 from hivebatch.notice import parse_notice
+from hivebatch.replay.measure import JobError
 from hivebatch.replay.plan import Plan
 from hivebatch.sim import setup
 from hivebatch.sim.engine import SimRun, Simulation
@@ -103,9 +104,12 @@ def relative_error(predicted: float, measured: float) -> float | None:
 
 
 def comparison(
-    results: dict[str, tuple[RunSummary | None, RunSummary]], interval_trace_s: float
+    results: dict[str, tuple[RunSummary | None, RunSummary]],
+    interval_trace_s: float,
+    job_errors: dict[str, JobError | None] | None = None,
 ) -> dict[str, Any]:
-    """mode -> (Slurm's figures or None when not replayed, the simulator's) as one JSON-able object."""
+    """mode -> (Slurm's figures or None when not replayed, the simulator's) as one JSON-able object;
+    ``job_errors``: mode -> the prediction's error job by job (``measure.job_error``)."""
     out: dict[str, Any] = {"controller_interval_trace_s": interval_trace_s, "modes": {}, "vcs": {}}
     for mode, (real, sim) in results.items():
         real_vcs = real.vcs if real is not None else {}
@@ -116,6 +120,7 @@ def comparison(
                 max((e.get("excess_queue_s", 0.0) for e in real_vcs.values()), default=0.0) if real else None
             ),
             "mean_wait_error": relative_error(sim.avg_queue_s, real.avg_queue_s) if real else None,
+            "job_error": (err.to_json() if (err := (job_errors or {}).get(mode)) is not None else None),
         }
         for vc in sorted(set(real_vcs) | set(sim.vcs)):
             row = out["vcs"].setdefault(vc, {})
@@ -126,6 +131,11 @@ def comparison(
 
 def _min(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds / 60:+.1f}"
+
+
+def _per_job(err: dict[str, Any]) -> str:
+    vcs = ", ".join(f"{vc} {v / 60:.2f}" for vc, v in err["vcs"].items())
+    return f"{err['mean_abs_s'] / 60:.2f} min mean absolute ({vcs}; {err['jobs']} jobs)"
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -157,5 +167,7 @@ def format_table(report: dict[str, Any]) -> str:
             )  # fmt: skip
         err = fig["mean_wait_error"]
         lines.append(f"{m}\tsim error on mean wait\t{'-' if err is None else f'{100 * err:+.1f}%'}")
+        if fig.get("job_error") is not None:
+            lines.append(f"{m}\tsim error per job\t{_per_job(fig['job_error'])}")
     lines.append(f"(one controller interval = {report['controller_interval_trace_s'] / 60:.1f} trace min)")
     return "\n".join(lines)

@@ -8,7 +8,8 @@ of the comparison are computed one way.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import statistics
+from dataclasses import dataclass, replace
 
 from hivebatch.replay.plan import Plan
 from hivebatch.sim.engine import JobRecord, SimRun
@@ -66,6 +67,40 @@ def measured_records(sim: SimRun, rows: list[AcctRecord], plan: Plan, mode: str)
             fresh.lost_gpu_s = sum(r.elapsed_s for r in mine[:-1]) * speedup * rec.job.gpus
         out.append(fresh)
     return out
+
+
+@dataclass(frozen=True)
+class JobError:
+    """How far the prediction is from Slurm job by job: the mean absolute difference of each job's
+    wait (trace seconds), over the jobs both completed, and the same per VC."""
+
+    jobs: int
+    mean_abs_s: float
+    vcs: dict[str, float]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "jobs": self.jobs,
+            "mean_abs_s": round(self.mean_abs_s, 3),
+            "vcs": {vc: round(v, 3) for vc, v in sorted(self.vcs.items())},
+        }
+
+
+def job_error(predicted: list[JobRecord], measured: list[JobRecord]) -> JobError | None:
+    """``predicted`` against ``measured`` job by job; None when no job completed on both sides.
+
+    Mean waits can agree while the jobs do not: a class that waits too long in the prediction and
+    another that starts too soon cancel in the mean, not here."""
+    real = {r.job.job_id: r for r in measured if r.end is not None}
+    diffs: dict[str, list[float]] = {}
+    for p in predicted:
+        m = real.get(p.job.job_id)
+        if m is not None and p.end is not None:
+            diffs.setdefault(p.job.vc, []).append(abs(p.queue_s - m.queue_s))
+    every = [d for ds in diffs.values() for d in ds]
+    if not every:
+        return None
+    return JobError(len(every), statistics.mean(every), {vc: statistics.mean(ds) for vc, ds in diffs.items()})
 
 
 def measured_summary(

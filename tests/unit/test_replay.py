@@ -14,7 +14,7 @@ from hivebatch.cli.common import run_cli
 from hivebatch.cli.hivebatch.main import cli
 from hivebatch.errors import HivebatchError
 from hivebatch.replay import compare
-from hivebatch.replay.measure import job_name, measured_records, measured_summary
+from hivebatch.replay.measure import job_error, job_name, measured_records, measured_summary
 from hivebatch.replay.plan import Plan, SliceSpec, plan_replay, select_slice
 from hivebatch.sim.workload import SimJob
 from hivebatch.slurm.parse import parse_sacct
@@ -106,10 +106,39 @@ def test_figures_from_recorded_sacct_rows(mode: str) -> None:
         assert entry["avg_queue_s"] == pytest.approx(sum(ws) / len(ws), abs=1e-3)
         assert entry["excess_queue_s"] == pytest.approx(entry["avg_queue_s"] - pred.private[vc], abs=1e-3)
     assert real.avg_queue_s == pytest.approx(sum(sum(w) for w in waits.values()) / 8)
-    report = compare.comparison({mode: (real, pred.summary)}, interval_trace_s=120.0)
+    err = job_error(pred.run.records, measured_records(pred.run, rows, plan, mode))
+    assert err is not None and err.jobs == 8
+    predicted = {r.job.job_id: r.queue_s for r in pred.run.records}
+    by_job = [abs(predicted[n.removeprefix(f"hbreplay-{mode}-")] - (r.start_time - r.submit_time).total_seconds() * 60)
+              for n, r in mine.items() if r.start_time is not None and r.submit_time is not None]  # fmt: skip
+    assert err.mean_abs_s == pytest.approx(sum(by_job) / 8, abs=1e-3)
+    report = compare.comparison({mode: (real, pred.summary)}, interval_trace_s=120.0, job_errors={mode: err})
     assert set(report["vcs"]) == set(waits)
+    assert report["modes"][mode]["job_error"]["jobs"] == 8
     table = compare.format_table(report)
     assert all(vc in table for vc in waits) and "sim error on mean wait" in table
+    assert f"sim error per job\t{err.mean_abs_s / 60:.2f} min mean absolute" in table
+
+
+def test_the_error_job_by_job_sees_what_cancels_in_the_mean() -> None:
+    plan, data = _tiny()
+    rows = parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text())
+    pred = compare.predict(plan, data, PROJECT / "etc", "hivebatch", "qos")
+    measured = measured_records(pred.run, rows, plan, "hivebatch")
+    same = job_error(measured, measured)
+    assert same is not None and same.mean_abs_s == 0 and same.jobs == 8
+    # two jobs' waits swapped: the mean wait is the same, each job is off by the difference
+    a, b = [r for r in measured if r.end is not None][:2]
+    shift = b.queue_s - a.queue_s
+    assert shift != 0
+    swapped = [
+        replace(r, end=r.end + shift) if r is a else replace(r, end=r.end - shift) if r is b else r
+        for r in measured
+    ]
+    assert sum(r.queue_s for r in swapped) == pytest.approx(sum(r.queue_s for r in measured))
+    err = job_error(swapped, measured)
+    assert err is not None and err.mean_abs_s == pytest.approx(2 * abs(shift) / err.jobs)
+    assert job_error(swapped, []) is None
 
 
 def test_a_job_slurm_did_not_complete_is_not_counted() -> None:

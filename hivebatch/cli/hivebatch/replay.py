@@ -130,7 +130,7 @@ def replay(
     from hivebatch.qos import POLICY_NAMES, parse_qos_config
     from hivebatch.replay import compare, live
     from hivebatch.replay.find import find_slices
-    from hivebatch.replay.measure import measured_summary
+    from hivebatch.replay.measure import JobError, job_error, measured_records, measured_summary
     from hivebatch.replay.plan import SliceSpec, plan_replay
     from hivebatch.sim import setup, traces
     from hivebatch.sim.workload import CLASSES
@@ -186,6 +186,7 @@ def replay(
     modes = ["plain", "hivebatch"] if mode in ("both", "sim") else [mode]
     results: dict[str, tuple[RunSummary | None, RunSummary]] = {}
     took: dict[str, float] = {}
+    errors: dict[str, JobError | None] = {}
     for m in modes:
         pred = compare.predict(
             plan,
@@ -210,9 +211,10 @@ def replay(
             else live.replay_hivebatch(plan, data, settings)
         )
         results[m] = (measured_summary(pred.run, rows, plan, m, pred.private), pred.summary)
+        errors[m] = job_error(pred.run.records, measured_records(pred.run, rows, plan, m))
         took[m] = time.monotonic() - started
         click.echo(f"{m}: {len(rows)} jobs in sacct after {took[m]:.0f} s", err=True)
-    out = compare.comparison(results, interval * speedup)
+    out = compare.comparison(results, interval * speedup, errors)
     for m, seconds in took.items():
         out["modes"][m]["replay_wall_s"] = round(seconds, 1)
     out["plan"] = {
