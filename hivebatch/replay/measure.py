@@ -107,7 +107,13 @@ def measured_summary(
     sim: SimRun, rows: list[AcctRecord], plan: Plan, mode: str, private: dict[str, float] | None
 ) -> RunSummary:
     """The replay's figures per ``summarize``; jobs Slurm did not complete count as not completed."""
-    records = measured_records(sim, rows, plan, mode)
+    return summary_of(sim, measured_records(sim, rows, plan, mode), mode, private)
+
+
+def summary_of(
+    sim: SimRun, records: list[JobRecord], mode: str, private: dict[str, float] | None
+) -> RunSummary:
+    """``summarize`` of ``measured_records``' output, for a caller that keeps the records too."""
     busy = sum(r.run_s * r.job.gpus for r in records if r.end is not None)
     run = replace(sim, mode=f"{mode} (slurm)", records=records, busy_gpu_s=busy)
     return summarize(run, private)

@@ -130,7 +130,7 @@ def replay(
     from hivebatch.qos import POLICY_NAMES, parse_qos_config
     from hivebatch.replay import compare, live
     from hivebatch.replay.find import find_slices
-    from hivebatch.replay.measure import JobError, job_error, measured_records, measured_summary
+    from hivebatch.replay.measure import JobError, job_error, measured_records, summary_of
     from hivebatch.replay.plan import SliceSpec, plan_replay
     from hivebatch.sim import setup, traces
     from hivebatch.sim.workload import CLASSES
@@ -210,8 +210,9 @@ def replay(
             if m == "plain"
             else live.replay_hivebatch(plan, data, settings)
         )
-        results[m] = (measured_summary(pred.run, rows, plan, m, pred.private), pred.summary)
-        errors[m] = job_error(pred.run.records, measured_records(pred.run, rows, plan, m))
+        measured = measured_records(pred.run, rows, plan, m)
+        results[m] = (summary_of(pred.run, measured, m, pred.private), pred.summary)
+        errors[m] = job_error(pred.run.records, measured)
         took[m] = time.monotonic() - started
         click.echo(f"{m}: {len(rows)} jobs in sacct after {took[m]:.0f} s", err=True)
     out = compare.comparison(results, interval * speedup, errors)
