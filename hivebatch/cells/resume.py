@@ -23,6 +23,12 @@ def free_for(gpus: Mapping[int, GpuUse], idx: Sequence[int], vc: str, priority: 
     return True
 
 
+def symmetric_indices(placement: Mapping[str, Sequence[int]]) -> list[int] | None:
+    """The per-node index set when every node uses the same indices (Slurm's gres is per node)."""
+    sets = {tuple(sorted(v)) for v in placement.values()}
+    return list(next(iter(sets))) if len(sets) == 1 else None
+
+
 def resume_nodes(
     gmap: Mapping[str, Mapping[int, GpuUse]],
     old: Sequence[str],

@@ -23,11 +23,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
+from hivebatch.cells.resume import symmetric_indices
 from hivebatch.controller.context import ControllerContext
 from hivebatch.controller.decide.checks import check_request
 from hivebatch.controller.decide.classify import classify
 from hivebatch.controller.decide.estimate import estimate_starts
-from hivebatch.controller.decide.gres import gres_for, symmetric_indices
+from hivebatch.controller.decide.gres import gres_for
 from hivebatch.controller.decide.notice import collect_notices, prime_notices
 from hivebatch.controller.decide.policy_round import run_policy_round
 from hivebatch.controller.decide.resume import resume_requeued

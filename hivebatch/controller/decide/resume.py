@@ -11,8 +11,8 @@ from __future__ import annotations
 from functools import partial
 
 from hivebatch.cells import GpuUse
-from hivebatch.cells.resume import resume_nodes
-from hivebatch.controller.decide.gres import gres_for, symmetric_indices
+from hivebatch.cells.resume import resume_nodes, symmetric_indices
+from hivebatch.controller.decide.gres import gres_for
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.whole import note_whole

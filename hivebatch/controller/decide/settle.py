@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from hivebatch.controller.decide.gres import gres_for, symmetric_indices
+from hivebatch.cells.resume import symmetric_indices
+from hivebatch.controller.decide.gres import gres_for
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.whole import whole_gres
