@@ -2,7 +2,8 @@
 
 A placed job carries a typed GPU gres (``gpu:g3:1,…``) that Slurm cannot re-type (it would grant the
 old and the new GPUs together), so after a requeue it can only run on the same indices again: the
-controller resumes requeued jobs this way (the simulator does not yet; see docs/simulate.md).
+controller resumes requeued jobs this way, and the replay's prediction holds them back until it could
+(``hivebatch.sim.indices``).
 """
 
 from __future__ import annotations

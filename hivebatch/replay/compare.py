@@ -66,7 +66,9 @@ def predict(
             starve_after_s=ctl.starve_after_s,
             fairshare_half_life_s=ctl.fairshare_half_life_s,
         )
-        notice = SimNotice(notice_s=float(parse_notice(data).notice_s), requeue_delay_s=requeue_delay_s)
+        notice = SimNotice(
+            notice_s=float(parse_notice(data).notice_s), requeue_delay_s=requeue_delay_s, keeps_indices=True
+        )
         cycle, ranked, latency = cycle_s, True, start_latency_s
     sim_mode = SIM_MODES[mode]
     private = private_queues(

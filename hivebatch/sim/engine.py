@@ -26,6 +26,7 @@ from hivebatch.qos import Shape, Task, get_policy, task_ect
 from hivebatch.request import CLASS_PRIORITY
 from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
 from hivebatch.scheduler import Outcome, schedule_round
+from hivebatch.sim.indices import held_back, remember
 from hivebatch.sim.notice import SimNotice, progress_kept, told
 from hivebatch.sim.notice import prime as prime_notices
 from hivebatch.sim.quota import QuotaPool
@@ -70,6 +71,7 @@ class JobRecord:
     saved_at: float | None = None  # when it checkpointed on its notice's signal
     saved_fraction: float = 0.0  # of the whole job's work, kept by checkpoints
     predicted_end: float | None = None  # what the scheduler expected when it started the current run
+    locked: dict[str, list[int]] | None = None  # requeued: the GPU indices it must find free again
 
     def ran_s(self, now: float) -> float:
         """How long its current run has run by ``now``: 0 until it starts, which may be a moment after
@@ -364,6 +366,9 @@ class Simulation:
 
     def _schedule(self, now: float, dirty: set[str], freed: bool) -> None:
         for _ in range(100):  # re-plan after preemptions; bounded in case two jobs keep trading GPUs
+            held, ready = held_back(self)
+            if freed:
+                dirty = dirty | ready
             limits = self._limits()
             noticing = {r.told_by for r in self.running.values() if r.leaving is not None and r.told_by}
             claimed = {r.told_by for r in self.waiting.values() if r.told_by}  # preemptors victims wait for
@@ -377,6 +382,7 @@ class Simulation:
                 # a victim does not come back while the job it left its GPUs for waits on other
                 # victims' notices (as in the controller)
                 if (r.told_by is None or r.told_by not in self.waiting or r.told_by not in noticing)
+                and jid not in held
                 and (
                     (jid in self.opp_ids and (freed or r.job.vc in dirty))
                     or (
@@ -404,7 +410,7 @@ class Simulation:
                 self.platform,
                 self.opp_ids,
                 limits=limits,
-                priority_of=self._priority if self.class_priority else None,
+                priority_of=self.priority_of if self.class_priority else None,
                 ends=self._ends(),
                 usage=self._usage(now),
                 starve_after_s=self.starve_after_s,
@@ -439,15 +445,15 @@ class Simulation:
         if self.class_priority:
             for jid, r in self.running.items():
                 if jid not in self.opp_ids:
-                    p = self._priority(r.task)
+                    p = self.priority_of(r.task)
                     out[r.job.vc] = min(p, out.get(r.job.vc, p))
         return out
 
     def _outranks(self, task: Task, lowest: dict[str, int]) -> bool:
         """Whether ``task`` may take GPUs from one of its VC's running jobs (the cell core ranks by class)."""
-        return self.class_priority and task.vc in lowest and self._priority(task) > lowest[task.vc]
+        return self.class_priority and task.vc in lowest and self.priority_of(task) > lowest[task.vc]
 
-    def _priority(self, task: Task) -> int:
+    def priority_of(self, task: Task) -> int:
         jid = str(task.job_id)
         return CLASS_PRIORITY["opportunistic" if jid in self.opp_ids else self.records[jid].job.cls]
 
@@ -458,7 +464,7 @@ class Simulation:
         rec.shape = o.shape
         run = self.runtime.run_time(rec.job, o.placement) * (1.0 - rec.saved_fraction)
         rec.run_s = run
-        rec.leaving = rec.saved_at = rec.told_by = None
+        rec.leaving = rec.saved_at = rec.told_by = rec.locked = None
         rec.start = now + self.start_latency_s
         rec.predicted_end = o.predicted_end
         if rec.first_start is None:
@@ -500,6 +506,8 @@ class Simulation:
         rec.token += 1
         rec.start = None
         rec.run_s = 0.0
+        if started:
+            remember(self, rec)
         rec.placement = {}
         delay = self.notice.requeue_delay_s if self.notice is not None and started else 0.0
         if delay > 0:

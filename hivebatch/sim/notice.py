@@ -26,6 +26,8 @@ class SimNotice:
     # a requeued job may start again only this long after it left: Slurm sets its begin time to the
     # requeue + AuthInfo's cred_expire + 1 s (the lab, cred_expire=10: eligible 11 s later)
     requeue_delay_s: float = 0.0
+    # a requeued job starts again only once its old GPU indices are free somewhere (hivebatch.sim.indices)
+    keeps_indices: bool = False
 
 
 def gpus(rec: JobRecord) -> int:

@@ -382,3 +382,35 @@ def test_a_higher_class_takes_gpus_back_when_its_vc_has_none_free() -> None:
     rec = {r.job.job_id: r for r in run.records}
     assert rec["h"].first_start == 60  # the first cycle after its arrival, not after a's or b's end
     assert rec["a"].preemptions + rec["b"].preemptions == 1
+
+
+def test_a_requeued_job_waits_for_its_own_gpu_indices_with_keeps_indices() -> None:
+    # x's 8 GPUs: v on n1 [3], f2 on n1 [0-2], f1 on all of n2; h (prior) takes v's GPU at 60 and
+    # runs to 560; f2 ends at 230 and frees n1 [0-2]
+    spec, platform, runtime = _one_vc()
+    jobs = [
+        replace(j, model=None)
+        for j in (
+            _job("v", "x", 0, 1, 1000),
+            _job("f1", "x", 1, 4, 2000),
+            _job("f2", "x", 2, 3, 200),
+            _job("h", "x", 40, 1, 500, cls="prior"),
+        )
+    ]
+
+    def run(keeps: bool) -> dict[str, JobRecord]:
+        notice = SimNotice(notice_s=0, keeps_indices=keeps)
+        out = Simulation(
+            spec, jobs, "qos", "cells", runtime, platform, notice=notice, cycle_s=30.0,
+            class_priority=True, backfill=True,
+        ).run()  # fmt: skip
+        return {r.job.job_id: r for r in out.records}
+
+    free = run(False)
+    assert free["v"].preemptions == 1 and free["h"].first_start == 60
+    assert free["v"].start == 240  # the first cycle after f2's end, on one of the GPUs f2 left
+    kept = run(True)
+    assert (kept["v"].preemptions, kept["h"].first_start, kept["h"].end) == (1, 60, 560)
+    # Slurm keeps v's typed gres (gpu:g3): index 3 is h's on n1 and f1's on n2 until h ends
+    assert kept["v"].start == 570
+    assert kept["v"].locked is None
