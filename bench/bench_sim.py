@@ -15,6 +15,7 @@ Usage: python bench/bench_sim.py [speed|makespan|philly] [options]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import resource
 import statistics
@@ -71,9 +72,12 @@ def makespan(args: argparse.Namespace) -> None:
     spec = setup.build_spec(data)
     qos = setup.qos_settings(data, setup.paper_config_path().parent)
     platform = setup.build_platform(spec, qos)
+    if args.keep_free is not None:
+        platform = dataclasses.replace(platform, keep_free_gpus=args.keep_free)
     runtime = setup.build_runtime(spec, platform, qos)
     vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
     print("paper workload, 4 x 4 GPUs, one VC, 24 h of Poisson arrivals, cells mode")
+    print(f"qos keeps {platform.kept_free} GPUs free for arrivals (qos.keep_free_gpus)")
     print("ratio = makespan / max(max(arrival + fastest run), sum of least GPU time / GPUs)")
     for rate in args.rates:
         by: dict[str, list[RunSummary]] = {p: [] for p in POLICY_NAMES}
@@ -169,6 +173,7 @@ def main() -> None:
     mp = sub.add_parser("makespan")
     mp.add_argument("--rates", type=float, nargs="+", default=[5.0, 10.0, 20.0])
     mp.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    mp.add_argument("--keep-free", type=int, default=None, help="qos.keep_free_gpus (default: one node's)")
     pp = sub.add_parser("philly")
     pp.add_argument("--trace", default=str(DATA / "philly-sep-dec.csv"))
     pp.add_argument("--vcs", default=str(DATA / "philly-vcs.csv"))

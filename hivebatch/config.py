@@ -71,7 +71,13 @@ SCHEMA: dict[str, Any] = {
     "cluster": {"cell_types": _ANY, "physical_cells": _ANY},
     "virtual_clusters": _ANY,
     "database": {"url": _ANY},
-    "qos": {"classes": _ANY, "theta": _ANY, "startup_overhead_s": _ANY, "profiles": _ANY},
+    "qos": {
+        "classes": _ANY,
+        "theta": _ANY,
+        "startup_overhead_s": _ANY,
+        "profiles": _ANY,
+        "keep_free_gpus": _ANY,
+    },
     "controller": {
         "lock_file": _ANY,
         "interval_s": _ANY,

@@ -105,6 +105,7 @@ def build_platform(spec: ClusterSpec, qos_settings: QosSettings) -> Platform:
         overhead_s=qos_settings.startup_overhead_s,
         classes=qos_settings.classes,
         respect_user_gpus=True,
+        keep_free_gpus=qos_settings.keep_free_gpus,
     )
 
 

@@ -11,7 +11,9 @@ Both need the VC's free GPUs (``limits``); without them the policy's choice is l
   waste least; with a short one the task waits for a wider placement instead.
 * **Idle GPUs.** When the waiting tasks cannot use all free GPUs, the tasks starting now take the
   rest, longest run first, on faster shapes that still meet their ECT. One node's worth of GPUs is
-  kept free for arrivals: a task with a tight ECT that finds everything taken misses it.
+  kept free for arrivals: a task with a tight ECT that finds everything taken misses it. How many is
+  the trade-off between makespan and QoS rate, so a site sets it (``qos.keep_free_gpus``) after
+  comparing on its own history.
 
 Measured on the paper workload (bench/bench_sim.py makespan, docs/simulate.md).
 """
@@ -113,7 +115,7 @@ def fill_idle_gpus(
     out = list(plans)
     free = dict(limits)
     starts = _starting(out, free)
-    spare = {vc: n - platform.gpus_per_node for vc, n in free.items()}  # one node kept for arrivals
+    spare = {vc: n - platform.kept_free for vc, n in free.items()}
     for i in sorted(starts, key=lambda k: -out[k].predicted_latency_s):
         p = out[i]
         vc = p.task.vc

@@ -1,4 +1,5 @@
-"""The ``qos:`` section of etc/hivebatch.yaml: class coefficients, θ, start-up overhead, profile store."""
+"""The ``qos:`` section of etc/hivebatch.yaml: class coefficients, θ, start-up overhead, profile store,
+and how many GPUs the qos policy keeps free for arrivals."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ class QosSettings:
     theta: float = 0.5
     startup_overhead_s: float = 30.0
     profiles: Path | None = None  # local profile store; None = shipped defaults only
+    keep_free_gpus: int | None = None  # per VC, for arrivals; None = one node's GPUs (hivebatch.qos.busy)
 
 
 def _number(section: dict[str, Any], key: str, default: float) -> float:
@@ -30,15 +32,27 @@ def _number(section: dict[str, Any], key: str, default: float) -> float:
     return x
 
 
+def _keep_free(section: dict[str, Any]) -> int | None:
+    value = section.get("keep_free_gpus", "node")
+    if value == "node":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"qos.keep_free_gpus: must be a whole number of GPUs >= 0, or node (got {value!r})")
+    return value
+
+
 def parse_qos_config(data: dict[str, Any], config_dir: Path | None = None) -> QosSettings:
     """Parse ``data["qos"]`` (the whole config mapping); a relative profiles path is relative to the config file."""
     section = data.get("qos") or {}
     if not isinstance(section, dict):
-        raise ConfigError("qos: must be a mapping (classes:, theta:, startup_overhead_s:, profiles:)")
-    unknown = set(section) - {"classes", "theta", "startup_overhead_s", "profiles"}
+        raise ConfigError(
+            "qos: must be a mapping (classes:, theta:, startup_overhead_s:, profiles:, keep_free_gpus:)"
+        )
+    unknown = set(section) - {"classes", "theta", "startup_overhead_s", "profiles", "keep_free_gpus"}
     if unknown:
         raise ConfigError(
-            f"qos: unknown key {sorted(unknown)[0]!r} (use classes, theta, startup_overhead_s, profiles)"
+            f"qos: unknown key {sorted(unknown)[0]!r} "
+            "(use classes, theta, startup_overhead_s, profiles, keep_free_gpus)"
         )
     classes = section.get("classes")
     if classes is not None and not isinstance(classes, dict):
@@ -54,4 +68,5 @@ def parse_qos_config(data: dict[str, Any], config_dir: Path | None = None) -> Qo
         theta=_number(section, "theta", 0.5),
         startup_overhead_s=_number(section, "startup_overhead_s", 30.0),
         profiles=path,
+        keep_free_gpus=_keep_free(section),
     )

@@ -73,6 +73,8 @@ class Platform:
     (choosing only its arrangement); by default they choose the count, as in the paper.
     ``max_shapes``: a plan lists at most this many shapes (best first), so a large cluster does
     not make the allocator try thousands of placements for a task that fits nowhere now.
+    ``keep_free_gpus``: GPUs of a VC the qos policy's idle-GPU guard leaves free for arrivals
+    (None: one node's, ``gpus_per_node``).
     """
 
     max_nodes: int
@@ -83,6 +85,7 @@ class Platform:
     default_time_limit_s: float = DEFAULT_TIME_LIMIT_S
     respect_user_gpus: bool = False
     max_shapes: int | None = 8  # length cap of a plan's preference list (the allocator tries each)
+    keep_free_gpus: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_nodes < 1 or self.gpus_per_node < 1:
@@ -91,6 +94,13 @@ class Platform:
             )
         if self.theta < 0 or self.overhead_s < 0:
             raise HivebatchError("platform theta and start-up overhead must be >= 0")
+        if self.keep_free_gpus is not None and self.keep_free_gpus < 0:
+            raise HivebatchError(f"platform keep_free_gpus must be >= 0 (got {self.keep_free_gpus})")
+
+    @property
+    def kept_free(self) -> int:
+        """GPUs per VC the idle-GPU guard leaves free for arrivals."""
+        return self.gpus_per_node if self.keep_free_gpus is None else self.keep_free_gpus
 
 
 @dataclass

@@ -63,6 +63,7 @@ def build_platform(spec: ClusterSpec, qos: QosSettings) -> Platform:
         theta=qos.theta,
         overhead_s=qos.startup_overhead_s,
         classes=qos.classes,
+        keep_free_gpus=qos.keep_free_gpus,
     )
 
 

@@ -13,7 +13,7 @@ from hivebatch.config import read_yaml
 from hivebatch.qos import Platform, Shape, Task, get_policy
 from hivebatch.qos.busy import STRETCH, backlog_s
 from hivebatch.sim import setup
-from hivebatch.sim.engine import Simulation
+from hivebatch.sim.engine import JobRecord, Simulation
 from hivebatch.sim.workload import SimJob
 
 P44 = Platform(max_nodes=4, gpus_per_node=4, theta=0.5, overhead_s=0.0)
@@ -52,6 +52,39 @@ def test_no_widening_into_the_node_kept_for_arrivals() -> None:
     assert _first_shapes("qos", [_task("a")], 8) == {"a": Shape(1, 4)}
 
 
+@pytest.mark.parametrize(
+    ("keep", "free", "shape"),
+    [
+        (0, 16, Shape(2, 4)),  # nothing kept: the fastest shape on the whole cluster
+        (0, 8, Shape(2, 4)),  # the node the default keeps for arrivals goes to the lone task
+        (8, 16, Shape(2, 4)),  # two nodes kept: 1x4 starts, 4 more GPUs to widen into
+        (8, 12, Shape(1, 4)),  # two nodes kept of three free: nothing to widen into
+        (6, 12, Shape(2, 3)),  # 2 GPUs to spare: the fastest shape of at most 6 GPUs
+    ],
+)
+def test_the_gpus_kept_free_for_arrivals_are_the_sites_choice(keep: int, free: int, shape: Shape) -> None:
+    platform = Platform(max_nodes=4, gpus_per_node=4, theta=0.5, overhead_s=0.0, keep_free_gpus=keep)
+    plan = get_policy("qos").plan([_task("a")], 0.0, platform, {"cv": free})[0]
+    assert plan.shapes[0] == shape
+
+
+def _lone_job(policy: str, **qos: object) -> JobRecord:
+    """One resnet50 job alone on the paper's cluster (one VC), with ``qos`` set in the config."""
+    data = setup.single_vc_config(read_yaml(setup.paper_config_path()))
+    data["qos"].update(qos)
+    spec = setup.build_spec(data)
+    settings = setup.qos_settings(data, setup.paper_config_path().parent)
+    platform = setup.build_platform(spec, settings)
+    runtime = setup.build_runtime(spec, platform, settings)
+    jobs = [SimJob("m", "all", "normal", 0.0, 1, model="resnet50", batch=256, iters=2000)]
+    return Simulation(spec, jobs, policy, "cells", runtime, platform).run().records[0]
+
+
+def test_keep_free_gpus_reaches_the_simulator_from_the_config() -> None:
+    rec = _lone_job("qos", keep_free_gpus=0)
+    assert rec.shape is not None and rec.shape.gpus == 16  # no node left for arrivals: all four
+
+
 def test_a_task_waits_rather_than_straggle_on_one_gpu() -> None:
     # Only one GPU is free: 1x1 takes 2560 s, more than STRETCH x 740 s; the queue is short, so
     # the task waits for a wider placement instead of outliving everything else.
@@ -77,14 +110,7 @@ def test_without_limits_the_choice_is_the_papers() -> None:
 
 
 def test_simulated_lone_job_uses_idle_gpus_and_ends_sooner() -> None:
-    data = setup.single_vc_config(read_yaml(setup.paper_config_path()))
-    spec = setup.build_spec(data)
-    qos = setup.qos_settings(data, setup.paper_config_path().parent)
-    platform = setup.build_platform(spec, qos)
-    runtime = setup.build_runtime(spec, platform, qos)
-    jobs = [SimJob("m", "all", "normal", 0.0, 1, model="resnet50", batch=256, iters=2000)]
-    old = Simulation(spec, jobs, "qos-paper", "cells", runtime, platform).run().records[0]
-    new = Simulation(spec, jobs, "qos", "cells", runtime, platform).run().records[0]
+    old, new = _lone_job("qos-paper"), _lone_job("qos")
     assert old.shape == Shape(1, 4)  # 12 of the 16 GPUs idle while it runs
     assert new.shape is not None and new.shape.gpus == 12  # 3 nodes; one node left for arrivals
     assert new.end is not None and old.end is not None and new.end < old.end

@@ -171,3 +171,19 @@ def test_parse_qos_config(tmp_path) -> None:  # type: ignore[no-untyped-def]
         parse_qos_config({"qos": {"theta": "lots"}})
     with pytest.raises(ConfigError, match="unknown key"):
         parse_qos_config({"qos": {"thetta": 1}})
+
+
+def test_parse_keep_free_gpus() -> None:
+    assert parse_qos_config({}).keep_free_gpus is None  # one node's GPUs
+    assert parse_qos_config({"qos": {"keep_free_gpus": "node"}}).keep_free_gpus is None
+    assert parse_qos_config({"qos": {"keep_free_gpus": 0}}).keep_free_gpus == 0
+    assert parse_qos_config({"qos": {"keep_free_gpus": 6}}).keep_free_gpus == 6
+    for bad in (-1, 2.5, "six", True, None):
+        with pytest.raises(
+            ConfigError, match="qos.keep_free_gpus: must be a whole number of GPUs >= 0, or node"
+        ):
+            parse_qos_config({"qos": {"keep_free_gpus": bad}})
+    assert Platform(max_nodes=4, gpus_per_node=8).kept_free == 8
+    assert Platform(max_nodes=4, gpus_per_node=8, keep_free_gpus=3).kept_free == 3
+    with pytest.raises(HivebatchError, match="keep_free_gpus"):
+        Platform(max_nodes=4, gpus_per_node=8, keep_free_gpus=-2)
