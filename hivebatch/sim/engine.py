@@ -506,7 +506,7 @@ class Simulation:
         rec.token += 1
         rec.start = None
         rec.run_s = 0.0
-        if started:
+        if started:  # one taken back before its start was re-planned within this instant's round
             remember(self, rec)
         rec.placement = {}
         delay = self.notice.requeue_delay_s if self.notice is not None and started else 0.0

@@ -37,6 +37,8 @@ def remember(sim: Simulation, rec: JobRecord) -> None:
 def held_back(sim: Simulation) -> tuple[set[str], set[str]]:
     """The waiting jobs whose indices are free on too few nodes now, and the VCs of those that may
     start again (their round must run even if nothing of theirs changed: another VC freed the GPUs)."""
+    if not keeps_indices(sim):
+        return set(), set()
     locked = [(jid, r) for jid, r in sim.waiting.items() if r.locked]
     if not locked:
         return set(), set()
