@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from hivebatch.controller.context import parse_settings
+from hivebatch.errors import HivebatchError
 from hivebatch.notice import parse_notice
 from hivebatch.replay.measure import JobError
 from hivebatch.replay.plan import Plan
+from hivebatch.replay.spread import Spread
 from hivebatch.sim import setup
 from hivebatch.sim.engine import SimRun, Simulation
 from hivebatch.sim.metrics import RunSummary, summarize
@@ -49,8 +51,10 @@ def predict(
     cycle_s: float | None = None,
     requeue_delay_s: float = 0.0,
     start_latency_s: float = 0.0,
+    phase_s: float = 0.0,
 ) -> Prediction:
-    """``cycle_s``: the controller's cycle in trace seconds; hivebatch decides only then (None: at every event).
+    """``cycle_s``: the controller's cycle in trace seconds; hivebatch decides only then (None: at every event),
+    at ``phase_s`` + multiples of it.
     ``requeue_delay_s``: trace seconds before a job hivebatch preempted may start again (Slurm's requeue).
     ``start_latency_s``: trace seconds from the controller's release of a placed job to Slurm's start."""
     spec = setup.build_spec(data)
@@ -79,6 +83,7 @@ def predict(
         class_priority=ranked,
         notice=notice,
         cycle_s=cycle,
+        cycle_phase_s=phase_s if cycle is not None else 0.0,
         start_latency_s=latency,
     )
     run = Simulation(
@@ -94,10 +99,33 @@ def predict(
         fairshare_half_life_s=exp.fairshare_half_life_s,
         starve_after_s=exp.starve_after_s,
         cycle_s=cycle,
+        cycle_phase_s=phase_s if cycle is not None else 0.0,
         class_priority=ranked,
         start_latency_s=latency,
     ).run()
     return Prediction(mode, policy, run, private)
+
+
+def phase_spread(
+    plan: Plan,
+    data: dict[str, Any],
+    config_dir: Path | None,
+    policy: str,
+    timing: tuple[float, float, float],
+    phases: int,
+) -> Spread:
+    """hivebatch's prediction at cycle phases 0, cycle/phases, 2·cycle/phases, …; ``timing``: the cycle,
+    the requeue delay and the start latency in trace seconds, as ``predict`` takes them."""
+    cycle_s, requeue_s, latency_s = timing
+    if phases < 1 or cycle_s <= 0:
+        raise HivebatchError(f"a phase spread needs >= 1 phase and a cycle > 0 (got {phases}, {cycle_s:g} s)")
+    return Spread(
+        [
+            predict(plan, data, config_dir, "hivebatch", policy, cycle_s, requeue_s, latency_s,
+                    phase_s=cycle_s * k / phases).summary.avg_queue_s
+            for k in range(phases)
+        ]
+    )  # fmt: skip
 
 
 def relative_error(predicted: float, measured: float) -> float | None:
@@ -109,9 +137,11 @@ def comparison(
     results: dict[str, tuple[RunSummary | None, RunSummary]],
     interval_trace_s: float,
     job_errors: dict[str, JobError | None] | None = None,
+    spreads: dict[str, Spread | None] | None = None,
 ) -> dict[str, Any]:
     """mode -> (Slurm's figures or None when not replayed, the simulator's) as one JSON-able object;
-    ``job_errors``: mode -> the prediction's error job by job (``measure.job_error``)."""
+    ``job_errors``: mode -> the prediction's error job by job (``measure.job_error``); ``spreads``:
+    mode -> the prediction over the controller's cycle phases (``spread.phase_spread``)."""
     out: dict[str, Any] = {"controller_interval_trace_s": interval_trace_s, "modes": {}, "vcs": {}}
     for mode, (real, sim) in results.items():
         real_vcs = real.vcs if real is not None else {}
@@ -123,6 +153,9 @@ def comparison(
             ),
             "mean_wait_error": relative_error(sim.avg_queue_s, real.avg_queue_s) if real else None,
             "job_error": (err.to_json() if (err := (job_errors or {}).get(mode)) is not None else None),
+            "sim_phases": (
+                sp.to_json(real.avg_queue_s if real else None) if (sp := (spreads or {}).get(mode)) else None
+            ),
         }
         for vc in sorted(set(real_vcs) | set(sim.vcs)):
             row = out["vcs"].setdefault(vc, {})
@@ -138,6 +171,16 @@ def _min(seconds: float | None) -> str:
 def _per_job(err: dict[str, Any]) -> str:
     vcs = ", ".join(f"{vc} {v / 60:.2f}" for vc, v in err["vcs"].items())
     return f"{err['mean_abs_s'] / 60:.2f} min mean absolute ({vcs}; {err['jobs']} jobs)"
+
+
+def _phases(sp: dict[str, Any]) -> str:
+    text = (
+        f"mean wait {sp['mean_s'] / 60:.1f} min, {sp['min_s'] / 60:.1f} to {sp['max_s'] / 60:.1f} "
+        f"over {sp['phases']} phases"
+    )
+    if sp.get("slurm_inside") is not None:
+        text += f"; Slurm's {'inside' if sp['slurm_inside'] else 'outside'} that range"
+    return text
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -171,5 +214,7 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(f"{m}\tsim error on mean wait\t{'-' if err is None else f'{100 * err:+.1f}%'}")
         if fig.get("job_error") is not None:
             lines.append(f"{m}\tsim error per job\t{_per_job(fig['job_error'])}")
+        if fig.get("sim_phases") is not None:
+            lines.append(f"{m}\tsim over cycle phases\t{_phases(fig['sim_phases'])}")
     lines.append(f"(one controller interval = {report['controller_interval_trace_s'] / 60:.1f} trace min)")
     return "\n".join(lines)

@@ -121,6 +121,7 @@ class Simulation:
         fairshare_half_life_s: float | None = None,
         starve_after_s: float = DEFAULT_STARVE_AFTER_S,
         cycle_s: float | None = None,
+        cycle_phase_s: float = 0.0,
         class_priority: bool = False,
         start_latency_s: float = 0.0,
     ) -> None:
@@ -132,7 +133,9 @@ class Simulation:
         their users' decayed GPU-hours (hivebatch.fairshare); None leaves the policy's order.
 
         ``cycle_s``: decide only at multiples of this period, as the controller's cycle does (what
-        happened in between waits for the next cycle); None decides at every event.
+        happened in between waits for the next cycle); None decides at every event. ``cycle_phase_s``:
+        the cycles fall at ``phase + k * cycle_s`` (where a live controller's cycles fall relative to
+        the submissions is chance, and moves the waits; ``hivebatch.replay.compare.phase_spread``).
         ``class_priority``: the cell core ranks guaranteed jobs by class (urgent > prior > normal: a
         higher class may take a lower one's GPUs, and a lower one's reservation does not hold it back),
         as the controller's does; False ranks them alike and leaves the classes to the policy.
@@ -159,6 +162,9 @@ class Simulation:
         if cycle_s is not None and cycle_s <= 0:
             raise HivebatchError(f"cycle_s must be > 0, got {cycle_s}")
         self.cycle_s = cycle_s
+        if cycle_s is not None and not 0 <= cycle_phase_s < cycle_s:
+            raise HivebatchError(f"cycle_phase_s must be in [0, cycle_s), got {cycle_phase_s}")
+        self.cycle_phase_s = cycle_phase_s
         self.class_priority = class_priority
         if start_latency_s < 0:
             raise HivebatchError(f"a start latency cannot be negative (got {start_latency_s:g} s)")
@@ -311,7 +317,8 @@ class Simulation:
             self._schedule(now, dirty, freed)
             return
         if dirty or freed:
-            tick = (now // self.cycle_s + 1) * self.cycle_s
+            phase = self.cycle_phase_s
+            tick = ((now - phase) // self.cycle_s + 1) * self.cycle_s + phase
             self._due = (tick, dirty, freed)
             self._push(tick, _CYCLE, None)
 

@@ -59,11 +59,12 @@ def private_queues(
     class_priority: bool = False,
     notice: SimNotice | None = None,
     cycle_s: float | None = None,
+    cycle_phase_s: float = 0.0,
     start_latency_s: float = 0.0,
 ) -> dict[str, float]:
     """VC -> mean queuing delay of its guaranteed jobs alone on a private cluster of its size.
 
-    ``class_priority``, ``notice``, ``cycle_s`` and ``start_latency_s``: the private cluster runs the scheduler of the run it is
+    ``class_priority``, ``notice``, ``cycle_s`` (and its phase) and ``start_latency_s``: the private cluster runs the scheduler of the run it is
     the baseline of (see ``Simulation``): it ranks the VC's own jobs by class, preempts within the VC with
     notice and decides at the same cycles, so the excess wait over it is what sharing costs, not what
     the scheduler does on any cluster.
@@ -92,6 +93,7 @@ def private_queues(
             class_priority=class_priority,
             notice=notice if own is None else None,
             cycle_s=cycle_s,
+            cycle_phase_s=cycle_phase_s,
             start_latency_s=start_latency_s,
         ).run()
         means = vc_queue_means(run.records)

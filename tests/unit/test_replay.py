@@ -258,15 +258,19 @@ def test_hivebatch_is_predicted_with_the_controllers_reservations_and_fairshare(
     assert seen[-1]["backfill"] is False
 
 
+def _alone(*more: SimJob) -> tuple[Plan, dict[str, Any]]:
+    """Three 16-GPU jobs (and ``more``) of cv, the one VC, which owns every cell of the lab's cluster."""
+    data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
+    data["virtual_clusters"] = {"cv": {"cells": {"V100-NODE": 4}}}
+    jobs = [_job(f"n{i}", 10.0 * i, gpus=16, duration=600.0) for i in range(3)] + list(more)
+    return plan_replay(jobs, SliceSpec(length_s=1000, speedup=1, max_run_s=1000), {"cv": 32}, 8, 4), data
+
+
 def test_a_vc_alone_on_the_cluster_waits_exactly_as_on_its_private_cluster() -> None:
     # One VC owns every cell: hivebatch's run is its private cluster, so whatever the scheduler does
     # (class ranking, notices, cycles) is in both and the excess is 0. A baseline run by another
     # scheduler (arrival order, at every event) would charge the VC the scheduler's own choices.
-    data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
-    data["virtual_clusters"] = {"cv": {"cells": {"V100-NODE": 4}}}
-    jobs = [_job(f"n{i}", 10.0 * i, gpus=16, duration=600.0) for i in range(3)]
-    jobs.append(replace(_job("p", 35.0, gpus=16, duration=100.0), cls="prior"))
-    plan = plan_replay(jobs, SliceSpec(length_s=1000, speedup=1, max_run_s=1000), {"cv": 32}, 8, 4)
+    plan, data = _alone(replace(_job("p", 35.0, gpus=16, duration=100.0), cls="prior"))
     pred = compare.predict(plan, data, None, "hivebatch", "qos", cycle_s=64.0)
     waits = {r.job.job_id: r.queue_s for r in pred.run.records}
     assert waits["p"] < waits["n2"]  # the prior job went first, at a cycle
@@ -276,10 +280,7 @@ def test_a_vc_alone_on_the_cluster_waits_exactly_as_on_its_private_cluster() -> 
 def test_hivebatch_is_predicted_with_slurms_start_latency_in_both_runs() -> None:
     # the same VC alone: each job starts the latency after its cycle, in the shared run and in the
     # private baseline alike, so the waits grow and the excess stays 0; plain Slurm is left as it was
-    data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
-    data["virtual_clusters"] = {"cv": {"cells": {"V100-NODE": 4}}}
-    jobs = [_job(f"n{i}", 10.0 * i, gpus=16, duration=600.0) for i in range(3)]
-    plan = plan_replay(jobs, SliceSpec(length_s=1000, speedup=1, max_run_s=1000), {"cv": 32}, 8, 4)
+    plan, data = _alone()
     at_once = compare.predict(plan, data, None, "hivebatch", "qos", cycle_s=64.0)
     later = compare.predict(plan, data, None, "hivebatch", "qos", cycle_s=64.0, start_latency_s=5.0)
     first = {r.job.job_id: r.first_start for r in at_once.run.records}
@@ -358,3 +359,39 @@ def test_find_mode_lists_slices_and_refuses_a_bad_step(
         run_cli(cli, [*base, "--step", "0"])
     out, err = capsys.readouterr()
     assert bad.value.code != 0 and out == "" and "--step and --budget must be > 0" in err
+
+
+def test_the_prediction_over_the_controllers_cycle_phases() -> None:
+    # the same VC alone, cycle 64 s: n0 arrives at 0, so its first decision is at the first cycle
+    # after 0, which is 64 at phase 0 and 16 at phase 16; the spread's first value is the plain
+    # prediction, and a live figure inside the range is told apart from one outside it
+    plan, data = _alone()
+    base = compare.predict(plan, data, None, "hivebatch", "qos", cycle_s=64.0)
+    shifted = compare.predict(plan, data, None, "hivebatch", "qos", cycle_s=64.0, phase_s=16.0)
+    assert {r.job.job_id: r.first_start for r in base.run.records}["n0"] == 64.0
+    assert {r.job.job_id: r.first_start for r in shifted.run.records}["n0"] == 16.0
+    spread = compare.phase_spread(plan, data, None, "qos", (64.0, 0.0, 0.0), 4)
+    assert len(spread.waits_s) == 4 and spread.waits_s[0] == base.summary.avg_queue_s
+    assert spread.waits_s[1] == shifted.summary.avg_queue_s
+    assert min(spread.waits_s) < max(spread.waits_s)
+    inside = spread.mean_s
+    report = compare.comparison(
+        {"hivebatch": (replace(base.summary, avg_queue_s=inside), base.summary)},
+        64.0,
+        None,
+        {"hivebatch": spread},
+    )
+    phases = report["modes"]["hivebatch"]["sim_phases"]
+    assert phases["phases"] == 4 and phases["slurm_inside"] is True
+    assert phases["min_s"] == min(spread.waits_s) and phases["max_s"] == max(spread.waits_s)
+    assert "sim over cycle phases\tmean wait" in compare.format_table(report)
+    assert "Slurm's inside that range" in compare.format_table(report)
+    outside = compare.comparison(
+        {"hivebatch": (replace(base.summary, avg_queue_s=2 * max(spread.waits_s)), base.summary)},
+        64.0,
+        None,
+        {"hivebatch": spread},
+    )
+    assert outside["modes"]["hivebatch"]["sim_phases"]["slurm_inside"] is False
+    with pytest.raises(HivebatchError, match="phase spread needs >= 1 phase"):
+        compare.phase_spread(plan, data, None, "qos", (64.0, 0.0, 0.0), 0)

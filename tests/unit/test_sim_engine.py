@@ -414,3 +414,13 @@ def test_a_requeued_job_waits_for_its_own_gpu_indices_with_keeps_indices() -> No
     # Slurm keeps v's typed gres (gpu:g3): index 3 is h's on n1 and f1's on n2 until h ends
     assert kept["v"].start == 570
     assert kept["v"].locked is None
+
+
+def test_the_cycles_fall_at_their_phase() -> None:
+    jobs = [_job("j1", "a", 10, 4, 100)]
+    _, at0 = _sim(jobs, cycle_s=60.0)
+    _, at25 = _sim(jobs, cycle_s=60.0, cycle_phase_s=25.0)
+    _, at5 = _sim(jobs, cycle_s=60.0, cycle_phase_s=5.0)
+    assert (at0["j1"].start, at25["j1"].start, at5["j1"].start) == (60, 25, 65)
+    with pytest.raises(HivebatchError, match="cycle_phase_s must be in"):
+        _sim(jobs, cycle_s=60.0, cycle_phase_s=60.0)

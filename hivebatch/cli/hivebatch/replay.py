@@ -62,6 +62,9 @@ _RUN_OPTIONS = (
     click.option("--start-latency", type=click.FloatRange(min=0), default=0.8, show_default=True,
                  help="For the simulator: real seconds from the controller's release of a placed job to Slurm's "
                       "start of it (0.6-0.9 s on average on the lab, from slurmctld's log)."),
+    click.option("--phases", type=click.IntRange(min=0), default=16, show_default=True,
+                 help="Also predict hivebatch with the controller's cycles at this many phases relative to the "
+                      "submissions, and show the range (0: only the first)."),
     click.option("--policy", help="The controller's policy (default: the config's controller.policy, else qos)."),
     click.option("--plain-policy", default="tetris-perf", show_default=True,
                  help="Simulator policy predicting plain Slurm (tetris-perf: arrival order, later jobs fill gaps, as backfill does)."),
@@ -105,6 +108,7 @@ def replay(
     users: tuple[str, ...],
     interval: float,
     start_latency: float,
+    phases: int,
     policy: str | None,
     plain_policy: str,
     timeout: float,
@@ -132,6 +136,7 @@ def replay(
     from hivebatch.replay.find import find_slices
     from hivebatch.replay.measure import JobError, job_error, measured_records, summary_of
     from hivebatch.replay.plan import SliceSpec, plan_replay
+    from hivebatch.replay.spread import Spread
     from hivebatch.sim import setup, traces
     from hivebatch.sim.workload import CLASSES
 
@@ -187,6 +192,7 @@ def replay(
     results: dict[str, tuple[RunSummary | None, RunSummary]] = {}
     took: dict[str, float] = {}
     errors: dict[str, JobError | None] = {}
+    spreads: dict[str, Spread | None] = {}
     for m in modes:
         pred = compare.predict(
             plan,
@@ -198,6 +204,9 @@ def replay(
             requeue_trace_s,
             start_latency * speedup,
         )
+        if m == "hivebatch" and phases:
+            timing = (interval * speedup, requeue_trace_s, start_latency * speedup)
+            spreads[m] = compare.phase_spread(plan, data, cfg_dir, policy, timing, phases)
         if mode == "sim":
             results[m] = (None, pred.summary)
             continue
@@ -215,7 +224,7 @@ def replay(
         errors[m] = job_error(pred.run.records, measured)
         took[m] = time.monotonic() - started
         click.echo(f"{m}: {len(rows)} jobs in sacct after {took[m]:.0f} s", err=True)
-    out = compare.comparison(results, interval * speedup, errors)
+    out = compare.comparison(results, interval * speedup, errors, spreads)
     for m, seconds in took.items():
         out["modes"][m]["replay_wall_s"] = round(seconds, 1)
     out["plan"] = {
