@@ -52,11 +52,14 @@ def predict(
     requeue_delay_s: float = 0.0,
     start_latency_s: float = 0.0,
     phase_s: float = 0.0,
+    baseline: bool = True,
 ) -> Prediction:
     """``cycle_s``: the controller's cycle in trace seconds; hivebatch decides only then (None: at every event),
     at ``phase_s`` + multiples of it.
     ``requeue_delay_s``: trace seconds before a job hivebatch preempted may start again (Slurm's requeue).
-    ``start_latency_s``: trace seconds from the controller's release of a placed job to Slurm's start."""
+    ``start_latency_s``: trace seconds from the controller's release of a placed job to Slurm's start.
+    ``baseline``: False skips the VCs' private-cluster runs (no excess figures) for a caller that needs
+    only the shared run."""
     spec = setup.build_spec(data)
     exp = setup.build_experiment(spec, data, config_dir, plan.sim_jobs, [], private_baseline=True)
     # plain Slurm decides at every event, arrival order; the controller ranks by class, preempts with
@@ -75,17 +78,19 @@ def predict(
         )
         cycle, ranked, latency = cycle_s, True, start_latency_s
     sim_mode = SIM_MODES[mode]
-    private = private_queues(
-        exp,
-        policy,
-        None,
-        sim_mode,
-        class_priority=ranked,
-        notice=notice,
-        cycle_s=cycle,
-        cycle_phase_s=phase_s if cycle is not None else 0.0,
-        start_latency_s=latency,
-    )
+    private: dict[str, float] = {}
+    if baseline:
+        private = private_queues(
+            exp,
+            policy,
+            None,
+            sim_mode,
+            class_priority=ranked,
+            notice=notice,
+            cycle_s=cycle,
+            cycle_phase_s=phase_s if cycle is not None else 0.0,
+            start_latency_s=latency,
+        )
     run = Simulation(
         spec,
         plan.sim_jobs,
@@ -113,19 +118,20 @@ def phase_spread(
     policy: str,
     timing: tuple[float, float, float],
     phases: int,
+    first: Prediction | None = None,
 ) -> Spread:
-    """hivebatch's prediction at cycle phases 0, cycle/phases, 2·cycle/phases, …; ``timing``: the cycle,
-    the requeue delay and the start latency in trace seconds, as ``predict`` takes them."""
+    """hivebatch's mean wait predicted at cycle phases 0, cycle/phases, 2·cycle/phases, …; ``timing``:
+    the cycle, the requeue delay and the start latency in trace seconds, as ``predict`` takes them;
+    ``first``: the phase-0 prediction when the caller has it already."""
     cycle_s, requeue_s, latency_s = timing
     if phases < 1 or cycle_s <= 0:
         raise HivebatchError(f"a phase spread needs >= 1 phase and a cycle > 0 (got {phases}, {cycle_s:g} s)")
-    return Spread(
-        [
-            predict(plan, data, config_dir, "hivebatch", policy, cycle_s, requeue_s, latency_s,
-                    phase_s=cycle_s * k / phases).summary.avg_queue_s
-            for k in range(phases)
-        ]
-    )  # fmt: skip
+    waits = [] if first is None else [first.summary.avg_queue_s]
+    for k in range(len(waits), phases):
+        pred = predict(plan, data, config_dir, "hivebatch", policy, cycle_s, requeue_s, latency_s,
+                       phase_s=cycle_s * k / phases, baseline=False)  # fmt: skip
+        waits.append(pred.summary.avg_queue_s)
+    return Spread(waits)
 
 
 def relative_error(predicted: float, measured: float) -> float | None:

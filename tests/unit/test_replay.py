@@ -373,6 +373,10 @@ def test_the_prediction_over_the_controllers_cycle_phases() -> None:
     spread = compare.phase_spread(plan, data, None, "qos", (64.0, 0.0, 0.0), 4)
     assert len(spread.waits_s) == 4 and spread.waits_s[0] == base.summary.avg_queue_s
     assert spread.waits_s[1] == shifted.summary.avg_queue_s
+    assert (
+        compare.phase_spread(plan, data, None, "qos", (64.0, 0.0, 0.0), 4, first=base).waits_s
+        == spread.waits_s
+    )
     assert min(spread.waits_s) < max(spread.waits_s)
     inside = spread.mean_s
     report = compare.comparison(

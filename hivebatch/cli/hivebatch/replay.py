@@ -206,7 +206,7 @@ def replay(
         )
         if m == "hivebatch" and phases:
             timing = (interval * speedup, requeue_trace_s, start_latency * speedup)
-            spreads[m] = compare.phase_spread(plan, data, cfg_dir, policy, timing, phases)
+            spreads[m] = compare.phase_spread(plan, data, cfg_dir, policy, timing, phases, first=pred)
         if mode == "sim":
             results[m] = (None, pred.summary)
             continue
