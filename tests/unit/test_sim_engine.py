@@ -320,16 +320,20 @@ def _one_vc() -> tuple[Any, Any, Any]:
     return spec, platform, build_runtime(spec, platform, qos)
 
 
-def test_a_job_taken_back_before_slurm_starts_it_is_held_again_not_preempted() -> None:
+def _ranked(jobs: list[SimJob], notice: SimNotice, **kw: Any) -> dict[str, JobRecord]:
+    """``jobs`` (without a model: each runs on the shape it asks for, as a replayed trace job does) on
+    ONE_VC as the controller runs them: qos, cycles of 30 s, classes ranked, reservations."""
     spec, platform, runtime = _one_vc()
-    jobs = [
-        replace(j, model=None) for j in (_job("a", "x", 0, 4, 1000), _job("h", "x", 40, 8, 100, cls="prior"))
-    ]
     run = Simulation(
-        spec, jobs, "qos", "cells", runtime, platform, notice=SimNotice(notice_s=120, requeue_delay_s=50),
-        cycle_s=30.0, class_priority=True, backfill=True, start_latency_s=40.0,
+        spec, [replace(j, model=None) for j in jobs], "qos", "cells", runtime, platform, notice=notice,
+        cycle_s=30.0, class_priority=True, backfill=True, **kw,
     ).run()  # fmt: skip
-    rec = {r.job.job_id: r for r in run.records}
+    return {r.job.job_id: r for r in run.records}
+
+
+def test_a_job_taken_back_before_slurm_starts_it_is_held_again_not_preempted() -> None:
+    jobs = [_job("a", "x", 0, 4, 1000), _job("h", "x", 40, 8, 100, cls="prior")]
+    rec = _ranked(jobs, SimNotice(notice_s=120, requeue_delay_s=50), start_latency_s=40.0)
     # a is placed at 30 to start at 70; h takes the VC back at the cycle at 60, before a has run, and
     # starts 40 s after the next cycle's decision; a, never started, waits without a requeue delay for
     # the cycle after h's end (230) and starts 40 s later
@@ -338,23 +342,13 @@ def test_a_job_taken_back_before_slurm_starts_it_is_held_again_not_preempted() -
 
 
 def test_a_higher_class_takes_its_vc_back_once_with_notice_and_its_victims_wait_for_it() -> None:
-    spec, platform, runtime = _one_vc()
-    jobs = [  # no model: each runs on the shape it asks for, as a replayed trace job does
-        replace(j, model=None)
-        for j in (
-            _job("a", "x", 0, 4, 1000),  # runs on one node from the cycle at 30
-            _job("h", "x", 40, 8, 100, cls="prior"),  # needs both nodes: a must leave
-            _job(
-                "b", "x", 40, 4, 1000
-            ),  # takes the free node first (it can meet its deadline) and is told too
-        )
+    jobs = [
+        _job("a", "x", 0, 4, 1000),  # runs on one node from the cycle at 30
+        _job("h", "x", 40, 8, 100, cls="prior"),  # needs both nodes: a must leave
+        _job("b", "x", 40, 4, 1000),  # takes the free node first (it can meet its deadline) and is told too
     ]
-    rounds = []
-    run = Simulation(
-        spec, jobs, "qos", "cells", runtime, platform, notice=SimNotice(notice_s=120), cycle_s=30.0,
-        class_priority=True, backfill=True, after_round=lambda sim, now, outs: rounds.append(now),
-    ).run()  # fmt: skip
-    rec = {r.job.job_id: r for r in run.records}
+    rounds: list[float] = []
+    rec = _ranked(jobs, SimNotice(notice_s=120), after_round=lambda sim, now, outs: rounds.append(now))
     # a and b leave at their signals (60 and 90); neither comes back while h waits, so h starts at the
     # next cycle, and they after it, at the first cycle after it ends
     assert rounds == [30, 60, 90, 120, 240]
@@ -366,20 +360,12 @@ def test_a_higher_class_takes_gpus_back_when_its_vc_has_none_free() -> None:
     # as the controller does (its round plans every waiting job, whatever its VC has free): on the
     # lab replay of the Philly 2271 slice, cv's and sys's prior and urgent jobs waited 0.5-1.6 trace
     # min, where a simulator that left a full VC's jobs out of the round had them wait 5-7
-    spec, platform, runtime = _one_vc()
     jobs = [
-        replace(j, model=None)
-        for j in (
-            _job("a", "x", 0, 4, 1000),
-            _job("b", "x", 0, 4, 1000),  # a and b hold both of x's nodes from the cycle at 30
-            _job("h", "x", 40, 4, 100, cls="prior"),
-        )
+        _job("a", "x", 0, 4, 1000),
+        _job("b", "x", 0, 4, 1000),  # a and b hold both of x's nodes from the cycle at 30
+        _job("h", "x", 40, 4, 100, cls="prior"),
     ]
-    run = Simulation(
-        spec, jobs, "qos", "cells", runtime, platform, notice=SimNotice(notice_s=0), cycle_s=30.0,
-        class_priority=True, backfill=True,
-    ).run()  # fmt: skip
-    rec = {r.job.job_id: r for r in run.records}
+    rec = _ranked(jobs, SimNotice(notice_s=0))
     assert rec["h"].first_start == 60  # the first cycle after its arrival, not after a's or b's end
     assert rec["a"].preemptions + rec["b"].preemptions == 1
 
@@ -387,29 +373,16 @@ def test_a_higher_class_takes_gpus_back_when_its_vc_has_none_free() -> None:
 def test_a_requeued_job_waits_for_its_own_gpu_indices_with_keeps_indices() -> None:
     # x's 8 GPUs: v on n1 [3], f2 on n1 [0-2], f1 on all of n2; h (prior) takes v's GPU at 60 and
     # runs to 560; f2 ends at 230 and frees n1 [0-2]
-    spec, platform, runtime = _one_vc()
     jobs = [
-        replace(j, model=None)
-        for j in (
-            _job("v", "x", 0, 1, 1000),
-            _job("f1", "x", 1, 4, 2000),
-            _job("f2", "x", 2, 3, 200),
-            _job("h", "x", 40, 1, 500, cls="prior"),
-        )
+        _job("v", "x", 0, 1, 1000),
+        _job("f1", "x", 1, 4, 2000),
+        _job("f2", "x", 2, 3, 200),
+        _job("h", "x", 40, 1, 500, cls="prior"),
     ]
-
-    def run(keeps: bool) -> dict[str, JobRecord]:
-        notice = SimNotice(notice_s=0, keeps_indices=keeps)
-        out = Simulation(
-            spec, jobs, "qos", "cells", runtime, platform, notice=notice, cycle_s=30.0,
-            class_priority=True, backfill=True,
-        ).run()  # fmt: skip
-        return {r.job.job_id: r for r in out.records}
-
-    free = run(False)
+    free = _ranked(jobs, SimNotice(notice_s=0, keeps_indices=False))
     assert free["v"].preemptions == 1 and free["h"].first_start == 60
     assert free["v"].start == 240  # the first cycle after f2's end, on one of the GPUs f2 left
-    kept = run(True)
+    kept = _ranked(jobs, SimNotice(notice_s=0, keeps_indices=True))
     assert (kept["v"].preemptions, kept["h"].first_start, kept["h"].end) == (1, 60, 560)
     # Slurm keeps v's typed gres (gpu:g3): index 3 is h's on n1 and f1's on n2 until h ends
     assert kept["v"].start == 570
