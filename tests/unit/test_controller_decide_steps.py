@@ -52,8 +52,8 @@ def test_classify_sorts_the_queue_and_rejects_bad_requests(ctx: ControllerContex
     r = make_round(ctx, [plain, no_gpu, bad_vc, requeued, acting])
     r.ledger.slurm[1].held = True
     classify(r)
-    assert [j.slurm_job_id for j, _r, _s in r.untyped] == [1]
-    assert [j.slurm_job_id for j, _r in r.typed] == [4]
+    assert [j.slurm_job_id for j, _r, _s in r.fresh] == [1]
+    assert [j.slurm_job_id for j, _r in r.requeued] == [4]
     assert [(p.job.slurm_job_id, p.placement, p.gres) for p in r.out.places] == [(2, {}, None)]
     (wait,) = r.out.waits
     assert wait.job is bad_vc and wait.rejected and wait.reason.startswith("unknown VC 'vision'")
@@ -64,7 +64,7 @@ def test_classify_leaves_jobs_slurm_does_not_hold(ctx: ControllerContext) -> Non
     r = make_round(ctx, [job])
     r.ledger.slurm[1].held = False
     classify(r)
-    assert not r.untyped and not r.out.places and not r.out.waits
+    assert not r.fresh and not r.out.places and not r.out.waits
 
 
 def test_requeued_job_resumes_on_its_indices_elsewhere_when_its_node_is_taken(ctx: ControllerContext) -> None:
@@ -73,7 +73,7 @@ def test_requeued_job_resumes_on_its_indices_elsewhere_when_its_node_is_taken(ct
     r = make_round(ctx, [job])
     r.alloc.occupy_foreign("other@node3", "node3", [2])
     r.gmap = r.alloc.gpu_map()
-    r.typed.append((job, JobRequest(vc="nlp", gpus=2)))
+    r.requeued.append((job, JobRequest(vc="nlp", gpus=2)))
     resume_requeued(r)
     (place,) = r.out.places
     assert place.resumed and place.gres == "gpu:g2:1,gpu:g3:1"
@@ -92,7 +92,7 @@ def test_requeued_job_does_not_resume_where_its_cells_would_take_another_vcs_gua
     r = make_round(ctx, [job])
     r.alloc.occupy_foreign("other@node1", "node1", [3])
     r.gmap = r.alloc.gpu_map()
-    r.typed.append((job, JobRequest(vc="sys", gpus=1)))
+    r.requeued.append((job, JobRequest(vc="sys", gpus=1)))
     resume_requeued(r)
     assert not r.out.places and "4" not in r.alloc.jobs()
     assert r.out.waits[0].reason == (
@@ -114,7 +114,7 @@ def test_requeued_job_waits_when_fewer_gpus_are_idle(ctx: ControllerContext) -> 
     for node in ("node1", "node2", "node3", "node4"):
         r.alloc.occupy_foreign(f"busy@{node}", node, list(range(8)))
     r.gmap = r.alloc.gpu_map()
-    r.typed.append((job, JobRequest(vc="nlp", gpus=2)))
+    r.requeued.append((job, JobRequest(vc="nlp", gpus=2)))
     resume_requeued(r)
     assert not r.out.places
     assert (
@@ -128,7 +128,7 @@ def test_screen_hopeless_keeps_only_jobs_that_may_fit(ctx: ControllerContext) ->
     big = row(2, JobRequest(vc="sys", gpus=6))
     r = make_round(ctx, [small, big])
     for job in (small, big):
-        r.untyped.append((job, JobRequest(vc="sys", gpus=job.gpus), r.ledger.slurm[job.slurm_job_id]))
+        r.fresh.append((job, JobRequest(vc="sys", gpus=job.gpus), r.ledger.slurm[job.slurm_job_id]))
     screen_hopeless(r)
     assert [t.job_id for t in r.tasks] == ["1"] and set(r.reqs) == {"1"}
     (wait,) = r.out.waits
@@ -139,7 +139,7 @@ def test_screen_hopeless_keeps_only_jobs_that_may_fit(ctx: ControllerContext) ->
 def test_policy_round_places_tasks_on_the_cells(ctx: ControllerContext) -> None:
     job = row(1, JobRequest(vc="cv", gpus=4))
     r = make_round(ctx, [job])
-    r.untyped.append((job, JobRequest(vc="cv", gpus=4), r.ledger.slurm[1]))
+    r.fresh.append((job, JobRequest(vc="cv", gpus=4), r.ledger.slurm[1]))
     screen_hopeless(r)
     run_policy_round(r)
     (place,) = r.out.places

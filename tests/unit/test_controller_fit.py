@@ -57,7 +57,7 @@ def test_a_job_is_placed_only_where_its_cpus_and_memory_are_free(ctx):
     r.ledger.nodes = {
         n: _node(n, cpus_free=4 if n == "node1" else 16) for n in ("node1", "node2", "node3", "node4")
     }
-    r.untyped.append((job, JobRequest(vc="nlp", gpus=8), r.ledger.slurm[1]))
+    r.fresh.append((job, JobRequest(vc="nlp", gpus=8), r.ledger.slurm[1]))
     screen_hopeless(r)
     run_policy_round(r)
     (place,) = r.out.places
@@ -69,7 +69,7 @@ def test_a_job_no_node_can_take_waits_saying_why(ctx):
     r = make_round(ctx, [job])
     r.ledger.slurm[1] = replace(r.ledger.slurm[1], mem_per_node_mb=100000)
     r.ledger.nodes = {n: _node(n) for n in ("node1", "node2", "node3", "node4")}
-    r.untyped.append((job, JobRequest(vc="cv", gpus=1), r.ledger.slurm[1]))
+    r.fresh.append((job, JobRequest(vc="cv", gpus=1), r.ledger.slurm[1]))
     screen_hopeless(r)
     run_policy_round(r)
     (wait,) = r.out.waits

@@ -16,7 +16,7 @@ from hivebatch.sharing.integration import is_slice
 
 def classify(r: Round) -> None:
     """Bad requests are rejected with their reason, GPU-less jobs placed at once; the rest go to
-    ``r.slices`` (a part of one GPU), ``r.typed`` (requeued, with a typed gres) or ``r.untyped``."""
+    ``r.slices`` (a part of one GPU), ``r.requeued`` (placed before, with the gres Slurm keeps) or ``r.fresh``."""
     ledger = r.ledger
     candidates = [
         j
@@ -79,6 +79,6 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
     elif ledger.sharing is not None and is_slice(spec, req.gpus, req.gpu_mem_mib, req.gpu_type):
         r.slices.append((job, req, sj))
     elif job.gres and job.placement:
-        r.typed.append((job, req))
+        r.requeued.append((job, req))
     else:
-        r.untyped.append((job, req, sj))
+        r.fresh.append((job, req, sj))

@@ -67,11 +67,11 @@ def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
 
 def resume_requeued(r: Round) -> None:
     """Guaranteed work first, then arrival order; a job needing more GPUs than are idle waits at once."""
-    r.typed.sort(key=lambda jr: (-jr[1].priority, jr[0].submit_time or r.now, jr[0].slurm_job_id))
+    r.requeued.sort(key=lambda jr: (-jr[1].priority, jr[0].submit_time or r.now, jr[0].slurm_job_id))
     idle = [
         sum(1 for g in r.gmap.values() for u in g.values() if u.job is None and not u.bad and not u.foreign)
     ]
-    for job, req in r.typed:
+    for job, req in r.requeued:
         isolated(r, job, partial(_resume_one, r, job, req, idle))
 
 

@@ -83,10 +83,10 @@ def screen_hopeless(r: Round) -> None:
     start (hivebatch.reservation). Only that one: planning every job that cannot start would cost
     the round its time on a long queue, and the others would wait anyway.
     """
-    gmap = r.alloc.gpu_map() if r.typed or r.slices else r.gmap
+    gmap = r.alloc.gpu_map() if r.requeued or r.slices else r.gmap
     room = Room(r.alloc, r.ctx.spec, gmap)
     heads: dict[str, tuple[Job, JobRequest, SlurmJob]] = {}
-    for job, req, sj in r.untyped:
+    for job, req, sj in r.fresh:
         isolated(r, job, partial(_screen_one, r, room, job, req, sj, heads))
     for job, req, sj in heads.values():
         isolated(r, job, partial(_to_round, r, job, req, sj))

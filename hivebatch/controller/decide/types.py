@@ -74,9 +74,13 @@ class Round:
     out: Decisions = field(default_factory=Decisions)
     placed_now: dict[int, Place] = field(default_factory=dict)
     by_sid: dict[str, Job] = field(default_factory=dict)
-    typed: list[tuple[Job, JobRequest]] = field(default_factory=list)  # requeued: keep their GPU indices
+    requeued: list[tuple[Job, JobRequest]] = field(
+        default_factory=list
+    )  # placed before: they keep their gres
     slices: list[tuple[Job, JobRequest, SlurmJob]] = field(default_factory=list)
-    untyped: list[tuple[Job, JobRequest, SlurmJob]] = field(default_factory=list)
+    fresh: list[tuple[Job, JobRequest, SlurmJob]] = field(
+        default_factory=list
+    )  # never placed: the policy round's
     tasks: list[Task] = field(default_factory=list)  # for the policy round
     reqs: dict[str, tuple[Job, JobRequest]] = field(default_factory=dict)  # task id -> its job
     unfit: dict[int, dict[str, str]] = field(default_factory=dict)  # Slurm id -> nodes it cannot use, why
