@@ -87,6 +87,7 @@ SCHEMA: dict[str, Any] = {
         "backfill": _ANY,
         "starve_after_h": _ANY,
         "fairshare_half_life_h": _ANY,
+        "untyped_gres": _ANY,
     },
     # request bounds (hivebatch.bounds, which names its own keys)
     "limits": _ANY,

@@ -31,6 +31,8 @@ class ControllerSettings:
     backfill: bool = True  # each VC's waiting head gets a reservation (hivebatch.reservation)
     starve_after_s: float = DEFAULT_STARVE_AFTER_H * 3600.0  # a task waiting this long becomes the head
     fairshare_half_life_s: float | None = DEFAULT_FAIRSHARE_HALF_LIFE_H * 3600.0  # None: no fairshare
+    # pin as a plain GPU count where Slurm has no choice, so a requeued job may resume on any GPUs
+    untyped_gres: bool = True
 
 
 def _hours(section: dict[str, Any], key: str, default: float, example: str) -> float:
@@ -79,6 +81,9 @@ def parse_settings(config_path: Path | None, data: dict[str, Any]) -> Controller
     backfill = section.get("backfill", True)
     if not isinstance(backfill, bool):
         raise ConfigError("controller.backfill must be true or false")
+    untyped = section.get("untyped_gres", True)
+    if not isinstance(untyped, bool):
+        raise ConfigError("controller.untyped_gres must be true or false")
     half_life = _hours(
         section, "fairshare_half_life_h", DEFAULT_FAIRSHARE_HALF_LIFE_H, "168 (0 turns fairshare off)"
     )
@@ -89,6 +94,7 @@ def parse_settings(config_path: Path | None, data: dict[str, Any]) -> Controller
         backfill=backfill,
         starve_after_s=_hours(section, "starve_after_h", DEFAULT_STARVE_AFTER_H, "12"),
         fairshare_half_life_s=half_life or None,
+        untyped_gres=untyped,
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from hivebatch.controller.decide import symmetric_indices
+from hivebatch.controller.decide.gres import untyped_count
 from hivebatch.controller.record import Recorder, account_run
 from hivebatch.db.models import Job
 
@@ -18,7 +19,11 @@ def preemptor(by: int | None) -> str:
 
 
 def resume_reason(job: Job, who: str) -> str:
-    """What a requeued victim waits for: its GPU indices, which Slurm's typed gres keeps for it."""
+    """What a requeued victim waits for: its GPU indices, which Slurm's typed gres keeps for it, or
+    under an untyped gres its count of GPUs on a node."""
+    per_node = untyped_count(job.gres)
+    if per_node is not None:
+        return f"preempted by {who}; it resumes when {per_node} GPU(s) per node are free for it"
     return f"preempted by {who}; it resumes on GPUs {symmetric_indices(job.placement or {}) or []} when free"
 
 

@@ -88,7 +88,7 @@ def test_victim_gets_its_own_signal_keeps_its_gpus_and_is_requeued_when_the_noti
     assert env.slurm.job(owner).gpus == {n: list(ix) for n, ix in env.job(victim).placement.items()}
     assert (
         env.job(victim).reason
-        == f"preempted by job {owner}; it resumes on GPUs [0, 1, 2, 3, 4, 5, 6, 7] when free"
+        == f"preempted by job {owner}; it resumes when 8 GPU(s) per node are free for it"
     )
 
 
@@ -118,7 +118,7 @@ def test_victim_leaving_early_is_requeued_and_the_owner_starts_at_once(env: Env,
     # what its owner reads in hq: no longer the notice, but what it waits for now
     assert (
         env.job(victim).reason
-        == f"preempted by job {owner}; it resumes on GPUs [0, 1, 2, 3, 4, 5, 6, 7] when free"
+        == f"preempted by job {owner}; it resumes when 8 GPU(s) per node are free for it"
     )
 
 

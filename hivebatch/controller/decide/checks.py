@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from hivebatch.bounds import DEFAULT_LIMITS, Limits, request_problem
 from hivebatch.cells import ClusterSpec
+from hivebatch.controller.decide.gres import untyped_count
 from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
 from hivebatch.request import JobRequest
@@ -18,11 +19,17 @@ def _slurm_mismatch(job: Job, req: JobRequest, sj: SlurmJob) -> str | None:
     """A GPU gres on the job that hivebatch did not grant (only an admin can put one there now)."""
     tres = str(sj.tres_per_node or "")
     if "gpu" in tres.lower():
-        from hivebatch.slurm.parse import typed_request
+        from hivebatch.slurm.parse import split_gres, typed_request
 
         asked, _shards = typed_request(tres)
         granted = sorted(int(g.split(":")[1][1:]) for g in (job.gres or "").split(",") if g.count(":") == 2)
-        if not job.gres or asked != granted:
+        count = untyped_count(job.gres)
+        if count is not None:
+            plain = [c for name, kind, c, _ in split_gres(tres) if name == "gpu" and kind is None]
+            mismatch = asked != [] or plain != [count]
+        else:
+            mismatch = not job.gres or asked != granted
+        if mismatch:
             # re-typing a gres makes Slurm grant old and new GPUs together, so such a job is never placed
             return f"the job asks Slurm for GPUs itself ({tres}); cancel it and resubmit with hsub, which adds no gres"
     return None

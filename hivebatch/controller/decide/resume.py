@@ -1,20 +1,23 @@
-"""Step 2: requeued jobs resume first, each only on the GPU indices it had.
+"""Step 2: requeued jobs resume first, each with the gres it was pinned with.
 
-They ran before, so newer work must not starve them; and they already carry a typed GPU gres
-(``gpu:g3:1,…``) that Slurm cannot re-type safely, so they are never given other indices: they resume
-on any node(s) where the same indices are free (first the nodes they ran on), or keep waiting. A
+They ran before, so newer work must not starve them. One that carries a typed GPU gres
+(``gpu:g3:1,…``), which Slurm cannot re-type safely, is never given other indices: it resumes on any
+node(s) where the same indices are free (first the nodes it ran on), or keeps waiting. One pinned with
+a plain count (``gpu:2``) resumes where Slurm can only pick GPUs held for it (``untyped``). A
 guaranteed job of the policy round may still preempt them before they start.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from hivebatch.cells import GpuUse
 from hivebatch.cells.resume import resume_nodes, symmetric_indices
-from hivebatch.controller.decide.gres import gres_for
+from hivebatch.controller.decide.gres import gres_for, untyped_count
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.types import Place, Round, Wait
+from hivebatch.controller.decide.untyped import resume_untyped, waits_untyped
 from hivebatch.controller.decide.whole import note_whole
 from hivebatch.db.models import Job
 from hivebatch.request import JobRequest
@@ -24,13 +27,8 @@ def _waits_for(idx: list[int], nodes: int) -> str:
     return f"requeued with GPUs {idx} per node; waits until {nodes} node(s) have those indices free"
 
 
-def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
-    """Place a requeued job on the same GPU indices it had (any nodes), or say why it waits."""
-    old = {n: sorted(v) for n, v in (job.placement or {}).items()}
-    idx = symmetric_indices(old)
-    if idx is None:
-        return "its earlier placement had different GPU indices per node; it cannot be re-placed"
-    want_nodes = len(old)
+def _eligible(r: Round, job: Job, req: JobRequest) -> Callable[[str], bool]:
+    """May the job go to this node at all: healthy, of its GPU type, with what it needs besides GPUs."""
     node_type = {n.name: n.gpu_type for n in r.ctx.spec.nodes}
     sj = r.ledger.slurm.get(job.slurm_job_id)
     unfit = r.unfit_for(job, sj) if sj is not None else {}
@@ -42,6 +40,17 @@ def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
             and (req.gpu_type is None or node_type.get(n) == req.gpu_type)
         )
 
+    return eligible
+
+
+def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
+    """Place a requeued job on the same GPU indices it had (any nodes), or say why it waits."""
+    old = {n: sorted(v) for n, v in (job.placement or {}).items()}
+    idx = symmetric_indices(old)
+    if idx is None:
+        return "its earlier placement had different GPU indices per node; it cannot be re-placed"
+    want_nodes = len(old)
+    eligible = _eligible(r, job, req)
     # a node where its VC's cells would take what another VC's guarantee needs is passed over for the next
     refused: set[str] = set()
     why = "its VC has no room now"
@@ -77,11 +86,20 @@ def resume_requeued(r: Round) -> None:
 
 def _resume_one(r: Round, job: Job, req: JobRequest, idle: list[int]) -> None:
     """``idle``: GPUs still idle, in a one-item list the jobs resumed before this one update."""
+    per_node = untyped_count(job.gres)
     if req.gpus > idle[0]:
         old = job.placement or {}
-        r.out.waits.append(Wait(job, _waits_for(symmetric_indices(old) or [], len(old))))
+        why = (
+            waits_untyped(per_node, len(old))
+            if per_node is not None
+            else _waits_for(symmetric_indices(old) or [], len(old))
+        )
+        r.out.waits.append(Wait(job, why))
         return
-    placed = resume_typed(r, job, req)
+    if per_node is not None:
+        placed = resume_untyped(r, job, req, _eligible(r, job, req))
+    else:
+        placed = resume_typed(r, job, req)
     if isinstance(placed, str):
         r.out.waits.append(Wait(job, placed))
         return

@@ -1,6 +1,7 @@
-"""Step 6: each placement's GRES — typed per-index GPUs, or shards for a whole-GPU job that leaves
-memory to slices. An asymmetric multi-node placement cannot be said in Slurm's per-node gres: it is
-given back and the job waits."""
+"""Step 6: each placement's GRES — a plain GPU count where Slurm can only grant the chosen GPUs,
+typed per-index GPUs, or shards for a whole-GPU job that leaves memory to slices. An asymmetric
+multi-node placement that is not untyped cannot be said in Slurm's per-node gres: it is given back and
+the job waits."""
 
 from __future__ import annotations
 
@@ -10,26 +11,34 @@ from hivebatch.cells.resume import symmetric_indices
 from hivebatch.controller.decide.gres import gres_for
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.types import Place, Round, Wait
+from hivebatch.controller.decide.untyped import leaving_nodes, pin_untyped, recheck_resumed
 from hivebatch.controller.decide.whole import whole_gres
 
 
 def settle_gres(r: Round) -> None:
+    leaving = leaving_nodes(r)
+    recheck_resumed(r, leaving)
     for place in list(r.out.places):
         if place.placement and place.gres is None:
-            isolated(r, place.job, partial(_settle_one, r, place))
+            isolated(r, place.job, partial(_settle_one, r, place, leaving))
 
 
-def _settle_one(r: Round, place: Place) -> None:
+def _settle_one(r: Round, place: Place, leaving: set[str]) -> None:
     idx = symmetric_indices(place.placement)
+    if idx is not None:
+        pair = r.reqs.get(str(place.job.slurm_job_id))
+        req = pair[1] if pair is not None else None
+        place.gres = whole_gres(r.ledger.sharing, place.job, req, place.placement)
+    place.gres = place.gres or pin_untyped(r, place.placement, leaving)
+    if place.gres is not None:
+        return
     if idx is None:
         r.alloc.release(str(place.job.slurm_job_id))
         r.out.places.remove(place)
         r.placed_now.pop(place.job.slurm_job_id, None)
         r.out.waits.append(Wait(place.job, "no placement with the same GPU indices on every node is free"))
         return
-    pair = r.reqs.get(str(place.job.slurm_job_id))
-    req = pair[1] if pair is not None else None
-    place.gres = whole_gres(r.ledger.sharing, place.job, req, place.placement) or gres_for(idx)
+    place.gres = gres_for(idx)
 
 
 def attach_notes(r: Round) -> None:

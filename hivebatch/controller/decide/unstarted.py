@@ -3,8 +3,9 @@
 Something hivebatch does not see kept Slurm from starting it where it was pinned (a reservation
 starting soon, a node drained between placing and starting, a need the pin could not know). Its cells
 are given back at once, the job is held again (``act.take_back``) and placed again on other nodes: the
-nodes it waited on are avoided for ``AVOID_FOR_S``. Its typed gres stays as it is, so it is placed again
-on the same GPU indices (the requeued jobs' path), never re-typed (see ARCHITECTURE.md).
+nodes it waited on are avoided for ``AVOID_FOR_S``. Its gres stays as it is, so it is placed again the
+requeued jobs' way: a typed one on the same GPU indices, never re-typed (see ARCHITECTURE.md), an
+untyped one where Slurm has no choice (``untyped``).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from contextlib import suppress
 
 from sqlalchemy.orm import Session
 
+from hivebatch.controller.decide.gres import untyped_count
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.notice import follow_notice
 from hivebatch.controller.observe import to_utc
@@ -53,7 +54,7 @@ def start(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> None:
     job.segment_start = begun
     job.state = "running"
     job.reason = None
-    if actual and job.placement and actual != job.placement:
+    if actual and job.placement and actual != job.placement and not picked_within(job, actual):
         # started by Slurm without a placement of ours (or adopted): where it runs is where it is
         rec.event(
             session,
@@ -69,12 +70,21 @@ def start(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> None:
     )
 
 
+def picked_within(job: Job, actual: dict[str, list[int]]) -> bool:
+    """Did Slurm pick an untyped job's GPUs among those held for it (its count on each of its nodes)?"""
+    per_node = untyped_count(job.gres)
+    held = job.placement or {}
+    if per_node is None or set(actual) != set(held):
+        return False
+    return all(len(set(v)) == per_node and set(v) <= {int(i) for i in held[n]} for n, v in actual.items())
+
+
 def granted_kept(session: Session, rec: Recorder, job: Job, sj: SlurmJob, backend: SlurmBackend) -> bool:
     """Does Slurm run the job on the GPU indices it was granted (IDX in squeue's gres detail, confirmed
-    by ``scontrol -d show job``)? If not, that is an incident, never accepted: the job is requeued and
-    held, to be placed again on its granted GPUs (Slurm keeps its typed gres). Until the requeue
-    succeeds the ledger keeps the granted GPUs, and the ones really in use are held as foreign from
-    the nodes' GPU use."""
+    by ``scontrol -d show job``), or, pinned untyped, on GPUs among those held for it? If not, that is
+    an incident, never accepted: the job is requeued and held, to be placed again (a typed job on its
+    granted indices, as Slurm keeps its typed gres). Until the requeue succeeds the ledger keeps the
+    granted GPUs, and the ones really in use are held as foreign from the nodes' GPU use."""
     actual = gpus_of(sj)
     granted = {n: sorted(int(i) for i in v) for n, v in (job.placement or {}).items()}
     if not actual or not granted or actual == granted:
@@ -82,7 +92,7 @@ def granted_kept(session: Session, rec: Recorder, job: Job, sj: SlurmJob, backen
     # squeue's IDX differs: the job's own record decides before it is called an incident
     with suppress(SlurmError):
         actual = backend.job_gpus(job.slurm_job_id) or actual
-    if actual == granted:
+    if actual == granted or picked_within(job, actual):
         return True
     what = f"Slurm runs it on {placement_text(actual)}, not on the granted {placement_text(granted)}"
     data = {"granted": granted, "actual": actual}
@@ -101,7 +111,11 @@ def granted_kept(session: Session, rec: Recorder, job: Job, sj: SlurmJob, backen
         f"{what}; requeued and held to be placed again",
         data,
     )
-    job.reason = "Slurm ran it on other GPUs than granted; requeued, it starts again on its granted GPUs"
+    job.reason = (
+        "Slurm ran it on other GPUs than granted; requeued, it starts again where Slurm has no other GPUs to pick"
+        if untyped_count(job.gres) is not None
+        else "Slurm ran it on other GPUs than granted; requeued, it starts again on its granted GPUs"
+    )
     return False
 
 
