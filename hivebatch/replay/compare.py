@@ -74,7 +74,10 @@ def predict(
             fairshare_half_life_s=ctl.fairshare_half_life_s,
         )
         notice = SimNotice(
-            notice_s=float(parse_notice(data).notice_s), requeue_delay_s=requeue_delay_s, keeps_indices=True
+            notice_s=float(parse_notice(data).notice_s),
+            requeue_delay_s=requeue_delay_s,
+            keeps_indices=True,
+            untyped_pins=ctl.untyped_gres,
         )
         cycle, ranked, latency = cycle_s, True, start_latency_s
     sim_mode = SIM_MODES[mode]

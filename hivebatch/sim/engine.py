@@ -26,7 +26,7 @@ from hivebatch.qos import Shape, Task, get_policy, task_ect
 from hivebatch.request import CLASS_PRIORITY
 from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
 from hivebatch.scheduler import Outcome, schedule_round
-from hivebatch.sim.indices import held_back, remember
+from hivebatch.sim.indices import free_gpus, held_back, note_pins, remember
 from hivebatch.sim.notice import SimNotice, progress_kept, told
 from hivebatch.sim.notice import prime as prime_notices
 from hivebatch.sim.quota import QuotaPool
@@ -72,6 +72,7 @@ class JobRecord:
     saved_fraction: float = 0.0  # of the whole job's work, kept by checkpoints
     predicted_end: float | None = None  # what the scheduler expected when it started the current run
     locked: dict[str, list[int]] | None = None  # requeued: the GPU indices it must find free again
+    untyped: bool | None = None  # pinned as a plain GPU count at its first placement (None: not yet)
 
     def ran_s(self, now: float) -> float:
         """How long its current run has run by ``now``: 0 until it starts, which may be a moment after
@@ -409,6 +410,7 @@ class Simulation:
                 return
             self.rounds += 1
             prime_notices(self, now)
+            free_before = free_gpus(self)
             outcomes = schedule_round(
                 tasks,
                 now,
@@ -426,6 +428,7 @@ class Simulation:
                 self._push(leave_at, _LEAVE, (rec.job.job_id, rec.token))
             dirty = set()
             freed = False
+            note_pins(self, outcomes, free_before)
             for o in outcomes:
                 jid = str(o.task.job_id)
                 rec = self.records[jid]

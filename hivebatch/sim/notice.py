@@ -28,6 +28,9 @@ class SimNotice:
     requeue_delay_s: float = 0.0
     # a requeued job starts again only once its old GPU indices are free somewhere (hivebatch.sim.indices)
     keeps_indices: bool = False
+    # with keeps_indices: a job placed on exactly the GPUs free on its nodes was pinned untyped, and
+    # requeued waits only for nodes whose free GPUs are all its VC's to use (controller.untyped_gres)
+    untyped_pins: bool = False
 
 
 def gpus(rec: JobRecord) -> int:

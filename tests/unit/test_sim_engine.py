@@ -389,6 +389,24 @@ def test_a_requeued_job_waits_for_its_own_gpu_indices_with_keeps_indices() -> No
     assert kept["v"].locked is None
 
 
+def test_a_requeued_job_pinned_untyped_resumes_on_any_free_gpu_of_its_vc() -> None:
+    # f1 takes n2 and f2 n1 [0-2] at 30; v then takes n1's last free GPU at 60, which the controller
+    # pins untyped; h (prior) takes it back at 90 and runs to 590; f2 ends at 230
+    jobs = [
+        _job("f1", "x", 1, 4, 2000),
+        _job("f2", "x", 2, 3, 200),
+        _job("v", "x", 35, 1, 1000),
+        _job("h", "x", 70, 1, 500, cls="prior"),
+    ]
+    untyped = _ranked(jobs, SimNotice(notice_s=0, keeps_indices=True, untyped_pins=True))
+    # f1 took the whole of n2 (untyped as well); f2 took 3 of n1's 4 free GPUs (typed)
+    assert (untyped["v"].untyped, untyped["f2"].untyped, untyped["f1"].untyped) == (True, False, True)
+    assert untyped["v"].preemptions == 1 and untyped["h"].first_start == 90
+    assert untyped["v"].start == 240  # the first cycle after f2's end, on a GPU f2 left
+    typed = _ranked(jobs, SimNotice(notice_s=0, keeps_indices=True))
+    assert typed["v"].untyped is None and typed["v"].start == 600  # its own index, once h has ended
+
+
 def test_the_cycles_fall_at_their_phase() -> None:
     jobs = [_job("j1", "a", 10, 4, 100)]
     _, at0 = _sim(jobs, cycle_s=60.0)
