@@ -17,7 +17,7 @@ from hivebatch.cells.resume import resume_nodes, symmetric_indices
 from hivebatch.controller.decide.gres import gres_for, untyped_count
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.types import Place, Round, Wait
-from hivebatch.controller.decide.untyped import resume_untyped, waits_untyped
+from hivebatch.controller.decide.untyped import leaving_nodes, resume_untyped, waits_untyped
 from hivebatch.controller.decide.whole import note_whole
 from hivebatch.db.models import Job
 from hivebatch.request import JobRequest
@@ -80,11 +80,13 @@ def resume_requeued(r: Round) -> None:
     idle = [
         sum(1 for g in r.gmap.values() for u in g.values() if u.job is None and not u.bad and not u.foreign)
     ]
+    # victims are chosen later, by the policy round (``settle`` checks those)
+    leaving = leaving_nodes(r) if r.requeued else set()
     for job, req in r.requeued:
-        isolated(r, job, partial(_resume_one, r, job, req, idle))
+        isolated(r, job, partial(_resume_one, r, job, req, idle, leaving))
 
 
-def _resume_one(r: Round, job: Job, req: JobRequest, idle: list[int]) -> None:
+def _resume_one(r: Round, job: Job, req: JobRequest, idle: list[int], leaving: set[str]) -> None:
     """``idle``: GPUs still idle, in a one-item list the jobs resumed before this one update."""
     per_node = untyped_count(job.gres)
     if req.gpus > idle[0]:
@@ -97,7 +99,7 @@ def _resume_one(r: Round, job: Job, req: JobRequest, idle: list[int]) -> None:
         r.out.waits.append(Wait(job, why))
         return
     if per_node is not None:
-        placed = resume_untyped(r, job, req, _eligible(r, job, req))
+        placed = resume_untyped(r, job, req, _eligible(r, job, req), leaving)
     else:
         placed = resume_typed(r, job, req)
     if isinstance(placed, str):

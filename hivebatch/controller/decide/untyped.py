@@ -66,12 +66,11 @@ def pin_untyped(r: Round, placement: dict[str, list[int]], leaving: set[str]) ->
 
 
 def _candidates(
-    r: Round, job: Job, req: JobRequest, per_node: int, eligible: Callable[[str], bool]
+    r: Round, job: Job, req: JobRequest, per_node: int, eligible: Callable[[str], bool], leaving: set[str]
 ) -> list[tuple[str, list[int]]]:
     """Nodes where Slurm's free GPUs are at least ``per_node`` and all free for the job's VC: exact
     fits first (nothing held beyond the job's count), then its old nodes, fewest GPUs held first."""
     old = set(job.placement or {})
-    leaving = leaving_nodes(r)
     found: list[tuple[bool, int, bool, str, list[int]]] = []
     for node in r.gmap:
         if node in leaving or not eligible(node):
@@ -86,14 +85,18 @@ def _candidates(
     return [(node, idx) for *_rest, node, idx in found]
 
 
-def resume_untyped(r: Round, job: Job, req: JobRequest, eligible: Callable[[str], bool]) -> Place | str:
-    """Place a requeued untyped job where Slurm can only pick GPUs held for it, or say why it waits."""
+def resume_untyped(
+    r: Round, job: Job, req: JobRequest, eligible: Callable[[str], bool], leaving: set[str]
+) -> Place | str:
+    """Place a requeued untyped job where Slurm can only pick GPUs held for it, or say why it waits.
+    ``leaving``: the nodes where GPUs free this cycle, as far as the round has decided yet."""
     per_node = untyped_count(job.gres) or 0
     want = len(job.placement or {}) or 1
     refused: set[str] = set()
     why = ""
+    candidates = _candidates(r, job, req, per_node, eligible, leaving)
     while True:
-        fits = [c for c in _candidates(r, job, req, per_node, eligible) if c[0] not in refused][:want]
+        fits = [c for c in candidates if c[0] not in refused][:want]
         if len(fits) < want:
             return waits_untyped(per_node, want) + (f" ({why})" if why else "")
         placement = dict(fits)
