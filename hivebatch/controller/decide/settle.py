@@ -16,6 +16,8 @@ from hivebatch.controller.decide.whole import whole_gres
 
 
 def settle_gres(r: Round) -> None:
+    if not any(p.placement for p in r.out.places):
+        return
     leaving = leaving_nodes(r)
     recheck_resumed(r, leaving)
     for place in list(r.out.places):
