@@ -110,6 +110,7 @@ def test_with_more_gpus_free_it_holds_them_all_until_slurm_picks(env: Env) -> No
     assert job.state == "placed", job.reason
     (node,) = job.placement
     assert len(job.placement[node]) == 8  # Slurm may pick any of them: all are held for it
+    assert job.reason == "holds the GPUs free on its node(s) until Slurm has picked 2 per node among them"
     assert sum(1 for u in _cells_map(env)[node].values() if u.job == str(small)) == 8
     env.slurm.advance(15)
     env.slurm.schedule()

@@ -52,7 +52,7 @@ def attach_notes(r: Round) -> None:
     if not notes:
         return
     for place in r.out.places:
-        place.note = notes.get(place.job.slurm_job_id)
+        place.note = "; ".join(n for n in (place.note, notes.get(place.job.slurm_job_id)) if n) or None
     for wait in r.out.waits:
         note = notes.get(wait.job.slurm_job_id)
         if note and not wait.rejected:

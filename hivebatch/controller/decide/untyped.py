@@ -110,7 +110,12 @@ def resume_untyped(
             r.gmap[node][i] = GpuUse(
                 vc=req.vc, job=str(job.slurm_job_id), opportunistic=False, bad=False, foreign=False
             )
-    return Place(job, placement, job.gres, (want, per_node), resumed=True)
+    place = Place(job, placement, job.gres, (want, per_node), resumed=True)
+    if any(len(idx) > per_node for idx in placement.values()):
+        place.note = (
+            f"holds the GPUs free on its node(s) until Slurm has picked {per_node} per node among them"
+        )
+    return place
 
 
 def waits_untyped(per_node: int, nodes: int) -> str:
