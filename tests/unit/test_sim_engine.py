@@ -370,15 +370,21 @@ def test_a_higher_class_takes_gpus_back_when_its_vc_has_none_free() -> None:
     assert rec["a"].preemptions + rec["b"].preemptions == 1
 
 
+def _victim_beside_fillers(v_at: float, h_at: float) -> list[SimJob]:
+    """v (1 GPU) arriving at ``v_at``, f1 (4 GPUs, long) and f2 (3 GPUs, 200 s) at 1 and 2, and a
+    prior job h (1 GPU, 500 s) at ``h_at`` that finds x full and takes v's GPU."""
+    return [
+        _job("v", "x", v_at, 1, 1000),
+        _job("f1", "x", 1, 4, 2000),
+        _job("f2", "x", 2, 3, 200),
+        _job("h", "x", h_at, 1, 500, cls="prior"),
+    ]
+
+
 def test_a_requeued_job_waits_for_its_own_gpu_indices_with_keeps_indices() -> None:
     # x's 8 GPUs: v on n1 [3], f2 on n1 [0-2], f1 on all of n2; h (prior) takes v's GPU at 60 and
     # runs to 560; f2 ends at 230 and frees n1 [0-2]
-    jobs = [
-        _job("v", "x", 0, 1, 1000),
-        _job("f1", "x", 1, 4, 2000),
-        _job("f2", "x", 2, 3, 200),
-        _job("h", "x", 40, 1, 500, cls="prior"),
-    ]
+    jobs = _victim_beside_fillers(v_at=0, h_at=40)
     free = _ranked(jobs, SimNotice(notice_s=0, keeps_indices=False))
     assert free["v"].preemptions == 1 and free["h"].first_start == 60
     assert free["v"].start == 240  # the first cycle after f2's end, on one of the GPUs f2 left
@@ -392,12 +398,7 @@ def test_a_requeued_job_waits_for_its_own_gpu_indices_with_keeps_indices() -> No
 def test_a_requeued_job_pinned_untyped_resumes_on_any_free_gpu_of_its_vc() -> None:
     # f1 takes n2 and f2 n1 [0-2] at 30; v then takes n1's last free GPU at 60, which the controller
     # pins untyped; h (prior) takes it back at 90 and runs to 590; f2 ends at 230
-    jobs = [
-        _job("f1", "x", 1, 4, 2000),
-        _job("f2", "x", 2, 3, 200),
-        _job("v", "x", 35, 1, 1000),
-        _job("h", "x", 70, 1, 500, cls="prior"),
-    ]
+    jobs = _victim_beside_fillers(v_at=35, h_at=70)
     untyped = _ranked(jobs, SimNotice(notice_s=0, keeps_indices=True, untyped_pins=True))
     # f1 took the whole of n2 (untyped as well); f2 took 3 of n1's 4 free GPUs (typed)
     assert (untyped["v"].untyped, untyped["f2"].untyped, untyped["f1"].untyped) == (True, False, True)
