@@ -327,6 +327,14 @@ class CellAllocator(CellState):
     def gpu_map(self) -> dict[str, dict[int, GpuUse]]:
         return views.gpu_map(self)
 
+    def sibling_cell(self, node: str, index: int) -> set[int]:
+        """The GPUs of the smallest cell above GPU ``index`` of ``node`` (its PCIe switch pair, say);
+        within it every GPU is placed alike by the buddy allocator. Empty for an unknown GPU."""
+        leaf = self.tree.leaf.get((node, index))
+        if leaf is None or leaf.parent is None:
+            return set()
+        return {g.index for g in leaf.parent.leaves}
+
     def shortfall(self) -> dict[str, dict[str, int]]:
         """Free VC cells per VC and cell type that no healthy physical cell can back right now."""
         return views.shortfall(self)

@@ -56,6 +56,7 @@ def note_pins(sim: Simulation, outcomes: Sequence[Outcome], free_before: FreeMap
     if free_before is None:
         return
     leaving = {n for o in outcomes for v in o.preempted for n in sim.records[v].placement}
+    after: dict[str, dict[int, GpuUse]] = {}  # the map after the round, made only when needed
     for o in outcomes:
         rec = sim.records[str(o.task.job_id)]
         if o.result != "placed" or rec.untyped is not None or not o.placement:
@@ -64,6 +65,35 @@ def note_pins(sim: Simulation, outcomes: Sequence[Outcome], free_before: FreeMap
         rec.untyped = len(counts) == 1 and all(
             n not in leaving and free_before.get(n) == set(g) for n, g in o.placement.items()
         )
+        if not rec.untyped and counts == {1}:
+            if not after:
+                after.update(sim.alloc.gpu_map())
+            prio = sim.priority_of(o.task)
+            rec.untyped = _sibling_held(sim, rec.job.vc, prio, o.placement, free_before, after, leaving)
+
+
+def _sibling_held(
+    sim: Simulation,
+    vc: str,
+    prio: int,
+    placement: Mapping[str, Sequence[int]],
+    before: FreeMap,
+    after: dict[str, dict[int, GpuUse]],
+    leaving: set[str],
+) -> bool:
+    """The controller's ``hold_whole_cell``: one GPU per node, where the free GPUs were exactly its
+    smallest cell, whose other GPUs no job of the round took; they are held until the job starts."""
+    cells = {node: sim.alloc.sibling_cell(node, idx[0]) for node, idx in placement.items()}
+    for node, idx in placement.items():
+        rest = sorted(cells[node] - set(idx))
+        if node in leaving or len(cells[node]) < 2 or before.get(node) != cells[node]:
+            return False
+        if not free_for(after.get(node, {}), rest, vc, prio):
+            return False
+    for node, cell in cells.items():
+        for i in cell:
+            after[node][i] = GpuUse(vc=vc, job="held", opportunistic=prio < 0, bad=False, foreign=False)
+    return True
 
 
 def remember(sim: Simulation, rec: JobRecord) -> None:

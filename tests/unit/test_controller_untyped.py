@@ -158,3 +158,28 @@ def test_the_setting_is_checked(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="controller.untyped_gres must be true or false"):
         make_env(tmp_path, CONFIG.replace(SETTING, SETTING + ", untyped_gres: maybe"))
+
+
+def test_a_one_gpu_job_beside_its_free_pair_holds_the_pair_until_slurm_picks(tmp_path: Path) -> None:
+    env = make_env(tmp_path, auto_schedule=False)
+    wide = env.submit("carol", "sys", 6, qos="opportunistic")
+    env.cycle()
+    env.slurm.schedule()
+    env.cycle()
+    (node,) = env.job(wide).placement
+    pair = sorted(set(range(8)) - set(env.job(wide).placement[node]))
+    one = env.submit("carol", "sys", 1, qos="opportunistic")
+    env.cycle()
+    job = env.job(one)
+    assert (job.gres, job.placement) == ("gpu:1", {node: pair}) and "holds the GPUs" in job.reason
+    env.slurm.schedule()  # Slurm picks one of the two
+    env.cycle()
+    job = env.job(one)
+    picked = env.slurm.job(one).gpus
+    assert job.state == "running" and job.placement == picked and len(picked[node]) == 1
+    assert not env.events(one, "placement_incident") and job.reason is None
+    # the other GPU of the pair went back: the next one-GPU job takes exactly it, untyped as well
+    last = env.submit("carol", "sys", 1, qos="opportunistic")
+    env.cycle()
+    assert env.job(last).placement == {node: sorted(set(pair) - set(picked[node]))}
+    assert env.job(last).gres == "gpu:1"

@@ -97,3 +97,27 @@ def test_settle_leaves_a_resumed_untyped_job_alone_otherwise(ctx: ControllerCont
     r.out.places = [place]
     settle_gres(r)
     assert r.out.places == [place] and place.gres == "gpu:2"
+
+
+@pytest.mark.parametrize(
+    ("busy", "taken", "gres", "held"),
+    [
+        ([0, 1, 4, 5, 6, 7], None, "gpu:1", [2, 3]),  # only its switch pair free: Slurm may pick either
+        ([0, 4, 5, 6, 7], None, "gpu:g2:1", [2]),  # GPU 1 free too: Slurm's pick could split a pair
+        ([0, 1, 4, 5, 6, 7], [3], "gpu:g2:1", [2]),  # the round gave GPU 3 to another job
+    ],
+)
+def test_one_gpu_beside_its_free_pair_holds_the_pair_untyped(
+    ctx: ControllerContext, busy: list[int], taken: list[int] | None, gres: str, held: list[int]
+) -> None:
+    job, other = row(1, JobRequest(vc="nlp", gpus=1)), row(2, JobRequest(vc="nlp", gpus=1))
+    r = make_round(ctx, [job, other])
+    _slurm_sees(r, {"node1": busy})
+    place = _placed(r, 1, "nlp", {"node1": [2]})
+    r.reqs["1"] = (job, JobRequest(vc="nlp", gpus=1))
+    r.out.places = [place]
+    if taken:
+        r.alloc.adopt("2", "nlp", 0, {"node1": taken})
+    settle_gres(r)
+    assert (place.gres, place.placement) == (gres, {"node1": held})
+    assert r.alloc.jobs()["1"].placement == {"node1": held}

@@ -10,8 +10,8 @@ from functools import partial
 from hivebatch.cells.resume import symmetric_indices
 from hivebatch.controller.decide.gres import gres_for
 from hivebatch.controller.decide.isolate import isolated
-from hivebatch.controller.decide.types import Place, Round, Wait
-from hivebatch.controller.decide.untyped import leaving_nodes, pin_untyped, recheck_resumed
+from hivebatch.controller.decide.types import GpuMap, Place, Round, Wait
+from hivebatch.controller.decide.untyped import hold_whole_cell, leaving_nodes, pin_untyped, recheck_resumed
 from hivebatch.controller.decide.whole import whole_gres
 
 
@@ -20,18 +20,23 @@ def settle_gres(r: Round) -> None:
         return
     leaving = leaving_nodes(r)
     recheck_resumed(r, leaving)
+    gmap: list[GpuMap] = []  # the map after the round, made once and only if a placement needs it
     for place in list(r.out.places):
         if place.placement and place.gres is None:
-            isolated(r, place.job, partial(_settle_one, r, place, leaving))
+            isolated(r, place.job, partial(_settle_one, r, place, leaving, gmap))
 
 
-def _settle_one(r: Round, place: Place, leaving: set[str]) -> None:
+def _settle_one(r: Round, place: Place, leaving: set[str], gmap: list[GpuMap]) -> None:
     idx = symmetric_indices(place.placement)
+    pair = r.reqs.get(str(place.job.slurm_job_id))
+    req = pair[1] if pair is not None else None
     if idx is not None:
-        pair = r.reqs.get(str(place.job.slurm_job_id))
-        req = pair[1] if pair is not None else None
         place.gres = whole_gres(r.ledger.sharing, place.job, req, place.placement)
     place.gres = place.gres or pin_untyped(r, place.placement, leaving)
+    if place.gres is None and r.ctx.settings.untyped_gres:
+        if not gmap:
+            gmap.append(r.alloc.gpu_map())
+        place.gres = hold_whole_cell(r, place, req, leaving, gmap[0])
     if place.gres is not None:
         return
     if idx is None:

@@ -25,9 +25,11 @@ from collections.abc import Callable
 from hivebatch.cells import GpuUse
 from hivebatch.cells.resume import free_for
 from hivebatch.controller.decide.gres import untyped_count, untyped_gres
-from hivebatch.controller.decide.types import Place, Round, Wait
+from hivebatch.controller.decide.types import GpuMap, Place, Round, Wait
 from hivebatch.db.models import Job
 from hivebatch.request import JobRequest
+
+HOLDS = "holds the GPUs free on its node(s) until Slurm has picked its count among them"
 
 
 def slurm_free(r: Round, node: str) -> set[int] | None:
@@ -63,6 +65,41 @@ def pin_untyped(r: Round, placement: dict[str, list[int]], leaving: set[str]) ->
         if node in leaving or slurm_free(r, node) != set(idx):
             return None
     return untyped_gres(counts.pop())
+
+
+def hold_whole_cell(
+    r: Round, place: Place, req: JobRequest | None, leaving: set[str], gmap: GpuMap
+) -> str | None:
+    """``gpu:1`` for a placement of one GPU per node where the GPUs Slurm sees free are exactly the
+    smallest cell around the chosen one (its pair on a PCIe switch, say): the buddy allocator places
+    every GPU of that cell alike, so Slurm may pick either. The job holds the cell until Slurm has
+    started it. A wider choice is never left to Slurm, whose CPU-affinity pick could split a cell the
+    allocator keeps whole. None: no such cell, and ``place`` is as it was."""
+    if not r.ctx.settings.untyped_gres or req is None:
+        return None
+    if any(len(idx) != 1 for idx in place.placement.values()):
+        return None
+    wider: dict[str, list[int]] = {}
+    for node, idx in place.placement.items():
+        free = slurm_free(r, node)
+        if node in leaving or free is None or len(free) < 2 or free != r.alloc.sibling_cell(node, idx[0]):
+            return None
+        if not free_for(gmap.get(node, {}), sorted(free - set(idx)), req.vc, req.priority):
+            return None
+        wider[node] = sorted(free)
+    jid = str(place.job.slurm_job_id)
+    r.alloc.release(jid)
+    if r.alloc.adopt(jid, req.vc, req.priority, wider, keep_guarantees=True).result != "placed":
+        r.alloc.adopt(jid, req.vc, req.priority, place.placement)
+        return None
+    for node, idx in wider.items():
+        for i in idx:
+            gmap[node][i] = GpuUse(
+                vc=req.vc, job=jid, opportunistic=req.priority < 0, bad=False, foreign=False
+            )
+    place.placement = wider
+    place.note = HOLDS
+    return untyped_gres(1)
 
 
 def _candidates(
