@@ -29,7 +29,10 @@ from hivebatch.controller.decide.types import GpuMap, Place, Round, Wait
 from hivebatch.db.models import Job
 from hivebatch.request import JobRequest
 
-HOLDS = "holds the GPUs free on its node(s) until Slurm has picked its count among them"
+
+def holds(per_node: int) -> str:
+    """The reason a job holding more GPUs than its count gives while Slurm has not started it."""
+    return f"holds the GPUs free on its node(s) until Slurm has picked {per_node} per node among them"
 
 
 def slurm_free(r: Round, node: str) -> set[int] | None:
@@ -98,7 +101,7 @@ def hold_whole_cell(
                 vc=req.vc, job=jid, opportunistic=req.priority < 0, bad=False, foreign=False
             )
     place.placement = wider
-    place.note = HOLDS
+    place.note = holds(1)
     return untyped_gres(1)
 
 
@@ -149,9 +152,7 @@ def resume_untyped(
             )
     place = Place(job, placement, job.gres, (want, per_node), resumed=True)
     if any(len(idx) > per_node for idx in placement.values()):
-        place.note = (
-            f"holds the GPUs free on its node(s) until Slurm has picked {per_node} per node among them"
-        )
+        place.note = holds(per_node)
     return place
 
 
