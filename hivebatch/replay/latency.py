@@ -22,11 +22,18 @@ def _split(s: list[float]) -> str:
     return f"mean {statistics.fmean(s):.1f}, max {max(s):.1f}" if s else "-"
 
 
-def latency_lines(jobs: list[JobTimes], cycles_s: list[float]) -> list[str]:
+def latency_lines(
+    jobs: list[JobTimes], cycles_s: list[float], starts: list[float] | None = None
+) -> list[str]:
+    """``cycles_s``: each controller cycle's duration; ``starts``: when each began (monotonic seconds),
+    whose mean spacing is the period the simulator's prediction assumed."""
     lines = []
     if cycles_s:
+        every = ""
+        if starts and len(starts) > 1:
+            every = f"one every {(starts[-1] - starts[0]) / (len(starts) - 1):.3f} s, "
         lines.append(
-            f"controller: {len(cycles_s)} cycles, median {statistics.median(cycles_s):.2f} s, "
+            f"controller: {len(cycles_s)} cycles, {every}median {statistics.median(cycles_s):.2f} s, "
             f"longest {max(cycles_s):.2f} s"
         )
     for vc in sorted({j.vc for j in jobs}):

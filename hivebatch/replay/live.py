@@ -35,6 +35,7 @@ from hivebatch.slurm.parse import requeue_delay_s
 from hivebatch.slurm.types import FINISHED_STATES, AcctRecord, SlurmJob, SlurmUnavailable
 
 PLAIN_ACCOUNT_PREFIX = "hbreplay_"
+POLL_S = 0.1  # the replay loop's longest sleep, real seconds
 SCRIPT = "#!/bin/sh\nsleep {sleep}\n"
 
 
@@ -133,7 +134,8 @@ def run_plan(
     ids: dict[str, int] = {}
     watch = CliBackend()
     t0 = time.monotonic()
-    last_tick = last_poll = -1e9
+    due = 0.0  # the next cycle's start, on the fixed schedule ``next_cycle`` keeps
+    last_poll = -1e9
     while True:
         now = time.monotonic() - t0
         if now > settings.timeout_s:
@@ -146,9 +148,9 @@ def run_plan(
                 pending.pop(0)
                 ids[p.job.job_id] = jid
                 mine.add(jid)
-            if tick is not None and now - last_tick >= settings.interval_s:
-                last_tick = now
+            if tick is not None and now >= due:
                 tick()
+                due = next_cycle(due, settings.interval_s, time.monotonic() - t0)
             if not pending and now - last_poll >= 1.0:
                 last_poll = now
                 if all(j.state in FINISHED_STATES for j in watch.list_jobs(sorted(mine))):
@@ -158,7 +160,21 @@ def run_plan(
             # the controller itself does; the waits it causes are measured like any other
             settings.log(f"{mode} replay: {exc}; retrying")
             time.sleep(1.0)
-        time.sleep(0.1)
+        time.sleep(_pause(time.monotonic() - t0, pending[0].at_s if pending else None, due if tick else None))
+
+
+def next_cycle(due: float, interval_s: float, now: float) -> float:
+    """When the cycle after one due at ``due`` starts, given it ended at ``now``: ``interval_s`` after
+    the start it was due at, as ``controller run --loop`` keeps its period (and the simulator assumes),
+    or at once when the cycle overran. Counting from when the cycle was noticed instead lets each
+    cycle drift by the polling delay: 2.055 s instead of 2.0 s on the lab."""
+    return max(due + interval_s, now)
+
+
+def _pause(now: float, submit_at: float | None, cycle_at: float | None) -> float:
+    """Sleep until the next submission or cycle is due, and never longer than the poll period."""
+    nexts = [t - now for t in (submit_at, cycle_at) if t is not None]
+    return max(0.0, min([POLL_S, *nexts]))
 
 
 def cancel_all(ids: set[int]) -> None:
@@ -243,8 +259,10 @@ def replay_hivebatch(plan: Plan, config_data: dict[str, Any], settings: LiveSett
         users = {vc: CliBackend(run_as=u) for vc, u in settings.users.items()}
 
         cycles_s: list[float] = []
+        starts: list[float] = []
 
         def tick() -> None:
+            starts.append(time.monotonic())
             report = run_cycle(ctx, factory, scoped)
             cycles_s.append(report.seconds)
             if not report.ok:
@@ -252,7 +270,7 @@ def replay_hivebatch(plan: Plan, config_data: dict[str, Any], settings: LiveSett
 
         try:
             run_plan(plan, "hivebatch", lambda p: (users[p.job.vc], p.job.vc), settings, mine, tick)
-            for line in latency_lines(_job_times(factory), cycles_s):
+            for line in latency_lines(_job_times(factory), cycles_s, starts):
                 settings.log(f"hivebatch: {line}")
         finally:
             cancel_all(mine)

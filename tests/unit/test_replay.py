@@ -229,6 +229,9 @@ def test_the_wait_is_split_between_the_controller_and_slurm_per_vc() -> None:
         "nlp: submit -> placed mean 3.0, max 4.0 s; placed -> started mean 2.0, max 3.0 s (real seconds, 2 jobs)",
         "nlp: the longest wait was told: waits for 8 GPUs | reserved: starts by 12:00:04",
     ]
+    # given when each cycle began, the period the prediction assumed is checked too
+    first = latency_lines(jobs, [0.2, 0.4, 1.0], [50.0, 52.0, 54.3])[0]
+    assert first == "controller: 3 cycles, one every 2.150 s, median 0.40 s, longest 1.00 s"
 
 
 def test_hivebatch_is_predicted_with_the_controllers_reservations_and_fairshare(
