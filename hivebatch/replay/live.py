@@ -144,7 +144,7 @@ def run_plan(
             while pending and pending[0].at_s <= now:
                 p = pending[0]
                 backend, account = backends(p)
-                jid = backend.submit(SCRIPT.format(sleep=p.sleep_s), submit_args(p, account, mode))
+                jid = backend.submit(SCRIPT.format(sleep=f"{p.sleep_s:g}"), submit_args(p, account, mode))
                 pending.pop(0)
                 ids[p.job.job_id] = jid
                 mine.add(jid)

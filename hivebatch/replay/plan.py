@@ -37,7 +37,7 @@ class SliceSpec:
             raise HivebatchError("run times need 0 < --min-run <= --max-run")
 
 
-def limit_min(sleep_s: int) -> int:
+def limit_min(sleep_s: float) -> int:
     """Slurm's time limit of a job sleeping ``sleep_s``: whole minutes, one more than the run needs (Slurm
     counts in minutes)."""
     return math.ceil(sleep_s / 60) + 1
@@ -47,7 +47,7 @@ def limit_min(sleep_s: int) -> int:
 class PlannedJob:
     job: SimJob  # trace time, with the clamped duration
     at_s: float  # real seconds after the replay's start
-    sleep_s: int  # real seconds the job sleeps
+    sleep_s: float  # real seconds the job sleeps, to a tenth
     nodes: int
     gpus_per_node: int
 
@@ -115,8 +115,11 @@ def plan_replay(
             continue
         duration = float(j.duration_s or lo)
         clamped = min(max(duration, lo), hi)
-        # whole real seconds (sleep's granularity here), and the simulator replays exactly that
-        sleep_s = max(1, round(clamped / spec.speedup))
+        # tenths of a real second, and the simulator replays exactly that. Whole seconds made every run
+        # end at the same instant of the controller's 2 s cycle at which it started, the instant Slurm
+        # starts what the cycle released: on the lab that turned a rare race (a GPU freed between the
+        # controller's look and Slurm's start) into one in 4 of a run's untyped pins
+        sleep_s = max(1.0, round(clamped / spec.speedup, 1))
         if clamped != duration:
             plan.clamped += 1
         # the controller sees Slurm's time limit, not the run time: the simulator is told the same

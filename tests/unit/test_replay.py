@@ -44,14 +44,14 @@ def test_slice_takes_the_window_rebased_and_the_first_n() -> None:
 def test_time_is_compressed_and_run_times_clamped() -> None:
     jobs = [
         _job("short", 0.0, duration=10.0),  # below 3 s real at speedup 10: raised to 3 s
-        _job("mid", 80.0, gpus=4, duration=205.0),  # 20.5 s real: whole seconds
+        _job("mid", 80.0, gpus=4, duration=205.37),  # 20.537 s real: to a tenth
         _job("long", 160.0, gpus=12, duration=10_000.0),  # cut to 60 s real; 12 GPUs = 2 nodes x 6
     ]
     plan = plan_replay(jobs, SliceSpec(length_s=1000, speedup=10), LAB_VCS, gpus_per_node=8, max_nodes=4)
     by = {p.job.job_id: p for p in plan.jobs}
     assert [by[j].at_s for j in ("short", "mid", "long")] == [0.0, 8.0, 16.0]
     assert by["short"].sleep_s == 3 and by["short"].job.duration_s == 30.0
-    assert by["mid"].sleep_s == 20 and by["mid"].job.duration_s == 200.0  # the simulator replays the same
+    assert by["mid"].sleep_s == 20.5 and by["mid"].job.duration_s == 205.0  # the simulator replays the same
     assert by["long"].sleep_s == 60 and (by["long"].nodes, by["long"].gpus_per_node) == (2, 6)
     assert by["long"].time_limit_min == 2
     # the simulator's scheduler sees the limit the controller sees (2 real minutes), not the run time
