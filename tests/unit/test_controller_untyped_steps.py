@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from decide_support import context, make_round, row
 
@@ -121,3 +123,22 @@ def test_one_gpu_beside_its_free_pair_holds_the_pair_untyped(
     settle_gres(r)
     assert (place.gres, place.placement) == (gres, {"node1": held})
     assert r.alloc.jobs()["1"].placement == {"node1": held}
+
+
+def test_a_job_requeued_by_this_cycles_incident_makes_its_node_typed(ctx: ControllerContext) -> None:
+    """The reconcile requeued job 2 (Slurm had started it on GPU 7, not on its granted 6); Slurm, as
+    seen at the cycle's start, still runs it there, so GPU 7 frees while job 1 is being started."""
+    job = row(1, JobRequest(vc="nlp", gpus=1))
+    requeued = row(2, JobRequest(vc="nlp", gpus=1), state="preempted", gres="gpu:1", placement={"node1": [6]})
+    r = make_round(ctx, [job, requeued])
+    r.ledger.slurm[2] = replace(r.ledger.slurm[2], state="RUNNING", held=False, gpus={"node1": [7]})
+    _slurm_sees(r, {"node1": [0, 1, 2, 3, 4, 5, 7]})
+    r.out.places = [_placed(r, 1, "nlp", {"node1": [6]})]
+    settle_gres(r)
+    assert r.out.places[0].gres == "gpu:g6:1"
+    # once Slurm shows it pending again it frees nothing more: with GPU 7 taken by other work, exact
+    r.ledger.slurm[2] = replace(r.ledger.slurm[2], state="PENDING", held=True, gpus={})
+    _slurm_sees(r, {"node1": [0, 1, 2, 3, 4, 5, 7]})
+    r.out.places[0].gres = None
+    settle_gres(r)
+    assert r.out.places[0].gres == "gpu:1"

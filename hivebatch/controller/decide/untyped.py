@@ -12,8 +12,9 @@ any GPUs, but Slurm picks them among those free on the node, by CPU affinity rat
   and at least its count. It holds all of them until Slurm has started it, then keeps the ones Slurm
   chose (``reconcile.machine.granted_kept``), so whatever Slurm picks was reserved for it.
 
-"Freed this cycle" covers victims requeued now and jobs under notice, which may leave any moment: a
-GPU they free before Slurm starts the job would give Slurm a choice. A GPU freed by a job that simply
+"Freed this cycle" covers victims requeued now, jobs under notice, which may leave any moment, and jobs
+this cycle's reconcile requeued while Slurm still ran them: a GPU they free before Slurm starts the job
+would give Slurm a choice. A GPU freed by a job that simply
 ends in that second is the one race left; Slurm's pick is then checked like any other
 (``granted_kept``: outside what was held, the job is requeued at once, having run for an instant).
 """
@@ -26,6 +27,8 @@ from hivebatch.cells import GpuUse
 from hivebatch.cells.resume import free_for
 from hivebatch.controller.decide.gres import untyped_count, untyped_gres
 from hivebatch.controller.decide.types import GpuMap, Place, Round, Wait
+from hivebatch.controller.observe import phase
+from hivebatch.controller.reconcile.slurm_view import gpus_of
 from hivebatch.db.models import Job
 from hivebatch.request import JobRequest
 
@@ -54,7 +57,19 @@ def leaving_nodes(r: Round) -> set[str]:
             job.slurm_job_id in ids or job.intent == "preempt" or job.notice_until is not None
         ):
             nodes.update(job.placement)
+        elif job.state == "preempted":
+            nodes.update(_requeued_now(r, job))
     return nodes
+
+
+def _requeued_now(r: Round, job: Job) -> set[str]:
+    """The nodes of a job this cycle's reconcile requeued (a placement incident) while Slurm, as last
+    seen, still ran it there: its GPUs free in the second its requeue takes. Left out, the next exact
+    pin on that node raced the requeue and lost every time (three incidents in a row on the lab)."""
+    sj = r.ledger.slurm.get(job.slurm_job_id)
+    if sj is None or phase(sj.state) != "running":
+        return set()
+    return set(gpus_of(sj)) | set(job.placement or {})
 
 
 def pin_untyped(r: Round, placement: dict[str, list[int]], leaving: set[str]) -> str | None:
