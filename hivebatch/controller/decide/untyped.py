@@ -65,7 +65,7 @@ def leaving_nodes(r: Round) -> set[str]:
 def _requeued_now(r: Round, job: Job) -> set[str]:
     """The nodes of a job this cycle's reconcile requeued (a placement incident) while Slurm, as last
     seen, still ran it there: its GPUs free in the second its requeue takes. Left out, the next exact
-    pin on that node raced the requeue and lost every time (three incidents in a row on the lab)."""
+    pin on that node raced the requeue and lost every time (in three of five lab replays)."""
     sj = r.ledger.slurm.get(job.slurm_job_id)
     if sj is None or phase(sj.state) != "running":
         return set()
