@@ -8,7 +8,7 @@ controller resumes requeued jobs this way, and the replay's prediction holds the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 
 from hivebatch.cells.types import GpuUse
 
@@ -22,6 +22,19 @@ def free_for(gpus: Mapping[int, GpuUse], idx: Sequence[int], vc: str, priority: 
         if use.vc is not None and (priority < 0 or use.vc != vc):
             return False  # bound to another VC's cell (or to any cell: opportunistic work keeps off)
     return True
+
+
+def take(
+    gmap: Mapping[str, MutableMapping[int, GpuUse]],
+    placement: Mapping[str, Sequence[int]],
+    vc: str,
+    job: str,
+    opportunistic: bool = False,
+) -> None:
+    """Mark ``placement`` as ``job``'s in a GPU map, so the next job of the same round sees it taken."""
+    for node, idx in placement.items():
+        for i in idx:
+            gmap[node][i] = GpuUse(vc=vc, job=job, opportunistic=opportunistic, bad=False, foreign=False)
 
 
 def symmetric_indices(placement: Mapping[str, Sequence[int]]) -> list[int] | None:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from hivebatch.cells import GpuUse
-from hivebatch.cells.resume import free_for, resume_nodes, symmetric_indices
+from hivebatch.cells.resume import free_for, resume_nodes, symmetric_indices, take
 
 if TYPE_CHECKING:
     from hivebatch.scheduler import Outcome
@@ -90,9 +90,7 @@ def _sibling_held(
             return False
         if not free_for(after.get(node, {}), rest, vc, prio):
             return False
-    for node, cell in cells.items():
-        for i in cell:
-            after[node][i] = GpuUse(vc=vc, job="held", opportunistic=prio < 0, bad=False, foreign=False)
+    take(after, {node: sorted(cell) for node, cell in cells.items()}, vc, "held", opportunistic=prio < 0)
     return True
 
 

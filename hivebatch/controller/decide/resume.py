@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from hivebatch.cells import GpuUse
-from hivebatch.cells.resume import resume_nodes, symmetric_indices
+from hivebatch.cells.resume import resume_nodes, symmetric_indices, take
 from hivebatch.controller.decide.gres import gres_for, untyped_count
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.types import Place, Round, Wait
@@ -66,11 +65,7 @@ def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
             break
         why = decision.reason or decision.error or why
         refused.add(chosen[-1])
-    for n in chosen:  # keep the map current for the next requeued job
-        for i in idx:
-            r.gmap[n][i] = GpuUse(
-                vc=req.vc, job=str(job.slurm_job_id), opportunistic=False, bad=False, foreign=False
-            )
+    take(r.gmap, placement, req.vc, str(job.slurm_job_id))  # keep the map current for the next requeued job
     return Place(job, placement, gres_for(idx), (want_nodes, len(idx)), resumed=True)
 
 

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hivebatch.cells import GpuUse
-from hivebatch.cells.resume import free_for
+from hivebatch.cells.resume import free_for, take
 from hivebatch.controller.decide.gres import untyped_count, untyped_gres
 from hivebatch.controller.decide.types import GpuMap, Place, Round, Wait
 from hivebatch.controller.observe import phase
@@ -110,11 +109,7 @@ def hold_whole_cell(
     if r.alloc.adopt(jid, req.vc, req.priority, wider, keep_guarantees=True).result != "placed":
         r.alloc.adopt(jid, req.vc, req.priority, place.placement)
         return None
-    for node, idx in wider.items():
-        for i in idx:
-            gmap[node][i] = GpuUse(
-                vc=req.vc, job=jid, opportunistic=req.priority < 0, bad=False, foreign=False
-            )
+    take(gmap, wider, req.vc, jid, opportunistic=req.priority < 0)
     place.placement = wider
     place.note = holds(1)
     return untyped_gres(1)
@@ -160,11 +155,7 @@ def resume_untyped(
             break
         why = decision.reason or decision.error or why
         refused.add(fits[-1][0])
-    for node, idx in placement.items():  # keep the map current for the next requeued job
-        for i in idx:
-            r.gmap[node][i] = GpuUse(
-                vc=req.vc, job=str(job.slurm_job_id), opportunistic=False, bad=False, foreign=False
-            )
+    take(r.gmap, placement, req.vc, str(job.slurm_job_id))  # keep the map current for the next requeued job
     place = Place(job, placement, job.gres, (want, per_node), resumed=True)
     if any(len(idx) > per_node for idx in placement.values()):
         place.note = holds(per_node)
