@@ -63,6 +63,7 @@ class Plan:
     mapped: int = 0  # jobs whose trace VC is not a VC of the cluster, given one by hash
     dropped: int = 0  # jobs larger than the VC they were mapped to
     clamped: int = 0  # jobs whose run time was raised or cut
+    alone: str | None = None  # only this VC's jobs were kept (see ``only_vc``)
 
     @property
     def sim_jobs(self) -> list[SimJob]:
@@ -74,16 +75,29 @@ class Plan:
         return max((p.at_s + p.sleep_s for p in self.jobs), default=0.0)
 
     def summary(self) -> str:
-        parts = [f"{len(self.jobs)} jobs over {self.wall_s:.0f} s at speedup {self.spec.speedup:g}"]
+        head = f"{len(self.jobs)} jobs over {self.wall_s:.0f} s at speedup {self.spec.speedup:g}"
+        notes = []
         if self.mapped:
-            parts.append(f"{self.mapped} given a VC by hash")
+            notes.append(f"{self.mapped} given a VC by hash")
         if self.dropped:
-            parts.append(f"{self.dropped} dropped (larger than their VC)")
+            notes.append(f"{self.dropped} dropped (larger than their VC)")
         if self.clamped:
-            parts.append(
+            notes.append(
                 f"{self.clamped} run times clamped to {self.spec.min_run_s:g}-{self.spec.max_run_s:g} s real"
             )
-        return "; ".join(parts)
+        if self.alone is None:
+            return "; ".join([head, *notes])
+        # the counts are the whole slice's: the jobs were mapped and clamped before one VC's were kept
+        whole = f"; of the whole slice: {', '.join(notes)}" if notes else ""
+        return f"VC {self.alone} alone: {head}{whole}"
+
+    def only_vc(self, vc: str) -> Plan:
+        """The same plan with only ``vc``'s jobs, at the same times: the VC alone on its cells, which is
+        what its private-cluster baseline simulates. Replayed live, it measures that baseline on Slurm,
+        so a VC's excess in the whole slice can be told apart from what the scheduler does to the VC's
+        own jobs on any cluster."""
+        mine = [p for p in self.jobs if p.job.vc == vc]
+        return replace(self, jobs=mine, alone=vc)
 
 
 def select_slice(jobs: list[SimJob], spec: SliceSpec) -> list[SimJob]:

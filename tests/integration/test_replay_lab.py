@@ -28,8 +28,16 @@ def test_replay_runs_every_job_in_both_modes(slurm_lab: Any) -> None:
         # the page's `$` commands (the simulator) run offline, in tests/unit/test_docs.py
         printed = play_page(site, "simulate.md", plain=None)
     replays = {command.split("--trace ")[1].split()[0]: out for command, out in printed.items()
-               if command.startswith("hivebatch replay")}  # fmt: skip
+               if command.startswith("hivebatch replay") and "--alone" not in command}  # fmt: skip
     assert set(replays) == {"slice.csv", "anomaly.csv"}
+    # cv's jobs of the anomaly slice alone: only they ran (sacct), and cv alone waits as it does beside
+    # the others, within a controller interval (0.5 trace min): the cells make sharing cost it nothing
+    alone = next(out for command, out in printed.items() if "--alone cv" in command)
+    assert any(line.startswith("hivebatch\tslurm\t3/3\t") for line in alone), alone
+    (only,) = _vc_rows(alone)
+    assert only[0] == "cv", alone
+    shared_cv = _excess(replays["anomaly.csv"])["cv"]["hivebatch"]
+    assert abs(shared_cv - float(only[2])) <= 0.5, (replays["anomaly.csv"], alone)
     for replay in replays.values():
         jobs = next(int(line.split()[0]) for line in replay if " jobs over " in line)
         for mode in ("plain", "hivebatch"):
@@ -45,8 +53,12 @@ def test_replay_runs_every_job_in_both_modes(slurm_lab: Any) -> None:
     assert "hbreplay_" not in before
 
 
+def _vc_rows(replay: list[str]) -> list[list[str]]:
+    """The replay's per-VC table, without its header."""
+    header = next(i for i, line in enumerate(replay) if line.startswith("VC\t"))
+    return [line.split("\t") for line in replay[header + 1 : replay.index("", header)]]
+
+
 def _excess(replay: list[str]) -> dict[str, dict[str, float]]:
     """VC -> Slurm's excess wait per mode, trace minutes, from the replay's per-VC table."""
-    header = next(i for i, line in enumerate(replay) if line.startswith("VC\t"))
-    rows = [line.split("\t") for line in replay[header + 1 : replay.index("", header)]]
-    return {r[0]: {"plain": float(r[2]), "hivebatch": float(r[4])} for r in rows}
+    return {r[0]: {"plain": float(r[2]), "hivebatch": float(r[4])} for r in _vc_rows(replay)}

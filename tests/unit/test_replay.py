@@ -70,6 +70,17 @@ def test_foreign_vcs_are_mapped_by_hash_and_jobs_too_large_dropped() -> None:
     assert [p.job.vc for p in again.jobs] == [p.job.vc for p in plan.jobs]
 
 
+def test_a_vc_alone_keeps_its_jobs_at_the_times_they_have_in_the_whole_slice() -> None:
+    jobs = [_job("late-cv", 50.0), _job("first-nlp", 20.0, vc="nlp"), _job("cv2", 90.0, gpus=4)]
+    whole = plan_replay(jobs, SliceSpec(length_s=1000, speedup=10), LAB_VCS, gpus_per_node=8, max_nodes=4)
+    cv = whole.only_vc("cv")
+    assert [p.job.job_id for p in cv.jobs] == ["late-cv", "cv2"]
+    # the slice starts at nlp's job, as in the whole replay: cv's jobs arrive when they arrive there
+    assert [p.at_s for p in cv.jobs] == [3.0, 7.0] == [p.at_s for p in whole.jobs if p.job.vc == "cv"]
+    assert cv.summary().startswith("VC cv alone: 2 jobs over ") and whole.alone is None
+    assert whole.only_vc("sys").jobs == []
+
+
 def test_bad_slice_is_refused_in_one_line() -> None:
     with pytest.raises(HivebatchError, match="speedup"):
         select_slice([], SliceSpec(speedup=0))
@@ -192,6 +203,9 @@ def test_a_preempted_job_waits_from_its_first_submission_and_counts_its_lost_run
         (["--mode", "hivebatch", "--keep", "/nonexistent/kept"], "is not in an existing directory"),
         (["--mode", "hivebatch", "--keep", "/"], "/ exists: give a new directory"),
         (["--start-latency", "-1"], "-1.0 is not in the range x>=0"),
+        (["--alone", "vision"], "'vision' is not a VC of the config: use one of cv, nlp, sys"),
+        (["--alone", "sys"], "no jobs of VC sys in the slice"),
+        (["--alone", "cv", "--mode", "both"], "only through hivebatch, not --mode both"),
     ],
 )
 def test_bad_input_is_one_clear_line(

@@ -37,6 +37,9 @@ _SLICE_OPTIONS = (
                  help="Start of the slice, trace hours after the trace's first arrival."),
     click.option("--hours", type=float, default=1.0, show_default=True, help="Length of the slice's arrival window, trace hours."),
     click.option("--max-jobs", type=int, help="Replay only the slice's first N jobs."),
+    click.option("--alone", metavar="VC",
+                 help="Replay only this VC's jobs of the slice, at the same times: its private cluster, measured "
+                      "on Slurm (the simulator's baseline for its excess wait)."),
     click.option("--speedup", type=float, default=8.0, show_default=True, help="Trace seconds per real second."),
     click.option("--min-run", type=float, default=3.0, show_default=True, help="Shortest run, real seconds."),
     click.option("--max-run", type=float, default=60.0, show_default=True, help="Longest run, real seconds (longer jobs are cut)."),
@@ -99,6 +102,7 @@ def replay(
     start_h: float,
     hours: float,
     max_jobs: int | None,
+    alone: str | None,
     speedup: float,
     min_run: float,
     max_run: float,
@@ -158,6 +162,13 @@ def replay(
         raise click.BadParameter(f"{keep} {why}: give a new directory", param_hint="--keep")
     spec = setup.build_spec(data)
     vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
+    if alone is not None and mode not in ("hivebatch", "sim"):
+        # alone under plain Slurm is the VC's GrpTRES on every node, not its private nodes: no baseline
+        raise click.BadParameter(f"a VC alone is its private cluster only through hivebatch, not --mode {mode}: "
+                                 "use --mode hivebatch (or sim)", param_hint="--alone")  # fmt: skip
+    if alone is not None and alone not in vc_gpus:
+        raise click.BadParameter(f"{alone!r} is not a VC of the config: use one of {', '.join(sorted(vc_gpus))}",
+                                 param_hint="--alone")  # fmt: skip
     trace_vcs = {vc: 8 * n for vc, n in traces.read_vcs(vcs_file).items()} if vcs_file else vc_gpus
     jobs, report = traces.read_trace(trace_format, trace, trace_vcs)
     slice_spec = SliceSpec(start_h * 3600, hours * 3600, max_jobs, speedup, min_run, max_run)
@@ -176,8 +187,11 @@ def replay(
                      interval * speedup / 60, as_json)  # fmt: skip
         return
     plan = plan_replay(jobs, slice_spec, vc_gpus, platform.gpus_per_node, platform.max_nodes)
+    if alone is not None:
+        plan = plan.only_vc(alone)
     if not plan.jobs:
-        raise HivebatchError(f"{trace}: no jobs in the slice ({report.summary()})")
+        whose = f"of VC {alone} " if alone is not None else ""
+        raise HivebatchError(f"{trace}: no jobs {whose}in the slice ({report.summary()})")
     click.echo(plan.summary(), err=True)
     settings = live.LiveSettings(
         operator=operator,
@@ -188,7 +202,10 @@ def replay(
         keep=None if keep is None else keep.resolve(),
         log=lambda m: click.echo(m, err=True),
     )
-    modes = ["plain", "hivebatch"] if mode in ("both", "sim") else [mode]
+    if alone is not None:
+        modes = ["hivebatch"]
+    else:
+        modes = ["plain", "hivebatch"] if mode in ("both", "sim") else [mode]
     results: dict[str, tuple[RunSummary | None, RunSummary]] = {}
     took: dict[str, float] = {}
     errors: dict[str, JobError | None] = {}
