@@ -5,7 +5,8 @@ waits for ever behind a stream of small ones, each taking the GPUs another one f
 EASY backfill on the cells:
 
 * The *head* of a VC is its first guaranteed task, in the policy's order, that cannot be placed
-  now (asked before anything is placed in the round) — unless one of its guaranteed tasks has waited ``starve_after_s`` or longer: then the head is the
+  now (asked before anything is placed in the cycle: the controller resumes requeued jobs before its
+  round and hands the round the cells as they were before that) — unless one of its guaranteed tasks has waited ``starve_after_s`` or longer: then the head is the
   one of those of the highest cell priority that arrived first. The policy's order alone does not
   prevent starvation: the QoS policy puts a task past its expected completion behind every task
   that can still meet its own, so under a steady stream of small jobs a large job that waited long

@@ -117,6 +117,8 @@ class _Round:
     delaying: set[RefusalKey] = field(default_factory=set)
     ends: dict[str, float] = field(default_factory=dict)  # expected end of every job holding GPUs
     scratch: Scratch | None = None  # the allocator copy the round's reservations walk on
+    # the cells as the cycle found them, when the caller placed jobs before the round (see heads)
+    found: Forkable | None = None
 
     def _key(self, task: Task, shape: Shape) -> RefusalKey:
         return (task.vc, shape.gpus, shape.d_node, task.gpu_type, self.prio(task), task.avoid_nodes)
@@ -167,11 +169,11 @@ class _Round:
         return False
 
     def fits_now(self, plan: Plan) -> bool:
-        """Whether any of ``plan``'s shapes could be placed now (asking only; nothing is placed)."""
-        assert isinstance(self.alloc, Forkable)
-        return any(
-            self.alloc.try_allocate(self.request(plan.task, s)).result == "placed" for s in plan.shapes
-        )
+        """Whether any of ``plan``'s shapes could be placed on the cells as the cycle found them (asking
+        only; nothing is placed)."""
+        alloc = self.found if self.found is not None else self.alloc
+        assert isinstance(alloc, Forkable)
+        return any(alloc.try_allocate(self.request(plan.task, s)).result == "placed" for s in plan.shapes)
 
     def reserve(self, plan: Plan) -> Reservation | None:
         """A reservation for ``plan``'s task on its first shape (None: no start known).
@@ -339,6 +341,7 @@ def schedule_round(
     ends: Mapping[str, float] | None = None,
     usage: Mapping[str, float] | None = None,
     starve_after_s: float = DEFAULT_STARVE_AFTER_S,
+    found: Forkable | None = None,
 ) -> list[Outcome]:
     """Plan the waiting ``tasks`` with ``policy`` and place them on ``alloc``, in the policy's order.
 
@@ -352,6 +355,11 @@ def schedule_round(
     guaranteed task that waits, or its oldest one once that has waited ``starve_after_s``) is given
     a start time, and the VC's other tasks start only if they do not delay it. ``usage`` (user -> recent GPU-hours, hivebatch.fairshare) turns on fairshare: the
     guaranteed tasks of one VC and class take their group's turns lowest usage first.
+    ``found``: a copy of ``alloc`` taken before the caller placed other jobs in the same cycle (the
+    controller resumes requeued jobs first); the heads are the tasks that do not fit *there*, as
+    they are in the simulator, which places those jobs in the round. A job resumed a moment earlier
+    would otherwise turn a task that fitted when the cycle began into its VC's head, whose
+    reservation then holds back the tasks ranked before it.
     Placements (and the preemptions they cause) are applied to ``alloc``; the caller requeues the
     jobs listed in ``Outcome.preempted``.
     """
@@ -370,7 +378,7 @@ def schedule_round(
     if usage is not None:
         plans = _fair(plans, usage, prio)
     strict = bool(getattr(policy, "strict_order", False))
-    round_ = _Round(alloc, now, platform, prio, ends=dict(ends or {}))
+    round_ = _Round(alloc, now, platform, prio, ends=dict(ends or {}), found=found)
     reserved, first = round_.heads(plans, starve_after_s) if reserving else ({}, set())
     first |= _claimants(alloc, plans, prio)
     if first:

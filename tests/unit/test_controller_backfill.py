@@ -117,3 +117,31 @@ def test_recent_usage_reads_finished_and_running_jobs_from_the_ledger(tmp_path: 
         Run("ann", 2, t - 3600, t), t, week
     )
     assert use == {"ann": pytest.approx(want)}  # bob's job ended 28 half-lives ago: not read
+
+
+def test_a_job_resumed_this_cycle_does_not_make_its_vcs_big_job_the_head(ctx: ControllerContext) -> None:
+    # cv's socket cell is busy on node1 and nlp's cells hold node2 and node3, so cv's 8-GPU job fits only
+    # on node4, where cv's requeued victim (typed gpu:g6:1) resumes at the start of the cycle. The head
+    # is asked of the cells as the cycle found them (as in the simulator): the big job fitted there, so
+    # it holds no reservation yet and cv's one-GPU job starts beside the victim instead of waiting for it.
+    def running(jid: int, vc: str, node: str, gpus: list[int]) -> Job:
+        return row(jid, JobRequest(vc=vc, gpus=len(gpus), time_limit_s=3600), state="running",
+                   predicted_end=NOW + HOUR, placement={node: gpus}, start_time=NOW - HOUR,
+                   segment_start=NOW - HOUR)  # fmt: skip
+
+    busy = [running(10 + i, "cv", "node1", [4 + i]) for i in range(4)]
+    busy += [
+        running(20, "nlp", "node2", [0]),
+        running(21, "nlp", "node3", [0]),
+        running(22, "sys", "node1", [0]),
+    ]
+    big = row(1, JobRequest(vc="cv", gpus=8, time_limit_s=7200))
+    victim = row(2, JobRequest(vc="cv", gpus=1, time_limit_s=1800), state="preempted", gres="gpu:g6:1",
+                 placement={"node4": [6]}, start_time=NOW - HOUR / 2, segment_start=NOW - HOUR / 2)  # fmt: skip
+    small = row(3, JobRequest(vc="cv", gpus=1, time_limit_s=3 * 3600))
+    out = decide(ctx, _ledger(ctx, [big, victim, small], busy), NOW)
+    places = {p.job.slurm_job_id: p for p in out.places}
+    assert places[2].resumed and places[2].placement == {"node4": [6]}
+    assert 3 in places and list(places[3].placement) == ["node4"]
+    waits = {w.job.slurm_job_id: w for w in out.waits}
+    assert not waits[1].reason.startswith("reserved"), waits[1].reason

@@ -188,3 +188,23 @@ def test_the_quota_pool_of_the_simulator_reserves_the_same_way() -> None:
     assert by["head"].predicted_start == NOW + 1000
     assert by["long"].result == "waiting" and by["short"].result == "placed"
     assert set(pool.jobs()) == {"r1", "short"}
+
+
+def test_the_head_is_asked_of_the_cells_as_the_cycle_found_them() -> None:
+    # The controller resumes a requeued job before the round. On the cells as the cycle found them the
+    # 8-GPU job fits, so it is no head this round, and the one-GPU job ranked before it starts; asked
+    # after the resume, it would be the head, and its reservation would hold the one-GPU job back.
+    found = _alloc()
+    resumed = found.fork()
+    assert resumed.adopt("victim", "a", 0, {"n0001": [6]}).result == "placed"
+    tasks = [_task("small", 1, 5000), _task("big", 8, 3600, arrival=NOW - 600)]
+    ends = {"victim": NOW + 100}
+    asked_after = _run(resumed.fork(), tasks, ends)
+    assert (asked_after["big"].reason or "").startswith("reserved: starts by ")
+    assert asked_after["small"].result == "waiting" and asked_after["small"].reason == (
+        "would delay job big, which holds its VC's reservation"
+    )
+    by = _run(resumed, tasks, ends, found=found)
+    assert by["small"].result == "placed" and by["small"].placement == {"n0001": [0]}
+    assert by["big"].result == "waiting" and not (by["big"].reason or "").startswith("reserved")
+    assert set(found.jobs()) == set()  # only asked

@@ -67,6 +67,7 @@ def _round(r: Round, tasks: list[Task]) -> list[Outcome]:
         ends=running_ends(r) if settings.backfill else None,
         usage=r.ledger.usage,
         starve_after_s=settings.starve_after_s,
+        found=r.found,
     )
 
 
