@@ -87,7 +87,7 @@ class Round:
     # the same, per distinct needs: thousands of waiting jobs share a few, and each costs a pass over the nodes
     unfit_by_needs: dict[tuple[Needs, frozenset[str]], dict[str, str]] = field(default_factory=dict)
     class_notes: dict[int, str] = field(default_factory=dict)  # slurm id -> why it runs in a lower class
-    found: CellAllocator | None = None  # a copy of the cells before the requeued jobs resumed (if any did)
+    found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
 
     @classmethod
     def start(cls, ctx: ControllerContext, ledger: Ledger, now: dt.datetime) -> Round:
