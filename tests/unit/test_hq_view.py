@@ -66,6 +66,17 @@ def test_slurm_only_rows_before_the_controller_ran() -> None:
     assert rows[0].placement == {"node1": [0]} and rows[0].hivebatch is False
 
 
+def test_without_a_config_a_held_job_does_not_claim_the_controller_has_not_looked() -> None:
+    # seen on the lab: hq run without HIVEBATCH_CONFIG said "waiting for the hivebatch controller to
+    # look at it" of a job the controller had judged a minute earlier (waiting for its dependency)
+    req = JobRequest(vc="sys", gpus=1)
+    held = [sjob(7, "carol", "PENDING", "JobHeldUser", req=req), sjob(8, "carol", "PENDING", "Dependency")]
+    rows = collect_rows(held, [], Filters(), ledger_found=False)
+    assert rows[0].reason.startswith("held for hivebatch: set HIVEBATCH_CONFIG")
+    assert rows[1].reason == plain_reason("Dependency")  # not hivebatch's: Slurm's own reason stays
+    assert collect_rows(held, [], Filters())[0].reason == "waiting for the hivebatch controller to look at it"
+
+
 def test_ledger_adds_predictions_reason_and_slack() -> None:
     req = JobRequest(vc="cv", gpus=2)
     ect = NOW + dt.timedelta(hours=2)

@@ -174,7 +174,9 @@ def _rows(args: Any, ids: list[int] | None) -> list[Any]:
             raise
         _warn(f"Slurm did not answer ({str(exc).splitlines()[0]}); showing the controller's ledger only")
         slurm_jobs = []
-    rows = collect_rows(slurm_jobs, ledger.jobs if ledger else [], filters)
+    rows = collect_rows(
+        slurm_jobs, ledger.jobs if ledger else [], filters, ledger_found=config_path is not None
+    )
     if ids is not None:  # squeue's selection and order; finished jobs from the ledger after them
         order = {j: i for i, j in enumerate(ids)}
         finished = [r for r in rows if r.job_id not in order and args.own.get("finished") and not r.pending
@@ -188,8 +190,16 @@ def _rows(args: Any, ids: list[int] | None) -> list[Any]:
         from hivebatch.sharing.integration import add_gpu_capacity
 
         add_gpu_capacity(rows, config)  # GPU memory from the config, to show slices as 8G/32G
-    if ledger is not None and not ledger.available and sys.stdout.isatty() and "noheader" not in args.options:
-        _warn("the hivebatch controller has not run yet: no placements or predictions to show")
+    if sys.stdout.isatty() and "noheader" not in args.options:
+        if config_path is None:
+            from hivebatch.config import SEARCH_PATH
+
+            _warn(
+                f"no hivebatch configuration here ({', '.join(map(str, SEARCH_PATH))}; HIVEBATCH_CONFIG unset): "
+                "Slurm's view only, without the controller's placements, predictions and reasons"
+            )
+        elif ledger is not None and not ledger.available:
+            _warn("the hivebatch controller has not run yet: no placements or predictions to show")
     return rows
 
 

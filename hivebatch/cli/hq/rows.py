@@ -126,6 +126,12 @@ def _naive_utc(t: dt.datetime | None) -> dt.datetime | None:
     return t
 
 
+# a job hivebatch holds that the controller's ledger says nothing of (yet)
+NOT_SEEN_YET = "waiting for the hivebatch controller to look at it"
+# the same, when hq had no configuration to find the ledger by: whether the controller has looked is unknown
+NO_LEDGER = "held for hivebatch: set HIVEBATCH_CONFIG (or --config) to read the controller's reason"
+
+
 def row_from_slurm(job: Any) -> JobRow:
     """A row from a SlurmJob alone (the request in its comment fills in VC, class and GPUs)."""
     req = request_of(job)
@@ -154,7 +160,7 @@ def row_from_slurm(job: Any) -> JobRow:
         row.placement = {}
         row.reason = plain_reason(job.reason)
         if req is not None and job.reason in ("JobHeldAdmin", "JobHeldUser"):
-            row.reason = "waiting for the hivebatch controller to look at it"
+            row.reason = NOT_SEEN_YET
     elif row.state == "RUNNING" and row.start_time and row.time_limit_s:
         row.predicted_end = row.start_time + dt.timedelta(seconds=row.time_limit_s)
     return row
@@ -262,10 +268,17 @@ def parse_states(text: str) -> tuple[set[str] | None, bool]:
     return states, False
 
 
-def collect_rows(slurm_jobs: Iterable[Any], db_jobs: Iterable[Any], filters: Filters) -> list[JobRow]:
+def collect_rows(
+    slurm_jobs: Iterable[Any], db_jobs: Iterable[Any], filters: Filters, ledger_found: bool = True
+) -> list[JobRow]:
+    """Slurm's rows with the ledger's view merged in; ``ledger_found`` False: there was no config to
+    find a ledger by, so a held job's reason cannot be told."""
     rows: dict[int, JobRow] = {}
     for job in slurm_jobs:
-        rows[int(job.job_id)] = row_from_slurm(job)
+        row = row_from_slurm(job)
+        if not ledger_found and row.reason == NOT_SEEN_YET:
+            row.reason = NO_LEDGER
+        rows[int(job.job_id)] = row
     for db_job in db_jobs:
         jid = int(db_job.slurm_job_id)
         rows[jid] = merge_ledger(rows.get(jid), db_job)
