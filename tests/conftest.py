@@ -36,6 +36,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
+@pytest.fixture(autouse=True)
+def _no_machine_config(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A test finds only the configs it names: the machine's own /etc/hivebatch/hivebatch.yaml (the
+    quickstart links the lab's there) is not where the code under test may look by default."""
+    import hivebatch.config
+
+    gone = tmp_path_factory.getbasetemp() / "no-etc-hivebatch" / "hivebatch.yaml"
+    monkeypatch.setattr(hivebatch.config, "SEARCH_PATH", (gone, *hivebatch.config.SEARCH_PATH[1:]))
+
+
 @dataclass
 class SlurmLab:
     """The running lab: where it keeps its files, and helpers to act as its users."""

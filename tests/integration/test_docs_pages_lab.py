@@ -114,3 +114,5 @@ def test_the_lab_page_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[
 def test_the_quickstart_page_commands_run_as_shown(slurm_lab) -> None:  # type: ignore[no-untyped-def]
     with lab_site(slurm_lab) as site:  # the quickstart uses the lab's own config; the site only hosts the run
         play_page(site, "quickstart.md", plain=None)
+    # its users ran hsub and hq with no HIVEBATCH_CONFIG: the lab's config is where a site's clients look
+    assert Path("/etc/hivebatch/hivebatch.yaml").resolve() == (slurm_lab.dir / "hivebatch.yaml").resolve()
