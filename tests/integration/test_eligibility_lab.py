@@ -36,3 +36,30 @@ def test_dependency_and_begin_hold_no_cells_until_slurm_would_start_them(ctl: Ct
     ctl.lab.wait_for(first, {"COMPLETED"}, timeout_s=60)
     ctl.until(lambda: ctl.job(after).state in ("running", "done"), what=lambda: ctl.job(after).reason)
     assert ctl.job(later).state == "queued" and not ctl.job(later).placement
+
+
+def test_an_array_dependency_and_a_singleton_are_judged_without_waiting_for_slurms_re_test(ctl: Ctl) -> None:
+    # Slurm re-tests these for a held job once a minute (tests/fixtures/slurm/dependency_held_retest.txt)
+    array = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-arr", "--array=0-2", "--gres=gpu:1", "--wrap", "sleep 2")
+    whole = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-whole", "--gres=gpu:1", f"--dependency=afterok:{array}",
+                    "--wrap", "true")  # fmt: skip
+    one = ("-J", f"{ctl.tag}-solo", "--gres=gpu:1", "--dependency=singleton", "--wrap", "sleep 4")
+    solo = [_sbatch(ctl, "alice", *one) for _ in range(2)]
+    ctl.cycle()
+    assert ctl.job(whole).reason.startswith(f"waits for its dependency afterok:{array}_*")
+    assert ctl.job(solo[1]).reason.startswith("waits for its dependency singleton")
+    assert ctl.job(solo[0]).placement  # nothing of its name came before it
+
+    def array_done() -> bool:
+        tasks = [j for j in ctl.lab.backend().list_jobs() if j.array_job_id == array]
+        return len(tasks) == 3 and all(t.state == "COMPLETED" for t in tasks)
+
+    ctl.until(array_done, timeout_s=60, what="the array's three tasks to complete")
+    ctl.cycle()
+    assert ctl.job(whole).placement, ctl.job(whole).reason  # Slurm's own text may still say unfulfilled
+    first = ctl.lab.wait_for(solo[0], {"COMPLETED"}, timeout_s=60)
+    ctl.cycle()
+    assert ctl.job(solo[1]).placement, ctl.job(solo[1]).reason
+    second = ctl.lab.wait_for(solo[1], {"COMPLETED"}, timeout_s=60)
+    assert first.end_time is not None and second.start_time is not None
+    assert second.start_time >= first.end_time  # one at a time, as under Slurm
