@@ -204,6 +204,19 @@ def test_estimate_leaves_a_job_behind_one_of_unknown_length_without_a_start(ctx:
     assert r.out.waits[0].predicted_start == NOW and r.out.waits[1].predicted_start is None
 
 
+def test_a_job_slurm_would_not_start_gets_no_start_and_takes_no_gpus_in_the_estimate(
+    ctx: ControllerContext,
+) -> None:
+    # seen on the lab: hq said START "now" of a job whose dependency could never be met
+    blocked, after = row(2, JobRequest(vc="sys", gpus=4)), row(3, JobRequest(vc="sys", gpus=4))
+    r = make_round(ctx, [blocked, after])
+    r.out.waits = [Wait(blocked, "its dependency afterok:1 can never be met", latency_s=600.0, not_startable=True),
+                   Wait(after, "w", latency_s=600.0)]  # fmt: skip
+    estimate_starts(r)
+    assert r.out.waits[0].predicted_start is None and r.out.waits[0].predicted_end is None
+    assert r.out.waits[1].predicted_start == NOW  # the VC's 4 GPUs are its own
+
+
 def test_whole_decide_on_a_hand_built_round(ctx: ControllerContext, tmp_path: Path) -> None:
     from hivebatch.controller.decide import decide
 

@@ -60,9 +60,13 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
         gate.hold_back(r, job, sj)
         return
     first = job.state != "preempted" and not job.placement
-    not_yet = not_eligible(sj, r.now, first_start=first, others=ledger.slurm) or gate.admit(sj)
+    not_yet = not_eligible(sj, r.now, first_start=first, others=ledger.slurm)
     if not_yet:
-        r.out.waits.append(Wait(job, not_yet))
+        r.out.waits.append(Wait(job, not_yet, not_startable=True))
+        return
+    throttled = gate.admit(sj)
+    if throttled:
+        r.out.waits.append(Wait(job, throttled))
         return
     by = _preemptor_waiting(r, job, noticing)
     if by is not None:

@@ -71,7 +71,7 @@ def estimate_starts(r: Round) -> None:
     free: dict[str, float] = {}
     clock: dict[str, float] = {}
     for w in r.out.waits:
-        if w.rejected:
+        if w.rejected or w.not_startable:
             continue
         pool = _pool(w.job.priority, w.job.vc_name)
         if pool not in free:

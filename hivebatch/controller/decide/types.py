@@ -44,6 +44,9 @@ class Wait:
     ect: dt.datetime | None = None
     latency_s: float | None = None
     reserved_start: dt.datetime | None = None  # the start its VC's backfill reservation promises
+    # Slurm would not start it now whatever the GPUs (a dependency, a begin time, its owner's hold):
+    # no start is predicted for it, and it takes no GPUs in the estimate of the jobs behind it
+    not_startable: bool = False
 
 
 @dataclass
