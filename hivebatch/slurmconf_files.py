@@ -12,10 +12,11 @@ import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hivebatch.jobsubmit import job_submit_lua
+from hivebatch.jobsubmit import DEFAULT_SLURM_CONF, job_submit_lua
 from hivebatch.slurmconf import (
     AccountingPlan,
     LabOptions,
@@ -60,6 +61,15 @@ def lab_options(lab_dir: Path, cluster_name: str, port_offset: int) -> LabOption
     )
 
 
+#: the TaskProlog every compute node runs (hivebatch/data/task_prolog.sh says why), next to slurm.conf
+TASK_PROLOG = "hivebatch-task-prolog.sh"
+
+
+def task_prolog_path(conf_dir: Path | None) -> Path:
+    """Where slurm.conf's TaskProlog points: ``conf_dir`` (where the files are written) or $SLURM_CONF's directory."""
+    return (conf_dir or Path(os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF).parent) / TASK_PROLOG
+
+
 def config_files(data: Mapping[str, Any], opts: ConfigOptions) -> dict[str, tuple[str, int]]:
     """Every generated file by name, with its text and file mode (slurmdbd.conf only for a lab)."""
     layout = cluster_layout(data)
@@ -73,10 +83,19 @@ def config_files(data: Mapping[str, Any], opts: ConfigOptions) -> dict[str, tupl
         operators=list(opts.operators),
     )
     files: dict[str, tuple[str, int]] = {
-        "slurm.conf": (slurm_conf(layout, hw, shards=opts.shards, lab=lab, tuned=opts.tuned), 0o644),
+        "slurm.conf": (
+            slurm_conf(
+                layout, hw, task_prolog_path(opts.conf_dir), shards=opts.shards, lab=lab, tuned=opts.tuned
+            ),
+            0o644,
+        ),
         "gres.conf": (gres_conf(layout, hw, shards=opts.shards, device_dir=devices), 0o644),
         "accounts.sh": (accounting_script(plan), 0o755),
         "job_submit.lua": (job_submit_lua(data, opts.operators, opts.conf_dir), 0o644),
+        TASK_PROLOG: (
+            resources.files("hivebatch").joinpath("data/task_prolog.sh").read_text(encoding="utf-8"),
+            0o755,
+        ),
     }
     if lab:
         files["slurmdbd.conf"] = (slurmdbd_conf(lab), 0o600)

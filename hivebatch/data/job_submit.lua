@@ -301,8 +301,10 @@ end
 -- and an srun inside the job reads them back as its step's ask; against the per-index GRES the
 -- controller grants (gpu:g0:1,gpu:g1:1), Slurm 22.05 refuses "gpu:2 per node" for the step (recorded on
 -- the lab). An empty value makes the step take the job's GPUs, as a plain srun does. Batch jobs only:
--- srun and salloc keep their environment on the client.
-local GPU_ENV = { "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_SOCKET" }
+-- srun and salloc keep their environment on the client. SLURM_GPUS_PER_TASK stays: a step asking GPUs
+-- per task is granted them from the per-index GRES, each task its own, as under plain Slurm, while an
+-- empty value left every task without a GPU (tests/fixtures/slurm/step_gpus_per_task.txt).
+local GPU_ENV = { "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_SOCKET" }
 
 local function clear_gpu_env(job_desc)
   local ok, env = pcall(function()
@@ -481,6 +483,11 @@ local function submit(job_desc, part_list, submit_uid)
   local found, rest = gpu_fields(job_desc)
   if next(found) == nil then
     return slurm.SUCCESS
+  end
+  if is_set(get(job_desc, "het_job_offset")) then
+    -- scontrol 22.05 addresses a heterogeneous job's first component only as the whole job, whose
+    -- nodes and GRES it refuses to change (recorded on the lab): the GPUs could never be pinned
+    fail("a heterogeneous job cannot ask for GPUs here (hivebatch cannot pin one component's GPUs): submit the components as separate jobs, chained with --dependency if they must follow each other")
   end
   if (get(job_desc, "reservation") or "") ~= "" then
     -- an admin's reservation: its nodes take no work from the cells while it is active (the controller

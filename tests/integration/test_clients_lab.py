@@ -113,6 +113,49 @@ def test_salloc_allocation_and_its_own_srun_use_the_cells_gpus(ctl: Ctl, loop: L
     assert _gpus_line(host, cvd) == _placed(ctl, jid)
 
 
+def _sbatch_steps(ctl: Ctl, user: str, name: str, *opts: str) -> tuple[int, list[str]]:
+    """A batch job whose srun tasks each report their GPUs; its id and the task lines once it ended."""
+    out = ctl.jobs_dir / f"{name}.out"
+    step = 'srun bash -c "echo task \\$SLURM_PROCID \\$(hostname) \\$CUDA_VISIBLE_DEVICES"'
+    proc = run_as(user, ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", *opts,
+                         "--wrap", f"{step} && echo steps-ok || echo steps-failed"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    text = ctl.lab.wait_for_file(out, "steps-", timeout_s=60)
+    assert "steps-ok" in text, text
+    return jid, [ln for ln in text.splitlines() if ln.startswith("task ")]
+
+
+def test_an_srun_inside_a_gpus_per_task_job_gives_each_task_gpus_of_its_own(ctl: Ctl, loop: Loop) -> None:
+    # as under plain Slurm (tests/fixtures/slurm/step_gpus_per_task.txt); the job's GPUs are the cells'
+    jid, tasks = _sbatch_steps(ctl, "bob", f"{ctl.tag}-pertask", "-n", "2", "--gpus-per-task=2")
+    seen = {}
+    for line in tasks:
+        _, rank, host, cvd = line.split()
+        seen[int(rank)] = (host, sorted(int(x) for x in cvd.split(",")))
+    assert sorted(seen) == [0, 1] and all(len(g) == 2 for _, g in seen.values())
+    assert not set(seen[0][1]) & set(seen[1][1]) or seen[0][0] != seen[1][0]
+    placed = _placed(ctl, jid)
+    assert {h: sorted(g) for h, g in _by_host(seen.values()).items()} == placed
+
+
+def test_an_srun_inside_a_mem_per_gpu_job_runs(ctl: Ctl, loop: Loop) -> None:
+    # without hivebatch's TaskProlog every such srun stopped: SLURM_MEM_PER_GPU and SLURM_MEM_PER_NODE
+    jid, tasks = _sbatch_steps(ctl, "carol", f"{ctl.tag}-memgpu", "--gpus=2", "--mem-per-gpu=1000",
+                               "--cpus-per-gpu=1")  # fmt: skip
+    [line] = tasks
+    _, _, host, cvd = line.split()
+    assert _gpus_line(host, cvd) == _placed(ctl, jid)
+
+
+def _by_host(pairs: Any) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for host, gpus in pairs:
+        out.setdefault(host, []).extend(gpus)
+    return out
+
+
 def test_snakemake_style_sbatch_line_runs_on_the_cells_choice(ctl: Ctl, loop: Loop) -> None:
     # the command line snakemake-executor-plugin-slurm builds for a rule with gpu=1 (one job per rule run)
     name = f"{ctl.tag}-smk"

@@ -96,6 +96,20 @@ def test_impossible_asks_are_refused_at_submit_with_one_line(slurm_lab, user, op
     assert first.startswith("sbatch: error: hivebatch: ") and why in first, out.stderr
 
 
+def test_a_heterogeneous_gpu_job_is_refused_with_what_to_do_instead(slurm_lab, lab_jobs):
+    out = _as("carol", ["sbatch", "-o", "/dev/null", "--gpus=1", "--wrap", "true", ":", "--wrap", "true"])
+    assert out.returncode != 0
+    # sbatch names the component: "sbatch: error: 0: hivebatch: ..."
+    assert "hivebatch: a heterogeneous job cannot ask for GPUs" in out.stderr.splitlines()[0], out.stderr
+    assert "submit the components as separate jobs" in out.stderr
+    plain = _as(
+        "carol",
+        ["sbatch", "--parsable", "-o", "/dev/null", "--hold", "--wrap", "true", ":", "--wrap", "true"],
+    )
+    assert plain.returncode == 0, plain.stderr  # without GPUs it is Slurm's own business
+    lab_jobs.append(int(plain.stdout.strip().split(";")[0].split("+")[0]))
+
+
 def test_srun_and_salloc_gpu_jobs_are_held_for_the_cells(slurm_lab, lab_jobs):
     # interactive clients wait for their allocation: start them, look at the job, then let them go
     procs = [

@@ -29,7 +29,7 @@ local function desc(fields)
   local d = {
     user_name = "alice", default_account = "cv", default_qos = "normal", priority = NO_VAL,
     min_nodes = NO_VAL, max_nodes = NO_VAL, num_tasks = NO_VAL, ntasks_per_node = NO_VAL16,
-    ntasks_per_tres = NO_VAL16, sockets_per_node = NO_VAL16, time_limit = NO_VAL,
+    ntasks_per_tres = NO_VAL16, sockets_per_node = NO_VAL16, time_limit = NO_VAL, het_job_offset = NO_VAL,
   }
   for k, v in pairs(fields) do d[k] = v end
   return d
@@ -251,6 +251,14 @@ describe("the job's GPU environment", function()
     assert.is_nil(d.environment.SLURM_GPUS)
   end)
 
+  it("keeps SLURM_GPUS_PER_TASK, so each task of an srun inside gets GPUs of its own", function()
+    local d = desc({ tres_per_task = "gres:gpu:2", num_tasks = 2,
+                     environment = { SLURM_GPUS_PER_TASK = "2", SLURM_GPUS = "4" } })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    assert.are.equal("2", d.environment.SLURM_GPUS_PER_TASK)
+    assert.are.equal("", d.environment.SLURM_GPUS)
+  end)
+
   it("leaves interactive jobs, which have no environment on the controller, alone", function()
     local d = desc({ tres_per_job = "gres:gpu:1" })
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
@@ -307,5 +315,22 @@ describe("the job's --signal, for its preemption notice", function()
       assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
       assert.is_nil(request_of(d).signal)
     end
+  end)
+end)
+
+describe("heterogeneous jobs", function()
+  before_each(load_plugin)
+
+  it("refuses a component that asks for GPUs, in one line that says what to do", function()
+    local d = desc({ tres_per_job = "gres:gpu:1", het_job_offset = 0 })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(d, {}, 1001))
+    assert.are.equal(1, #slurm.user_msgs)
+    assert.matches("submit the components as separate jobs", slurm.user_msgs[1], 1, true)
+  end)
+
+  it("passes components without GPUs", function()
+    local d = desc({ het_job_offset = 1 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    assert.is_nil(d.admin_comment)
   end)
 end)

@@ -22,6 +22,8 @@ from hivebatch.slurmconf import (
     slurm_conf,
 )
 
+PROLOG = Path("/etc/slurm/hivebatch-task-prolog.sh")
+
 CONFIG = {
     "cluster": {
         "cell_types": {
@@ -55,7 +57,7 @@ def test_layout(layout):
 
 
 def test_node_lines_one_type_per_gpu_index_and_shards(layout):
-    text = slurm_conf(layout, NodeHardware())
+    text = slurm_conf(layout, NodeHardware(), PROLOG)
     line = next(x for x in text.splitlines() if x.startswith("NodeName=node2"))
     gres = re.search(r"Gres=(\S+)", line).group(1).split(",")
     assert gres[:8] == [f"gpu:g{i}:1" for i in range(8)]
@@ -68,7 +70,7 @@ def test_node_lines_one_type_per_gpu_index_and_shards(layout):
 
 
 def test_no_shards_flag(layout):
-    text = slurm_conf(layout, NodeHardware(), shards=False)
+    text = slurm_conf(layout, NodeHardware(), PROLOG, shards=False)
     assert "shard" not in text and "GresTypes=gpu\n" in text
     assert "shard" not in gres_conf(layout, NodeHardware(), shards=False)
 
@@ -84,7 +86,7 @@ def test_gres_conf_cores_by_socket(layout):
 
 
 def test_lab_conf_is_complete(layout, tmp_path):
-    text = slurm_conf(layout, NodeHardware(), lab=LabOptions(state_dir=tmp_path))
+    text = slurm_conf(layout, NodeHardware(), PROLOG, lab=LabOptions(state_dir=tmp_path))
     for needed in (
         "ClusterName=hivebatch",
         "SlurmdParameters=config_overrides",
@@ -162,6 +164,7 @@ def test_cli_writes_files_once(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [
         "accounts.sh",
         "gres.conf",
+        "hivebatch-task-prolog.sh",
         "job_submit.lua",
         "slurm.conf",
         "slurmdbd.conf",
@@ -231,3 +234,51 @@ def test_write_files_replaces_only_what_changed(tmp_path):
     assert write_files(out, {"a": ("one\n", 0o644), "b": ("TWO\n", 0o755)}) == ["b"]
     assert (out / "b").read_text() == "TWO\n"
     assert sorted(p.name for p in out.iterdir()) == ["a", "b"]  # no staged leftovers
+
+
+def test_the_task_prolog_is_written_next_to_slurm_conf_and_named_there(tmp_path):
+    from hivebatch.slurmconf_files import TASK_PROLOG, ConfigOptions, config_files
+
+    files = config_files(CONFIG, ConfigOptions(lab_dir=tmp_path / "lab", conf_dir=tmp_path / "etc"))
+    assert f"TaskProlog={tmp_path / 'etc' / TASK_PROLOG}\n" in files["slurm.conf"][0]
+    text, mode = files[TASK_PROLOG]
+    assert text.startswith("#!/bin/sh") and mode == 0o755
+
+
+@pytest.mark.parametrize(
+    ("env", "unset"),
+    [
+        # what a --mem-per-gpu job hivebatch placed has: sbatch's per-GPU figure, slurmstepd's per-node one
+        ({"SLURM_MEM_PER_GPU": "4096", "SLURM_MEM_PER_NODE": "8192"}, ["SLURM_MEM_PER_NODE"]),
+        ({"SLURM_MEM_PER_GPU": "4096", "SLURM_MEM_PER_CPU": "2000"}, ["SLURM_MEM_PER_CPU"]),
+        ({"SLURM_MEM_PER_GPU": "4096"}, []),  # a plain Slurm --mem-per-gpu job
+        ({"SLURM_MEM_PER_NODE": "8192"}, []),
+        ({"SLURM_MEM_PER_CPU": "2000"}, []),
+    ],
+)
+def test_the_task_prolog_leaves_srun_one_memory_figure(tmp_path, env, unset):
+    import subprocess
+
+    from hivebatch.slurmconf_files import TASK_PROLOG, ConfigOptions, config_files
+
+    script = tmp_path / TASK_PROLOG
+    text, mode = config_files(CONFIG, ConfigOptions(conf_dir=tmp_path))[TASK_PROLOG]
+    script.write_text(text)
+    script.chmod(mode)
+    done = subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.splitlines() == [f"unset {name}" for name in unset]
+
+
+def test_merging_keeps_a_sites_own_task_prolog_and_says_what_to_add():
+    from hivebatch.slurmconf import merge_into
+
+    generated = f"TaskProlog={PROLOG}\nJobSubmitPlugins=lua\n"
+    merged, warnings = merge_into("TaskProlog=/site/prolog.sh\nClusterName=x\n", generated)
+    assert "TaskProlog=/site/prolog.sh" in merged and f"TaskProlog={PROLOG}" not in merged
+    assert warnings == [
+        f"TaskProlog: yours (/site/prolog.sh) stays; add the lines of {PROLOG} to it "
+        "(an srun inside a --mem-per-gpu job needs them)"
+    ]
+    merged, warnings = merge_into("ClusterName=x\n", generated)
+    assert f"TaskProlog={PROLOG}" in merged and warnings == []
