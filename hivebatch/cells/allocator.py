@@ -26,7 +26,7 @@ from hivebatch.cells.notice import Hold
 from hivebatch.cells.search import place
 from hivebatch.cells.shape import shape, validate
 from hivebatch.cells.spec import ClusterSpec
-from hivebatch.cells.state import CellState, Job, Reject, Wait, placement_of
+from hivebatch.cells.state import AVOIDED, CellState, Job, Reject, Wait, placement_of
 from hivebatch.cells.tree import Cell
 from hivebatch.cells.types import (
     Decision,
@@ -41,9 +41,6 @@ from hivebatch.cells.types import (
 SNAPSHOT_VERSION = _snapshot.SNAPSHOT_VERSION
 #: the outside-work tag of GPUs kept for a placement waiting on a notice (for one round)
 NOTICE_TAG = "notice:"
-
-
-_AVOIDED = "\x00avoided"  # the foreign tag of GPUs a request must not use (never a Slurm job id)
 
 
 class CellAllocator(CellState):
@@ -79,10 +76,12 @@ class CellAllocator(CellState):
             if leaf.foreign is None and leaf.job is None
         ]
         for leaf in masked:
-            self.set_foreign(leaf, _AVOIDED)
+            self.set_foreign(leaf, AVOIDED)
+        self.avoid_mask = masked
         try:
             return self._decide_on(req, commit)
         finally:
+            self.avoid_mask = []
             for leaf in masked:
                 self.set_foreign(leaf, None)
 

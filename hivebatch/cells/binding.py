@@ -116,7 +116,8 @@ def bind(st: CellState, vc: str, chain: str, level: int) -> Cell:
     # that would shift it onto another VC is refused.
     # (A split made while nodes were bad can leave a guarantee unbacked after they recover, so
     # this is checked whenever the chain is short, not only while hardware is bad.)
-    before = shortfall_now(st, chain)
+    with st.unmasked():
+        before = shortfall_now(st, chain)
     tname = st.spec.chains[chain].type_at(level)
     cands = st.buddy.candidates(chain, level)
     if st.at_stake:
@@ -128,7 +129,9 @@ def bind(st: CellState, vc: str, chain: str, level: int) -> Cell:
         cell = st.buddy.take(start, level)
         v.unbound[chain][level] -= 1
         st.demand[chain][level] -= 1
-        if others_kept(st, chain, vc, before):
+        with st.unmasked():
+            kept = others_kept(st, chain, vc, before)
+        if kept:
             mark_bound(st, cell, vc)
             return cell
         v.unbound[chain][level] += 1

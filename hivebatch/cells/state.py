@@ -8,6 +8,8 @@ only the allocator's API and binding change it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from hivebatch.cells.buddy import Buddy
@@ -15,6 +17,9 @@ from hivebatch.cells.notice import NoticeBook
 from hivebatch.cells.spec import ClusterSpec
 from hivebatch.cells.tree import Cell, PhysicalTree
 from hivebatch.cells.types import JobState
+
+#: the outside-work tag of the GPUs one request must not use (never a Slurm job id)
+AVOIDED = "\x00avoided"
 
 
 class Wait(Exception):
@@ -97,6 +102,8 @@ class CellState:
         self.ended: set[str] = set()  # waiting or preempted: a release answers ok once
         self.released: set[str] = set()  # a second release is an error
         self.foreign_leaves: dict[str, list[Cell]] = {}  # tag -> GPUs busy with outside work
+        # the free GPUs of the nodes the request being decided must not use, tagged AVOIDED meanwhile
+        self.avoid_mask: list[Cell] = []
         self.unhealthy: dict[str, int] = {c: 0 for c in spec.chains}  # bad or foreign GPUs per chain
         self.charge_order = list(self.vcs)[::-1]
         # what the caller knows of the running jobs, set before a round (none: every victim costs the
@@ -123,6 +130,20 @@ class CellState:
         before = _flags(leaf)
         leaf.bad = bad
         self._recount(leaf, before, leaf.job)
+
+    @contextmanager
+    def unmasked(self) -> Iterator[None]:
+        """The cells as every other request sees them: a binding's safety check counts the GPUs one
+        request must not use as the free GPUs they are for the other VCs' guarantees (masked, a job
+        asking for one node of many found every guarantee at risk and waited on an idle cluster)."""
+        mask = self.avoid_mask
+        for leaf in mask:
+            self.set_foreign(leaf, None)
+        try:
+            yield
+        finally:
+            for leaf in mask:
+                self.set_foreign(leaf, AVOIDED)
 
     def set_foreign(self, leaf: Cell, tag: str | None) -> None:
         """Mark a GPU busy with outside work (``tag``) or free of it (None)."""
@@ -186,7 +207,7 @@ class CellState:
         """`` (bad nodes: ...; GPUs busy with outside work on ...)`` for the chain, or ``""``."""
         nodes = self.tree.nodes_of_chain[chain]
         bad = [n.node for n in nodes if n.n_bad and any(lf.bad for lf in n.leaves)]
-        foreign = [n.node for n in nodes if any(lf.foreign for lf in n.leaves)]
+        foreign = [n.node for n in nodes if any(lf.foreign and lf.foreign != AVOIDED for lf in n.leaves)]
         parts = []
         if bad:
             parts.append(f"bad nodes: {', '.join(str(b) for b in bad[:6])}{' ...' if len(bad) > 6 else ''}")

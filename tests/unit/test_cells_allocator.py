@@ -300,3 +300,19 @@ def test_adopt_binds_one_cell_for_gpus_spanning_small_cells() -> None:
     view = a.vc_view("x")
     assert view.cells["V100-NODE"].bound == 1 and view.cells["V100-SWITCH"].bound == 0
     a.check_invariants()
+
+
+def test_nodes_one_request_avoids_stay_free_for_the_other_vcs_guarantees() -> None:
+    # binding nlp's node cell on node3 leaves nodes 1, 2 and 4 for cv (a node and a socket) and sys (a
+    # switch and two GPUs); counted as busy, they made every guarantee look at risk and nlp waited
+    alloc = lab()
+    d = alloc.allocate(req("1", "nlp", 1, avoid_nodes=frozenset({"node1", "node2", "node4"})))
+    assert d.result == "placed" and list(d.placement) == ["node3"], d.reason
+    d = alloc.allocate(req("2", "nlp", 2, nodes=2, avoid_nodes=frozenset({"node1", "node2"})))
+    assert d.result == "placed" and sorted(d.placement) == ["node3", "node4"], d.reason
+    alloc.check_invariants()
+    assert not any(u.foreign for gpus in alloc.gpu_map().values() for u in gpus.values())
+    # the guarantees are whole: cv and sys still place everything they were promised
+    for job, vc, gpus, nodes in (("3", "cv", 8, None), ("4", "cv", 4, None), ("5", "sys", 2, None),
+                                 ("6", "sys", 1, None), ("7", "sys", 1, None)):  # fmt: skip
+        assert alloc.allocate(req(job, vc, gpus, nodes=nodes)).result == "placed", (job, vc)
