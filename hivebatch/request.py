@@ -39,6 +39,8 @@ PLUGIN_EXTRAS = (
     "signal",
     "signal_time_s",
     "signal_batch",
+    # the owner's -w/--nodelist (a hostlist): the job is placed on those nodes only
+    "nodelist",
 )
 CLASSES = ("urgent", "prior", "normal", "opportunistic")
 #: cell-core priority of each class: opportunistic work is -1, guaranteed classes rank urgent > prior > normal

@@ -502,6 +502,11 @@ local function submit(job_desc, part_list, submit_uid)
   end
   translate_per_gpu(job_desc, req)
   record_signal(job_desc, req)
+  -- the owner's -w/--nodelist: the controller's pin replaces the job's node list, so the request keeps it
+  local wanted = get(job_desc, "req_nodes")
+  if type(wanted) == "string" and wanted ~= "" then
+    req.nodelist = wanted
+  end
   local admin_comment = M.encode(req)
   for f, kept in pairs(rest) do
     job_desc[f] = kept

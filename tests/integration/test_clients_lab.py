@@ -149,6 +149,24 @@ def test_an_srun_inside_a_mem_per_gpu_job_runs(ctl: Ctl, loop: Loop) -> None:
     assert _gpus_line(host, cvd) == _placed(ctl, jid)
 
 
+def test_a_job_with_a_nodelist_runs_on_the_node_it_lists(ctl: Ctl, loop: Loop) -> None:
+    # the pin replaces the job's node list in Slurm, so the plugin keeps the owner's in the request; on
+    # an idle lab the cells would choose node1 (seen: `-w node3` ran on node1)
+    name = f"{ctl.tag}-nodelist"
+    out = ctl.jobs_dir / f"{name}.out"
+    proc = run_as("alice", ["sbatch", "--parsable", "-J", name, "-w", "node4", "--gres=gpu:1", "-o", str(out),
+                            "-t", "5", "--wrap", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    try:
+        text = ctl.lab.wait_for_file(out, "gpus ", timeout_s=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the controller says: {ctl.job(jid).reason}") from None
+    host, cvd = text.split("gpus ", 1)[1].split()[:2]
+    assert host == "node4" and _gpus_line(host, cvd) == _placed(ctl, jid)
+
+
 def _by_host(pairs: Any) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for host, gpus in pairs:

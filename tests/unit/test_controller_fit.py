@@ -76,6 +76,47 @@ def test_a_job_no_node_can_take_waits_saying_why(ctx):
     assert wait.reason.startswith("no node has what it needs besides GPUs now: node1: 64000 MB memory free")
 
 
+def test_a_job_goes_only_to_the_nodes_its_owner_listed(ctx):
+    # seen on the lab: `sbatch -w node3 --gres=gpu:1` ran on node1; the pin had replaced the owner's list
+    job = row(1, JobRequest(vc="cv", gpus=1))
+    r = make_round(ctx, [job])
+    comment = 'hivebatch:v2:{"gpus":1,"nodelist":"node[3-4]","qos":"normal","vc":"cv"}'
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], admin_comment=comment)
+    r.ledger.nodes = {n: _node(n) for n in ("node1", "node2", "node3", "node4")}
+    assert r.unfit_for(job, r.ledger.slurm[1]) == {
+        "node1": "not in its --nodelist node[3-4]",
+        "node2": "not in its --nodelist node[3-4]",
+    }
+    r.fresh.append((job, JobRequest(vc="cv", gpus=1), r.ledger.slurm[1]))
+    screen_hopeless(r)
+    run_policy_round(r)
+    assert not r.out.waits, [w.reason for w in r.out.waits]
+    (place,) = r.out.places
+    assert list(place.placement) in (["node3"], ["node4"])  # node1 comes first in tree order otherwise
+
+
+def test_listing_nodes_does_not_make_the_other_vcs_guarantees_look_at_risk(ctx):
+    # seen on the lab: bob's `-w node3` and `-w node[3-4] -N 2` waited on an idle cluster, the nodes
+    # the job must not use counted as busy when binding nlp's node cells was checked against cv and sys
+    jobs = [
+        row(1, JobRequest(vc="nlp", gpus=1)),
+        row(2, JobRequest(vc="nlp", gpus=2, nodes=2, gpus_per_node=1)),
+    ]
+    r = make_round(ctx, jobs)
+    for jid, wanted in ((1, "node3"), (2, "node[3-4]")):
+        comment = f'hivebatch:v2:{{"gpus":1,"nodelist":"{wanted}","qos":"normal","vc":"nlp"}}'
+        r.ledger.slurm[jid] = replace(r.ledger.slurm[jid], admin_comment=comment)
+    r.ledger.nodes = {n: _node(n) for n in ("node1", "node2", "node3", "node4")}
+    r.fresh.append((jobs[1], JobRequest(vc="nlp", gpus=2, nodes=2, gpus_per_node=1), r.ledger.slurm[2]))
+    r.fresh.append((jobs[0], JobRequest(vc="nlp", gpus=1), r.ledger.slurm[1]))
+    screen_hopeless(r)
+    run_policy_round(r)
+    assert not r.out.waits, [w.reason for w in r.out.waits]
+    by_id = {p.job.slurm_job_id: sorted(p.placement) for p in r.out.places}
+    assert by_id == {1: ["node3"], 2: ["node3", "node4"]}
+    r.alloc.check_invariants()
+
+
 def test_nodes_where_slurm_did_not_start_it_are_avoided():
     job = row(1, JobRequest(vc="cv", gpus=1))
     unfit = unfit_nodes(slurm_job(job), {"node1": _node("node1")}, frozenset({"node2"}))

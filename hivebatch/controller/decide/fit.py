@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from hivebatch.slurm.parse import expand_hostlist
 from hivebatch.slurm.types import SlurmJob, SlurmNode
 
 _SIMPLE_FEATURES = re.compile(r"^[\w.-]+([&,|][\w.-]+)*$")
@@ -51,10 +52,14 @@ def needs_of(sj: SlurmJob) -> Needs:
 
 
 def unfit_nodes(
-    sj: SlurmJob, nodes: Mapping[str, SlurmNode], avoided: frozenset[str] = frozenset()
+    sj: SlurmJob, nodes: Mapping[str, SlurmNode], avoided: frozenset[str] = frozenset(), wanted: str = ""
 ) -> dict[str, str]:
-    """Every node the job cannot use now, with the reason."""
+    """Every node the job cannot use now, with the reason. ``wanted``: its owner's --nodelist (a
+    hostlist, as Slurm keeps it), whose nodes sbatch counted into the job's node count."""
     out = {name: "Slurm did not start the job there before" for name in avoided}
+    if wanted:
+        listed = set(expand_hostlist(wanted))
+        out.update({name: f"not in its --nodelist {wanted}" for name in nodes if name not in listed})
     for name, node in nodes.items():
         why = why_unfit(sj, node)
         if why and name not in out:

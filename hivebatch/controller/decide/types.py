@@ -12,7 +12,7 @@ from hivebatch.controller.decide.tasks import TaskBuilder
 from hivebatch.controller.ledger import Ledger
 from hivebatch.db.models import Job
 from hivebatch.qos import Task
-from hivebatch.request import JobRequest
+from hivebatch.request import JobRequest, plugin_extras
 from hivebatch.slurm.types import SlurmJob
 
 GpuMap = dict[str, dict[int, GpuUse]]
@@ -88,7 +88,7 @@ class Round:
     reqs: dict[str, tuple[Job, JobRequest]] = field(default_factory=dict)  # task id -> its job
     unfit: dict[int, dict[str, str]] = field(default_factory=dict)  # Slurm id -> nodes it cannot use, why
     # the same, per distinct needs: thousands of waiting jobs share a few, and each costs a pass over the nodes
-    unfit_by_needs: dict[tuple[Needs, frozenset[str]], dict[str, str]] = field(default_factory=dict)
+    unfit_by_needs: dict[tuple[Needs, frozenset[str], str], dict[str, str]] = field(default_factory=dict)
     class_notes: dict[int, str] = field(default_factory=dict)  # slurm id -> why it runs in a lower class
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
 
@@ -106,12 +106,14 @@ class Round:
         )
 
     def unfit_for(self, job: Job, sj: SlurmJob) -> dict[str, str]:
-        """The nodes ``job`` cannot use now (its needs besides GPUs, nodes Slurm did not start it on)."""
+        """The nodes ``job`` cannot use now (its needs besides GPUs, nodes Slurm did not start it on,
+        nodes outside its owner's --nodelist)."""
         if job.slurm_job_id not in self.unfit:
             avoided = self.ledger.avoided.get(job.slurm_job_id, frozenset())
-            key = (needs_of(sj), avoided)
+            wanted = str(plugin_extras(sj).get("nodelist") or "")
+            key = (needs_of(sj), avoided, wanted)
             if key not in self.unfit_by_needs:
-                self.unfit_by_needs[key] = unfit_nodes(sj, self.ledger.nodes, avoided)
+                self.unfit_by_needs[key] = unfit_nodes(sj, self.ledger.nodes, avoided, wanted)
             self.unfit[job.slurm_job_id] = self.unfit_by_needs[key]
         return self.unfit[job.slurm_job_id]
 
