@@ -135,6 +135,8 @@ def site_table(
         "user_limits": site_limits(parse_user_limits(data, spec.vcs), spec.vcs),
         "usage_file": str(usage_file(data, conf_dir)),
         "usage_max_age_s": usage_max_age_s(data),
+        # node -> its GPU type: an --exclusive job that can land on one takes all its GPUs
+        "gpu_nodes": {n.name: n.gpu_type.lower() for n in spec.nodes},
     }
 
 

@@ -39,6 +39,8 @@ PLUGIN_EXTRAS = (
     "signal",
     "signal_time_s",
     "signal_batch",
+    # an --exclusive job reaching GPU nodes: the plugin made it a whole-node GPU job
+    "exclusive",
     # the owner's -w/--nodelist (a hostlist): the job is placed on those nodes only
     "nodelist",
 )

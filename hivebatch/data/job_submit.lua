@@ -211,7 +211,66 @@ local function check_size(req)
 end
 
 -- the hivebatch request for a GPU ask, with the job's account and QOS (or their defaults)
-function M.request(job_desc, found)
+-- "node[1-3,05],gpu7" -> { node1, node2, node3, node05, gpu7 }: slurmctld gives the plugin node lists
+-- only as Slurm writes them, and Lua no expander (one bracket per name, as slurm.conf node names use)
+function M.expand_hostlist(text)
+  local items, depth, start = {}, 0, 1
+  text = text or ""
+  for i = 1, #text do
+    local c = text:sub(i, i)
+    if c == "[" then
+      depth = depth + 1
+    elseif c == "]" then
+      depth = depth - 1
+    elseif c == "," and depth == 0 then
+      items[#items + 1] = text:sub(start, i - 1)
+      start = i + 1
+    end
+  end
+  items[#items + 1] = text:sub(start)
+  local out = {}
+  for _, item in ipairs(items) do
+    local head, ranges, tail = item:match("^([^%[]*)%[([^%]]*)%](.*)$")
+    if head == nil then
+      if item ~= "" then
+        out[#out + 1] = item
+      end
+    else
+      for part in string.gmatch(ranges, "[^,]+") do
+        local lo, hi = part:match("^(%d+)%-(%d+)$")
+        lo, hi = lo or part, hi or part
+        for i = tonumber(lo), tonumber(hi) do
+          out[#out + 1] = head .. string.format("%0" .. #lo .. "d", i) .. tail
+        end
+      end
+    end
+  end
+  return out
+end
+
+-- Slurm gives an --exclusive job every GPU of its nodes, asked for or not (recorded on the lab: a CPU
+-- job got CUDA_VISIBLE_DEVICES=0..7): such a job reaching GPU nodes is a whole-node GPU job
+local function reaches_gpu_nodes(job_desc, part_list, current_partition)
+  local asked = {}
+  for name in string.gmatch(get(job_desc, "partition") or current_partition or "", "[^,]+") do
+    asked[name] = true
+  end
+  for name, part in pairs(part_list or {}) do
+    local pname = part.name or name
+    local default = (part.flag_default or 0) ~= 0
+    if (next(asked) ~= nil and asked[pname]) or (next(asked) == nil and default) then
+      for _, node in ipairs(M.expand_hostlist(part.nodes)) do
+        if (SITE.gpu_nodes or {})[node] ~= nil then
+          return true
+        end
+      end
+    end
+  end
+  return false
+end
+M.reaches_gpu_nodes = reaches_gpu_nodes
+
+function M.request(job_desc, found, exclusive)
   local req = {}
   req.vc = get(job_desc, "account") or get(job_desc, "default_account")
   if req.vc == nil or req.vc == "" then
@@ -222,6 +281,17 @@ function M.request(job_desc, found)
     fail("QOS '" .. req.qos .. "' is not a hivebatch class (classes: " .. SITE.class_list .. ")")
   end
   local nodes, per_node, total, shards = shape(job_desc, found, req)
+  if exclusive then
+    -- whole nodes, as Slurm allocates them: every GPU of each, counted against the VC
+    local t = req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest
+    nodes = nodes or 1
+    per_node, total, shards = t.max_per_node, nil, nil
+    req.exclusive = 1
+    local vc = SITE.vcs[req.vc]
+    if vc ~= nil and req.qos ~= SITE.opportunistic and per_node * nodes > vc.gpus then
+      fail("--exclusive takes whole nodes with all their " .. per_node * nodes .. " GPUs, but virtual cluster " .. req.vc .. " has " .. vc.gpus .. ": drop --exclusive and ask for the GPUs the job needs")
+    end
+  end
   if shards ~= nil then
     if (per_node or 0) > 0 or (total or 0) > 0 then
       fail("ask for whole GPUs or for a GPU memory slice (shard), not both")
@@ -481,7 +551,8 @@ local function submit(job_desc, part_list, submit_uid)
     return slurm.SUCCESS
   end
   local found, rest = gpu_fields(job_desc)
-  if next(found) == nil then
+  local exclusive = get(job_desc, "shared") == 0 and reaches_gpu_nodes(job_desc, part_list)
+  if next(found) == nil and not exclusive then
     return slurm.SUCCESS
   end
   if is_set(get(job_desc, "het_job_offset")) then
@@ -495,7 +566,7 @@ local function submit(job_desc, part_list, submit_uid)
     slurm.log_info("hivebatch: %s's GPU job runs in reservation %s, outside the cells", tostring(get(job_desc, "user_name")), tostring(get(job_desc, "reservation")))
     return slurm.SUCCESS
   end
-  local req = M.request(job_desc, found)
+  local req = M.request(job_desc, found, exclusive)
   check_limits(get(job_desc, "user_name"), get(job_desc, "user_id"), req.vc, req.qos)
   if get(job_desc, "priority") == 0 then
     req.user_hold = 1
@@ -530,6 +601,7 @@ local GUARDED = {
   min_nodes = "the node count",
   max_nodes = "the node count",
   reservation = "the reservation",
+  shared = "whether it shares its nodes (--exclusive)",
 }
 
 local function modify(job_desc, job_rec, part_list, submit_uid)
@@ -541,6 +613,9 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     local asked = gpu_fields(job_desc)
     if next(asked) ~= nil then
       fail("GPUs cannot be added to job " .. tostring(job_rec.job_id) .. " by an update: submit a new job that asks for them")
+    end
+    if get(job_desc, "shared") == 0 and reaches_gpu_nodes(job_desc, part_list, job_rec.partition) then
+      fail("job " .. tostring(job_rec.job_id) .. " cannot be made --exclusive by an update (it would take the GPUs of its nodes): submit a new job")
     end
     return slurm.SUCCESS
   end

@@ -63,6 +63,9 @@ ASKS = [
     ("carol", ["--gpus=2", "--cpus-per-gpu=2", "--mem-per-gpu=1000"], {"gpus": 2, "cpus_per_gpu": 2}),
     ("alice", ["--gpus=2", "--ntasks-per-gpu=2"], {"gpus": 2, "ntasks_per_gpu": 2}),
     ("carol", ["-q", "opportunistic", "--gpus=6"], {"gpus": 6, "qos": "opportunistic"}),
+    # Slurm gives an exclusive job every GPU of its node, asked for or not: a whole-node GPU job
+    ("alice", ["--exclusive"], {"gpus": 8, "gpus_per_node": 8, "nodes": 1, "exclusive": 1}),
+    ("bob", ["--exclusive", "--gres=gpu:2"], {"gpus": 8, "gpus_per_node": 8, "exclusive": 1}),
 ]
 
 
@@ -85,6 +88,11 @@ REFUSED = [
     ("carol", ["--gpus=5"], "virtual cluster sys has 4"),
     ("alice", ["--gres=gpu:1", "-N", "5"], "cluster has 4"),
     ("carol", ["--gres=shard:40"], "one GPU has 32"),
+    (
+        "carol",
+        ["--exclusive"],
+        "--exclusive takes whole nodes with all their 8 GPUs, but virtual cluster sys has 4",
+    ),
 ]
 
 

@@ -350,3 +350,66 @@ describe("the owner's node list", function()
     assert.is_nil(request_of(d).nodelist)
   end)
 end)
+
+describe("--exclusive", function()
+  before_each(function()
+    load_plugin()
+    HIVEBATCH_SITE.gpu_nodes = { node1 = "v100", node2 = "v100", node3 = "v100", node4 = "v100" }
+  end)
+  local parts = { gpu = { name = "gpu", nodes = "node[1-4]", flag_default = 1 },
+                  cpu = { name = "cpu", nodes = "cpu[01-02],login1", flag_default = 0 } }
+
+  it("expands node lists as Slurm writes them", function()
+    assert.are.same({ "node1", "node2", "node3", "node5", "gpu07", "x" },
+                    HIVEBATCH.expand_hostlist("node[1-3,5],gpu07,x"))
+    assert.are.same({ "cpu01", "cpu02", "login1" }, HIVEBATCH.expand_hostlist("cpu[01-02],login1"))
+    assert.are.same({}, HIVEBATCH.expand_hostlist(""))
+  end)
+
+  it("makes a job without a GPU ask that can land on GPU nodes a whole-node GPU job", function()
+    local d = desc({ shared = 0 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, parts, 1001))
+    local r = request_of(d)
+    assert.are.same({ 1, 8, 8, 1 }, { r.nodes, r.gpus_per_node, r.gpus, r.exclusive })
+    assert.are.equal(0, d.priority)
+  end)
+
+  it("counts every GPU of its nodes, whatever it asked", function()
+    local d = desc({ shared = 0, tres_per_node = "gres:gpu:2", min_nodes = 2, max_nodes = 2, user_name = "bob", default_account = "nlp" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, parts, 1002))
+    local r = request_of(d)
+    assert.are.same({ 2, 8, 16 }, { r.nodes, r.gpus_per_node, r.gpus })
+  end)
+
+  it("refuses it in one line when its VC holds fewer GPUs than a node", function()
+    local d = desc({ shared = 0, default_account = "sys" })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(d, parts, 1003))
+    assert.matches("--exclusive takes whole nodes with all their 8 GPUs, but virtual cluster sys has 4", slurm.user_msgs[1], 1, true)
+  end)
+
+  it("leaves an exclusive job in a partition without GPU nodes, and a shared one, alone", function()
+    local d = desc({ shared = 0, partition = "cpu" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, parts, 1001))
+    assert.is_nil(d.admin_comment)
+    local s = desc({ shared = NO_VAL16 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(s, parts, 1001))
+    assert.is_nil(s.admin_comment)
+  end)
+end)
+
+describe("an update to --exclusive", function()
+  before_each(function()
+    load_plugin()
+    HIVEBATCH_SITE.gpu_nodes = { node1 = "v100" }
+  end)
+  local parts = { gpu = { name = "gpu", nodes = "node1", flag_default = 1 } }
+
+  it("is refused for a plain job on GPU nodes and for a hivebatch job", function()
+    local plain = { job_id = 7, admin_comment = nil, partition = "gpu" }
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify({ shared = 0 }, plain, parts, 1001))
+    local managed = { job_id = 8, admin_comment = 'hivebatch:v2:{"gpus":1,"qos":"normal","vc":"cv"}', partition = "gpu",
+                      tres_per_node = "", priority = 0 }
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify({ shared = 0 }, managed, parts, 1001))
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify({ shared = NO_VAL16 }, plain, parts, 1001))
+  end)
+end)
