@@ -210,7 +210,6 @@ local function check_size(req)
   end
 end
 
--- the hivebatch request for a GPU ask, with the job's account and QOS (or their defaults)
 -- "node[1-3,05],gpu7" -> { node1, node2, node3, node05, gpu7 }: slurmctld gives the plugin node lists
 -- only as Slurm writes them, and Lua no expander (one bracket per name, as slurm.conf node names use)
 function M.expand_hostlist(text)
@@ -270,6 +269,8 @@ local function reaches_gpu_nodes(job_desc, part_list, current_partition)
 end
 M.reaches_gpu_nodes = reaches_gpu_nodes
 
+-- the hivebatch request for a GPU ask, with the job's account and QOS (or their defaults); an
+-- --exclusive job's is every GPU of its nodes
 function M.request(job_desc, found, exclusive)
   local req = {}
   req.vc = get(job_desc, "account") or get(job_desc, "default_account")

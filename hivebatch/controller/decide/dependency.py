@@ -4,7 +4,7 @@
 slurmctld re-tests a held job's dependency only in its minute-long purge pass (``job_independent``
 skips held jobs), so its text stays ``(unfulfilled)`` up to 60 s after the condition holds. Measured on
 the lab (tests/fixtures/slurm/dependency_held_retest.txt): a job waiting for a whole array started 44 s
-after the array ended, and the second of two ``singleton`` jobs 55 s after the first. Plain Slurm
+after the array ended, and the second of two ``singleton`` jobs 56 s after the first ended. Plain Slurm
 starts them in its next scheduling pass, so the controller judges the condition itself from the
 records squeue lists — the same records slurmctld judges by. A condition it cannot tell (a type it
 does not judge, a job squeue no longer lists) is left to Slurm's own re-test.
