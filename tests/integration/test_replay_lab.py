@@ -31,13 +31,15 @@ def test_replay_runs_every_job_in_both_modes(slurm_lab: Any) -> None:
                if command.startswith("hivebatch replay") and "--alone" not in command}  # fmt: skip
     assert set(replays) == {"slice.csv", "anomaly.csv"}
     # cv's jobs of the anomaly slice alone: only they ran (sacct), and cv alone waits as it does beside
-    # the others, within a controller interval (0.5 trace min): the cells make sharing cost it nothing
+    # the others: the cells make sharing cost it nothing. Each live run's cycle phase moves a VC's mean
+    # wait by up to one controller interval (0.5 trace min), so two runs may differ by two (a CI run:
+    # +0.6 beside the others, -0.2 alone); sharing's own cost is minutes (nlp's +10.0 under plain Slurm)
     alone = next(out for command, out in printed.items() if "--alone cv" in command)
     assert any(line.startswith("hivebatch\tslurm\t3/3\t") for line in alone), alone
     (only,) = _vc_rows(alone)
     assert only[0] == "cv", alone
     shared_cv = _excess(replays["anomaly.csv"])["cv"]["hivebatch"]
-    assert abs(shared_cv - float(only[2])) <= 0.5, (replays["anomaly.csv"], alone)
+    assert abs(shared_cv - float(only[2])) <= 2 * 0.5, (replays["anomaly.csv"], alone)
     for replay in replays.values():
         jobs = next(int(line.split()[0]) for line in replay if " jobs over " in line)
         for mode in ("plain", "hivebatch"):
