@@ -49,9 +49,16 @@ def usage_file(data: Mapping[str, Any], conf_dir: str | os.PathLike[str] | None 
                 f"controller.usage_file must be an absolute path (slurmctld reads it), got {named!r}"
             )
         return Path(named)
-    if conf_dir is None:
-        conf_dir = Path(os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF).parent
-    return Path(conf_dir) / USAGE_FILE
+    return slurm_conf_dir(conf_dir) / USAGE_FILE
+
+
+def slurm_conf_dir(conf_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where the files beside slurm.conf go: ``conf_dir`` when given, else $SLURM_CONF's directory."""
+    return (
+        Path(conf_dir)
+        if conf_dir is not None
+        else Path(os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF).parent
+    )
 
 
 def usage_max_age_s(data: Mapping[str, Any]) -> int:

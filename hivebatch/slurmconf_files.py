@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hivebatch.jobsubmit import DEFAULT_SLURM_CONF, job_submit_lua
+from hivebatch.jobsubmit import job_submit_lua, slurm_conf_dir
 from hivebatch.slurmconf import (
     AccountingPlan,
     LabOptions,
@@ -67,7 +67,7 @@ TASK_PROLOG = "hivebatch-task-prolog.sh"
 
 def task_prolog_path(conf_dir: Path | None) -> Path:
     """Where slurm.conf's TaskProlog points: ``conf_dir`` (where the files are written) or $SLURM_CONF's directory."""
-    return (conf_dir or Path(os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF).parent) / TASK_PROLOG
+    return slurm_conf_dir(conf_dir) / TASK_PROLOG
 
 
 def config_files(data: Mapping[str, Any], opts: ConfigOptions) -> dict[str, tuple[str, int]]:

@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
+from hivebatch.controller.decide.times import aware
 from hivebatch.slurm.types import FINISHED_STATES, SlurmJob
 
 Verdict = Literal["met", "never", "wait"]
@@ -106,7 +107,7 @@ def _target(kind: str, target: str, others: Mapping[int, SlurmJob], now: dt.date
         started = min((o.start_time for o in records if o.start_time is not None), default=None)
         if started is None:
             return "wait"
-        return "met" if _aware(now) - _aware(started) >= dt.timedelta(minutes=int(minutes)) else "wait"
+        return "met" if aware(now) - aware(started) >= dt.timedelta(minutes=int(minutes)) else "wait"
     if kind == "afterany":
         return "met" if finished else "wait"
     if kind == "afterok":
@@ -116,8 +117,3 @@ def _target(kind: str, target: str, others: Mapping[int, SlurmJob], now: dt.date
             return "met"
         return "wait" if not finished else ("never" if ok else "met")
     return "wait"  # aftercorr, expand, afterburstbuffer: Slurm's own re-test
-
-
-def _aware(t: dt.datetime) -> dt.datetime:
-    # the controller's clock is naive UTC; Slurm's times are aware
-    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)

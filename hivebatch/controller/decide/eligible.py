@@ -8,6 +8,7 @@ import datetime as dt
 from collections.abc import Mapping
 
 from hivebatch.controller.decide.dependency import judge, shown
+from hivebatch.controller.decide.times import aware
 from hivebatch.request import owner_holds, released_by_owner
 from hivebatch.slurm.types import SlurmJob
 
@@ -26,11 +27,6 @@ def not_eligible(
     if verdict == "wait":
         return f"waits for its dependency {shown(sj.dependency)}; it holds no GPUs meanwhile"
     begin = sj.eligible_time
-    if first_start and begin is not None and not released_by_owner(sj) and begin > _aware(now):
+    if first_start and begin is not None and not released_by_owner(sj) and begin > aware(now):
         return f"waits for its begin time {begin.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC; it holds no GPUs meanwhile"
     return None
-
-
-def _aware(t: dt.datetime) -> dt.datetime:
-    # the controller's clock is naive UTC; Slurm's times are aware
-    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)

@@ -6,6 +6,11 @@ import datetime as dt
 import math
 
 
+def aware(t: dt.datetime) -> dt.datetime:
+    """``t`` with its zone: the controller's clock is naive UTC, Slurm's times are aware."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+
+
 def epoch(t: dt.datetime) -> float:
     return t.replace(tzinfo=dt.UTC).timestamp()
 
