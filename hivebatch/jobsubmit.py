@@ -125,7 +125,14 @@ def site_table(
         "total": spec.total_gpus(),
         "mem_mib": max(t["mem_mib"] for t in gpu_types.values()),
     }
-    vcs = {vc: {"gpus": spec.vc_gpus(vc)} for vc in spec.vcs}
+    vcs = {
+        vc: {
+            "gpus": spec.vc_gpus(vc),
+            # per GPU type: how many nodes a multi-node job of the VC can span (its whole-node cells)
+            "whole_nodes": {t.lower(): spec.vc_whole_nodes(vc, t) for t in spec.gpu_types},
+        }
+        for vc in spec.vcs
+    }
     return {
         "gpu_types": gpu_types,
         "type_list": ", ".join(sorted(gpu_types)),

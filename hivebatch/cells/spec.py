@@ -111,6 +111,16 @@ class ClusterSpec:
                 total += ct.gpus * n
         return total
 
+    def vc_whole_nodes(self, vc: str, chain: str) -> int:
+        """Nodes the VC's cells at node level or above span on ``chain``: a job on more than one node
+        runs only in those (a cell below node level lies on one node)."""
+        ch = self.chains[chain]
+        return sum(
+            n * ct.nodes
+            for type_name, n in self.vcs[vc].cells.items()
+            if (ct := self.cell_types[type_name]).chain == chain and ct.level >= ch.node_level
+        )
+
     def gpu_memory_mib(self, gpu_type: str) -> int | None:
         ct = self.cell_types.get(gpu_type)
         return ct.memory_mib if ct else None

@@ -20,6 +20,8 @@ local NO_VAL = 4294967294
 local NO_VAL16 = 65534
 
 local M = {}
+-- what the submission changed that its owner should know, told once it is accepted
+local NOTES = {}
 
 local function is_set(n)
   return n ~= nil and n ~= NO_VAL and n ~= INFINITE and n ~= NO_VAL16 and n ~= 65535
@@ -269,6 +271,66 @@ local function reaches_gpu_nodes(job_desc, part_list, current_partition)
 end
 M.reaches_gpu_nodes = reaches_gpu_nodes
 
+-- How many nodes a job of the request's VC and GPU type can span: a job on several nodes runs only
+-- in its VC's cells of a node or more (the cells below lie on one node each); opportunistic work
+-- runs on any idle GPUs
+local function node_room(req)
+  local t = req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or nil
+  local vc = SITE.vcs[req.vc]
+  if vc == nil or vc.whole_nodes == nil or req.qos == SITE.opportunistic then
+    return (t or SITE.largest).nodes
+  end
+  local room = 0
+  for name, n in pairs(vc.whole_nodes) do
+    if (t == nil or SITE.gpu_types[name] == t) and n > room then
+      room = n
+    end
+  end
+  return math.max(room, 1), room
+end
+
+-- A job's GPUs are pinned by per-node GRES, so every node of a job gets the same GPUs. A total that
+-- no such placement within reach holds exactly (Slurm splits 3 GPUs over -N 2 as 2 + 1, and
+-- --gpus=11 as 7 + 4: tests/fixtures/slurm/uneven_gpus_over_nodes.txt) runs on the smallest one that holds it, fewest nodes on a tie, and its owner
+-- is told; a total that some node count splits evenly keeps its shape open for the controller.
+local function round_up(req, total, nodes)
+  local per_node = (req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest).max_per_node
+  local lo = nodes or math.max(1, math.ceil(total / per_node))
+  local best_n, best_per = nil, nil
+  for n = lo, nodes or math.max(lo, node_room(req)) do
+    local per = math.ceil(total / n)
+    if per <= per_node and (best_n == nil or n * per < best_n * best_per) then
+      best_n, best_per = n, per
+    end
+  end
+  if best_n == nil or (nodes == nil and best_n * best_per == total) then
+    return -- an exact split exists, or nothing holds it: check_size and check_nodes say why
+  end
+  req.nodes, req.gpus_per_node, req.gpus = best_n, best_per, best_n * best_per
+  local how = total .. " GPUs run as " .. best_per .. " on each of " .. best_n .. " nodes"
+  local vc = SITE.vcs[req.vc]
+  if vc ~= nil and req.qos ~= SITE.opportunistic and req.gpus > vc.gpus then
+    fail(how .. " here (a job gets the same GPUs on every node), " .. req.gpus .. " in all, but virtual cluster " .. req.vc .. " has " .. vc.gpus .. ": ask for a count that " .. (nodes and "-N splits evenly" or "fits on equal nodes"))
+  end
+  local counted = req.qos == SITE.opportunistic and "" or (", counted against " .. req.vc)
+  NOTES[#NOTES + 1] = how .. " (" .. req.gpus .. " in all" .. counted .. "): a job gets the same GPUs on every node here"
+end
+
+-- Refused here, a job on more nodes than its VC can span would wait held for ever while sbatch or
+-- srun says nothing
+local function check_nodes(req)
+  if req.gpus == nil then
+    return
+  end
+  local per = (req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest).max_per_node
+  local need = req.nodes or math.ceil(req.gpus / per)
+  local room, whole = node_room(req)
+  if need > 1 and need > room then
+    local fix = room > 1 and ("use at most " .. room .. " nodes") or ("ask for at most " .. per .. " GPUs on one node")
+    fail("a job on " .. need .. " nodes needs as many whole-node cells, and virtual cluster " .. req.vc .. " has " .. whole .. ": " .. fix .. ", or submit it with --qos=" .. SITE.opportunistic .. " to run on idle GPUs")
+  end
+end
+
 -- the hivebatch request for a GPU ask, with the job's account and QOS (or their defaults); an
 -- --exclusive job's is every GPU of its nodes
 function M.request(job_desc, found, exclusive)
@@ -310,12 +372,11 @@ function M.request(job_desc, found, exclusive)
     req.gpus = per_node * req.nodes
   else
     req.gpus = total
-    if nodes ~= nil then
-      if total % nodes ~= 0 then
-        fail(total .. " GPUs do not split evenly over " .. nodes .. " nodes: hivebatch places the same GPUs on every node")
-      end
+    if nodes ~= nil and total % nodes == 0 then
       req.nodes = nodes
       req.gpus_per_node = total / nodes
+    elseif total ~= nil then
+      round_up(req, total, nodes)
     end
   end
   local tl = get(job_desc, "time_limit")
@@ -327,6 +388,7 @@ function M.request(job_desc, found, exclusive)
     req.time_limit_s = tl * 60
   end
   check_size(req)
+  check_nodes(req)
   return req
 end
 
@@ -548,6 +610,7 @@ local function record_signal(job_desc, req)
 end
 
 local function submit(job_desc, part_list, submit_uid)
+  NOTES = {}
   if is_operator(submit_uid) then
     return slurm.SUCCESS
   end
@@ -587,6 +650,9 @@ local function submit(job_desc, part_list, submit_uid)
   job_desc.admin_comment = admin_comment
   job_desc.priority = 0
   slurm.log_info("hivebatch: %s's GPU job held for placement: %s", tostring(get(job_desc, "user_name")), admin_comment)
+  for _, note in ipairs(NOTES) do
+    slurm.log_user("hivebatch: note: %s", note) -- sbatch, srun and salloc print it on acceptance
+  end
   return slurm.SUCCESS
 end
 

@@ -24,6 +24,30 @@ def _match_gpu_type(wanted: str, known: list[str]) -> str:
     )
 
 
+def even_placement(
+    total: int, nodes: int | None, per_node_max: int, node_room: int
+) -> tuple[int | None, int]:
+    """(nodes, GPUs) the job_submit plugin turns a GPU ask into: every node of a job gets the same GPUs,
+    so a total no node count within reach splits evenly runs on the smallest such placement holding
+    it, fewest nodes on a tie (the plugin's ``round_up``, which tells the user). Otherwise unchanged."""
+    low = nodes or max(1, -(-total // per_node_max))
+    high = nodes or max(low, node_room)
+    options = [(n * -(-total // n), n) for n in range(low, high + 1) if -(-total // n) <= per_node_max]
+    if not options:
+        return nodes, total
+    gpus, n = min(options)
+    if gpus == total and nodes is None:
+        return None, total  # an exact split: the shape stays open
+    return n, gpus
+
+
+def _node_room(spec: Any, req: JobRequest, chain: str) -> int:
+    """Nodes a job of the request can span: its VC's whole-node cells, or any node for opportunistic work."""
+    if req.priority < 0:
+        return sum(1 for n in spec.nodes if n.gpu_type == chain)
+    return max(1, spec.vc_whole_nodes(req.vc, chain))
+
+
 def check_request(
     req: JobRequest, config: dict[str, Any], config_path: Path | None
 ) -> tuple[JobRequest, list[str], dict[str, str]]:
@@ -54,6 +78,14 @@ def check_request(
         if req.gpus > capacity:
             raise HivebatchError(f"the cluster has {capacity}{of_type} GPUs; this job asks for {req.gpus}")
 
+    chain = gpu_type or spec.gpu_types[0]
+    nodes, gpus = even_placement(req.gpus, req.nodes, spec.gpus_per_node(chain), _node_room(spec, req, chain))
+    if gpus != req.gpus:
+        assert nodes is not None
+        counted = "" if req.priority < 0 else f", counted against {req.vc}"
+        notes.append(f"{req.gpus} GPUs run as {gpus // nodes} on each of {nodes} nodes ({gpus} in all{counted}): "
+                     "a job gets the same GPUs on every node here")  # fmt: skip
+        req = dataclasses.replace(req, gpus=gpus, nodes=nodes, gpus_per_node=gpus // nodes)
     decision = CellAllocator(spec).try_allocate(
         Request(
             job_id="hsub-check",

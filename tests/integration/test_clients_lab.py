@@ -113,6 +113,14 @@ def test_salloc_allocation_and_its_own_srun_use_the_cells_gpus(ctl: Ctl, loop: L
     assert _gpus_line(host, cvd) == _placed(ctl, jid)
 
 
+def _output(ctl: Ctl, jid: int, out: Path, marker: str) -> str:
+    """The job's output once it shows ``marker``; if it never does, the controller's reason for the job."""
+    try:
+        return ctl.lab.wait_for_file(out, marker, timeout_s=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the controller says: {ctl.job(jid).reason}") from None
+
+
 def _sbatch_steps(ctl: Ctl, user: str, name: str, *opts: str) -> tuple[int, list[str]]:
     """A batch job whose srun tasks each report their GPUs; its id and the task lines once it ended."""
     out = ctl.jobs_dir / f"{name}.out"
@@ -122,7 +130,7 @@ def _sbatch_steps(ctl: Ctl, user: str, name: str, *opts: str) -> tuple[int, list
     assert proc.returncode == 0, proc.stderr
     jid = int(proc.stdout.strip())
     ctl.mine.add(jid)
-    text = ctl.lab.wait_for_file(out, "steps-", timeout_s=60)
+    text = _output(ctl, jid, out, "steps-")
     assert "steps-ok" in text, text
     return jid, [ln for ln in text.splitlines() if ln.startswith("task ")]
 
@@ -138,6 +146,28 @@ def test_an_srun_inside_a_gpus_per_task_job_gives_each_task_gpus_of_its_own(ctl:
     assert not set(seen[0][1]) & set(seen[1][1]) or seen[0][0] != seen[1][0]
     placed = _placed(ctl, jid)
     assert {h: sorted(g) for h, g in _by_host(seen.values()).items()} == placed
+
+
+def test_gpus_that_do_not_split_evenly_over_the_nodes_run_as_the_same_gpus_on_each(
+    ctl: Ctl, loop: Loop
+) -> None:
+    # plain Slurm runs -N 2 --gpus=3 as 2 + 1 GPUs; the pins are per node, so each node gets 2. (No VC
+    # of this controller's config spans two whole nodes, so the job runs on idle GPUs.)
+    name = f"{ctl.tag}-uneven"
+    out = ctl.jobs_dir / f"{name}.out"
+    step = 'srun bash -c "echo task \\$SLURM_PROCID \\$(hostname) \\$CUDA_VISIBLE_DEVICES"'
+    proc = run_as("bob", ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", "-N", "2", "--gpus=3",
+                          "-q", "opportunistic", "--wrap", f"{step} && echo steps-ok || echo steps-failed"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "hivebatch: note: 3 GPUs run as 2 on each of 2 nodes (4 in all)" in proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    text = _output(ctl, jid, out, "steps-")
+    assert "steps-ok" in text, text
+    seen = [ln.split()[2:] for ln in text.splitlines() if ln.startswith("task ")]
+    placed = _placed(ctl, jid)
+    assert len(placed) == 2 and all(len(g) == 2 for g in placed.values())
+    assert _by_host((h, [int(x) for x in cvd.split(",")]) for h, cvd in seen) == placed
 
 
 def test_an_srun_inside_a_mem_per_gpu_job_runs(ctl: Ctl, loop: Loop) -> None:
@@ -159,10 +189,7 @@ def test_a_job_with_a_nodelist_runs_on_the_node_it_lists(ctl: Ctl, loop: Loop) -
     assert proc.returncode == 0, proc.stderr
     jid = int(proc.stdout.strip())
     ctl.mine.add(jid)
-    try:
-        text = ctl.lab.wait_for_file(out, "gpus ", timeout_s=60)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; the controller says: {ctl.job(jid).reason}") from None
+    text = _output(ctl, jid, out, "gpus ")
     host, cvd = text.split("gpus ", 1)[1].split()[:2]
     assert host == "node4" and _gpus_line(host, cvd) == _placed(ctl, jid)
 

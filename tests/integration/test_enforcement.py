@@ -58,6 +58,8 @@ ASKS = [
         {"gpus": 4, "nodes": 2, "gpus_per_node": 2, "qos": "prior"},
     ),
     ("bob", ["-n", "2", "--gpus-per-task=1"], {"gpus": 2}),
+    # Slurm splits 3 over two nodes as 2 + 1; a job's GPUs here are the same on every node
+    ("bob", ["-N", "2", "--gpus=3"], {"gpus": 4, "nodes": 2, "gpus_per_node": 2}),
     ("alice", ["--sockets-per-node=2", "--gpus-per-socket=1"], {"gpus_per_node": 2}),
     ("carol", ["--gres=shard:8"], {"gpu_mem_mib": 8192, "gpus": 1, "vc": "sys"}),
     ("carol", ["--gpus=2", "--cpus-per-gpu=2", "--mem-per-gpu=1000"], {"gpus": 2, "cpus_per_gpu": 2}),
@@ -87,6 +89,13 @@ REFUSED = [
     ("alice", ["--gres=gpu:9"], "a node has at most 8"),
     ("carol", ["--gpus=5"], "virtual cluster sys has 4"),
     ("alice", ["--gres=gpu:1", "-N", "5"], "cluster has 4"),
+    # cv's cells span one whole node (and a socket on another): a two-node job would wait for ever
+    (
+        "alice",
+        ["--gres=gpu:1", "-N", "2"],
+        "a job on 2 nodes needs as many whole-node cells, and virtual cluster cv has 1",
+    ),
+    ("alice", ["--gpus=11"], "virtual cluster cv has 1: ask for at most 8 GPUs on one node"),
     ("carol", ["--gres=shard:40"], "one GPU has 32"),
     (
         "carol",

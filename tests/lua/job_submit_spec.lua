@@ -11,7 +11,11 @@ local function load_plugin()
     gpu_types = { v100 = { name = "V100", max_per_node = 8, nodes = 4, total = 32, mem_mib = 32768 } },
     type_list = "v100",
     largest = { name = "V100", max_per_node = 8, nodes = 4, total = 32, mem_mib = 32768 },
-    vcs = { cv = { gpus = 12 }, nlp = { gpus = 16 }, sys = { gpus = 4 } },
+    vcs = {
+      cv = { gpus = 12, whole_nodes = { v100 = 1 } },
+      nlp = { gpus = 16, whole_nodes = { v100 = 2 } },
+      sys = { gpus = 4, whole_nodes = { v100 = 0 } },
+    },
     vc_list = "cv, nlp, sys",
     classes = { urgent = true, prior = true, normal = true, opportunistic = true },
     class_list = "urgent, prior, normal, opportunistic",
@@ -70,28 +74,78 @@ describe("slurm_job_submit", function()
     assert.are.equal("", d.tres_per_job)
   end)
 
-  it("splits --gpus over a fixed -N evenly or refuses", function()
-    local d = desc({ tres_per_job = "gres:gpu:4", min_nodes = 2, max_nodes = 2 })
+  it("splits --gpus over a fixed -N evenly, telling nobody", function()
+    local d = desc({ tres_per_job = "gres:gpu:4", min_nodes = 2, max_nodes = 2, account = "nlp" })
     slurm_job_submit(d, {}, 1001)
-    assert.are.same({ vc = "cv", qos = "normal", gpus = 4, nodes = 2, gpus_per_node = 2 }, request_of(d))
-    local odd = desc({ tres_per_job = "gres:gpu:3", min_nodes = 2, max_nodes = 2 })
-    assert.are.equal(slurm.ERROR, slurm_job_submit(odd, {}, 1001))
-    assert.matches("do not split evenly", slurm.user_msgs[1])
+    assert.are.same({ vc = "nlp", qos = "normal", gpus = 4, nodes = 2, gpus_per_node = 2 }, request_of(d))
+    assert.are.same({}, slurm.user_msgs)
+  end)
+
+  it("runs --gpus that -N does not split evenly on the same GPUs per node, rounded up, and says so", function()
+    local odd = desc({ tres_per_job = "gres:gpu:3", min_nodes = 2, max_nodes = 2, account = "nlp" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(odd, {}, 1001))
+    assert.are.same({ vc = "nlp", qos = "normal", gpus = 4, nodes = 2, gpus_per_node = 2 }, request_of(odd))
+    assert.are.same({ "hivebatch: note: 3 GPUs run as 2 on each of 2 nodes (4 in all, counted against nlp): a job gets the same GPUs on every node here" }, slurm.user_msgs)
+    local tasks = desc({ tres_per_task = "gres:gpu:1", num_tasks = 5, min_nodes = 2, max_nodes = 2, account = "nlp" })
+    slurm_job_submit(tasks, {}, 1001)
+    assert.are.same({ 2, 3, 6 }, { request_of(tasks).nodes, request_of(tasks).gpus_per_node, request_of(tasks).gpus })
+  end)
+
+  it("places a --gpus total no node count splits evenly on the smallest even placement", function()
+    -- 11 on 8-GPU nodes: Slurm takes 7 + 4; the fewest GPUs with the same count per node is 2 x 6
+    local d = desc({ tres_per_job = "gres:gpu:11", account = "nlp" })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.same({ vc = "nlp", qos = "normal", gpus = 12, nodes = 2, gpus_per_node = 6 }, request_of(d))
+    assert.matches("11 GPUs run as 6 on each of 2 nodes", slurm.user_msgs[1])
+    -- 13 for nlp (16 GPUs): 2 x 7
+    local nlp = desc({ tres_per_job = "gres:gpu:13", account = "nlp" })
+    slurm_job_submit(nlp, {}, 1001)
+    assert.are.same({ 2, 7, 14 }, { request_of(nlp).nodes, request_of(nlp).gpus_per_node, request_of(nlp).gpus })
+    -- 16 splits as 2 x 8 and keeps its shape open; 9 would split as 3 x 3, but nlp spans two nodes
+    local open = desc({ tres_per_job = "gres:gpu:16", account = "nlp" })
+    slurm_job_submit(open, {}, 1001)
+    assert.are.same({ vc = "nlp", qos = "normal", gpus = 16 }, request_of(open))
+    local nine = desc({ tres_per_job = "gres:gpu:9", account = "nlp" })
+    slurm_job_submit(nine, {}, 1001)
+    assert.are.same({ 2, 5, 10 }, { request_of(nine).nodes, request_of(nine).gpus_per_node, request_of(nine).gpus })
+  end)
+
+  it("refuses a job on more nodes than its virtual cluster's whole-node cells, saying what runs", function()
+    -- cv holds one whole node (and a socket): 11 GPUs would take 2 x 6, 4 over -N 2 two nodes
+    local d = desc({ tres_per_job = "gres:gpu:11" })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(d, {}, 1001))
+    assert.are.same({ "hivebatch: a job on 2 nodes needs as many whole-node cells, and virtual cluster cv has 1: ask for at most 8 GPUs on one node, or submit it with --qos=opportunistic to run on idle GPUs" }, slurm.user_msgs)
+    local sys = desc({ tres_per_node = "gres:gpu:1", min_nodes = 2, max_nodes = 2, account = "sys" })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(sys, {}, 1001))
+    assert.matches("virtual cluster sys has 0: ask for at most 8 GPUs on one node", slurm.user_msgs[2])
+    local opp = desc({ tres_per_job = "gres:gpu:3", min_nodes = 2, max_nodes = 2, account = "sys", qos = "opportunistic" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(opp, {}, 1001))
+    -- idle GPUs outside the guarantee: nothing is counted against the VC
+    assert.are.equal("hivebatch: note: 3 GPUs run as 2 on each of 2 nodes (4 in all): a job gets the same GPUs on every node here", slurm.user_msgs[3])
+    local one = desc({ tres_per_job = "gres:gpu:8" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(one, {}, 1001))
+  end)
+
+  it("refuses a rounded-up ask its virtual cluster cannot hold, with the figures", function()
+    -- sys has 4 GPUs: 3 over -N 3 is 1 each (fits); 5 over -N 2 would be 6
+    local d = desc({ tres_per_job = "gres:gpu:5", min_nodes = 2, max_nodes = 2, account = "sys" })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(d, {}, 1001))
+    assert.are.same({ "hivebatch: 5 GPUs run as 3 on each of 2 nodes here (a job gets the same GPUs on every node), 6 in all, but virtual cluster sys has 4: ask for a count that -N splits evenly" }, slurm.user_msgs)
   end)
 
   it("multiplies --gpus-per-node by -N", function()
-    local d = desc({ tres_per_node = "gres:gpu:2", min_nodes = 2, max_nodes = 2 })
+    local d = desc({ tres_per_node = "gres:gpu:2", min_nodes = 2, max_nodes = 2, account = "nlp" })
     slurm_job_submit(d, {}, 1001)
-    assert.are.same({ vc = "cv", qos = "normal", gpus = 4, nodes = 2, gpus_per_node = 2 }, request_of(d))
+    assert.are.same({ vc = "nlp", qos = "normal", gpus = 4, nodes = 2, gpus_per_node = 2 }, request_of(d))
   end)
 
   it("counts --gpus-per-task by tasks, per node when --ntasks-per-node is given", function()
     local d = desc({ tres_per_task = "gres:gpu:1", num_tasks = 4 })
     slurm_job_submit(d, {}, 1001)
     assert.are.equal(4, request_of(d).gpus)
-    local p = desc({ tres_per_task = "gres:gpu:1", ntasks_per_node = 2, min_nodes = 2, max_nodes = 2 })
+    local p = desc({ tres_per_task = "gres:gpu:1", ntasks_per_node = 2, min_nodes = 2, max_nodes = 2, account = "nlp" })
     slurm_job_submit(p, {}, 1001)
-    assert.are.same({ vc = "cv", qos = "normal", gpus = 4, nodes = 2, gpus_per_node = 2 }, request_of(p))
+    assert.are.same({ vc = "nlp", qos = "normal", gpus = 4, nodes = 2, gpus_per_node = 2 }, request_of(p))
   end)
 
   it("counts --gpus-per-socket by sockets per node", function()
@@ -339,7 +393,7 @@ describe("the owner's node list", function()
   before_each(load_plugin)
 
   it("is kept in the request, since the controller's pin replaces the job's own", function()
-    local d = desc({ tres_per_node = "gres:gpu:1", req_nodes = "node[3-4]", min_nodes = 2 })
+    local d = desc({ tres_per_node = "gres:gpu:1", req_nodes = "node[3-4]", min_nodes = 2, account = "nlp" })
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
     assert.are.equal("node[3-4]", request_of(d).nodelist)
   end)

@@ -11,7 +11,7 @@ import pytest
 from hivebatch.config import load_config
 from hivebatch.errors import HivebatchError
 from hivebatch.request import JobRequest
-from hivebatch.submit.checks import check_request
+from hivebatch.submit.checks import check_request, even_placement
 
 PROJECT = Path(__file__).resolve().parents[2]
 EXAMPLE = PROJECT / "etc" / "hivebatch.example.yaml"
@@ -48,6 +48,39 @@ def test_requests_that_can_never_run_are_refused(config, fields: dict, message: 
     with pytest.raises(HivebatchError, match=message) as info:
         check(config, **fields)
     assert "\n" not in str(info.value)
+
+
+def test_gpus_no_node_count_splits_evenly_run_as_the_plugin_runs_them(config) -> None:  # type: ignore[no-untyped-def]
+    # hsub's sbatch options then ask for what the job_submit plugin would make of the ask (tests/lua)
+    req, notes = check(config, vc="nlp", gpus=3, nodes=2)
+    assert (req.gpus, req.nodes, req.gpus_per_node) == (4, 2, 2)
+    assert notes == ["3 GPUs run as 2 on each of 2 nodes (4 in all, counted against nlp): "
+                     "a job gets the same GPUs on every node here"]  # fmt: skip
+    req, notes = check(config, vc="nlp", gpus=11)
+    assert (req.gpus, req.nodes, req.gpus_per_node) == (12, 2, 6)
+    req, notes = check(config, vc="sys", gpus=3, nodes=2, qos="opportunistic")
+    assert req.gpus == 4 and notes == [
+        "3 GPUs run as 2 on each of 2 nodes (4 in all): a job gets the same GPUs on every node here"
+    ]
+    req, notes = check(config, vc="nlp", gpus=16)
+    assert (req.gpus, req.nodes, notes) == (16, None, [])  # 2 x 8: the shape stays open
+
+
+@pytest.mark.parametrize(
+    ("total", "nodes", "room", "expect"),
+    [
+        (3, 2, 4, (2, 4)),  # -N 2 --gpus=3
+        (4, 2, 4, (2, 4)),
+        (11, None, 4, (2, 12)),
+        (12, None, 4, (None, 12)),  # 2 x 6
+        (9, None, 2, (2, 10)),  # 3 x 3 would need a third node
+        (9, None, 4, (None, 9)),
+        (13, None, 1, (2, 14)),  # beyond reach: the cells say why
+        (40, None, 4, (None, 40)),
+    ],
+)
+def test_even_placement(total: int, nodes: int | None, room: int, expect: tuple[int | None, int]) -> None:
+    assert even_placement(total, nodes, 8, room) == expect
 
 
 def test_opportunistic_jobs_may_borrow_beyond_their_vc(config) -> None:  # type: ignore[no-untyped-def]

@@ -49,6 +49,11 @@ def test_rendered_plugin_loads_and_knows_the_site(tmp_path: Path) -> None:
 
 def test_site_table_names_vcs_and_types_from_the_config() -> None:
     site = site_table(yaml.safe_load(EXAMPLE.read_text()), [])
-    assert site["vcs"] == {"cv": {"gpus": 12}, "nlp": {"gpus": 16}, "sys": {"gpus": 4}}
+    # cv: a node cell and a socket cell (one whole node); nlp: two node cells; sys: below node level
+    assert site["vcs"] == {
+        "cv": {"gpus": 12, "whole_nodes": {"v100": 1}},
+        "nlp": {"gpus": 16, "whole_nodes": {"v100": 2}},
+        "sys": {"gpus": 4, "whole_nodes": {"v100": 0}},
+    }
     assert site["gpu_types"]["v100"]["name"] == "V100"
     assert site["gpu_types"]["v100"]["mem_mib"] == 32768
