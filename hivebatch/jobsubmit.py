@@ -128,8 +128,10 @@ def site_table(
     vcs = {
         vc: {
             "gpus": spec.vc_gpus(vc),
-            # per GPU type: how many nodes a multi-node job of the VC can span (its whole-node cells)
+            # per GPU type: how many nodes a multi-node job of the VC can span (its whole-node cells),
+            # and how many GPUs a one-node job can have (its largest cell's)
             "whole_nodes": {t.lower(): spec.vc_whole_nodes(vc, t) for t in spec.gpu_types},
+            "node_gpus": {t.lower(): spec.vc_node_gpus(vc, t) for t in spec.gpu_types},
         }
         for vc in spec.vcs
     }

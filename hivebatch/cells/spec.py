@@ -121,6 +121,18 @@ class ClusterSpec:
             if (ct := self.cell_types[type_name]).chain == chain and ct.level >= ch.node_level
         )
 
+    def vc_node_gpus(self, vc: str, chain: str) -> int:
+        """The most GPUs a one-node job of the VC can have on ``chain``: its largest cell's, up to a node's."""
+        gpn = self.chains[chain].gpus_per_node
+        return max(
+            (
+                min(ct.gpus, gpn)
+                for t, n in self.vcs[vc].cells.items()
+                if n and (ct := self.cell_types[t]).chain == chain
+            ),
+            default=0,
+        )
+
     def gpu_memory_mib(self, gpu_type: str) -> int | None:
         ct = self.cell_types.get(gpu_type)
         return ct.memory_mib if ct else None

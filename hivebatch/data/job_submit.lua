@@ -271,28 +271,38 @@ local function reaches_gpu_nodes(job_desc, part_list, current_partition)
 end
 M.reaches_gpu_nodes = reaches_gpu_nodes
 
--- How many nodes a job of the request's VC and GPU type can span: a job on several nodes runs only
--- in its VC's cells of a node or more (the cells below lie on one node each); opportunistic work
--- runs on any idle GPUs
-local function node_room(req)
-  local t = req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or nil
+-- The largest figure in the request's VC's per-type table (``whole_nodes`` or ``node_gpus``) over the
+-- GPU types the request can use; nil for opportunistic work, which runs on any idle GPUs
+local function vc_most(req, field)
   local vc = SITE.vcs[req.vc]
-  if vc == nil or vc.whole_nodes == nil or req.qos == SITE.opportunistic then
-    return (t or SITE.largest).nodes
+  if vc == nil or vc[field] == nil or req.qos == SITE.opportunistic then
+    return nil
   end
-  local room = 0
-  for name, n in pairs(vc.whole_nodes) do
-    if (t == nil or SITE.gpu_types[name] == t) and n > room then
-      room = n
+  local t = req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or nil
+  local most = 0
+  for name, n in pairs(vc[field]) do
+    if (t == nil or SITE.gpu_types[name] == t) and n > most then
+      most = n
     end
   end
-  return math.max(room, 1), room
+  return most
+end
+
+-- How many nodes a job of the request can span: a job on several nodes runs only in its VC's cells
+-- of a node or more (the cells below lie on one node each)
+local function node_room(req)
+  local whole = vc_most(req, "whole_nodes")
+  if whole == nil then
+    return (req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest).nodes
+  end
+  return math.max(whole, 1)
 end
 
 -- A job's GPUs are pinned by per-node GRES, so every node of a job gets the same GPUs. A total that
 -- no such placement within reach holds exactly (Slurm splits 3 GPUs over -N 2 as 2 + 1, and
--- --gpus=11 as 7 + 4: tests/fixtures/slurm/uneven_gpus_over_nodes.txt) runs on the smallest one that holds it, fewest nodes on a tie, and its owner
--- is told; a total that some node count splits evenly keeps its shape open for the controller.
+-- --gpus=11 as 7 + 4: tests/fixtures/slurm/uneven_gpus_over_nodes.txt) runs on the smallest one
+-- that holds it, fewest nodes on a tie, and its owner is told; a total that some node count splits
+-- evenly keeps its shape open for the controller.
 local function round_up(req, total, nodes)
   local per_node = (req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest).max_per_node
   local lo = nodes or math.max(1, math.ceil(total / per_node))
@@ -316,18 +326,24 @@ local function round_up(req, total, nodes)
   NOTES[#NOTES + 1] = how .. " (" .. req.gpus .. " in all" .. counted .. "): a job gets the same GPUs on every node here"
 end
 
--- Refused here, a job on more nodes than its VC can span would wait held for ever while sbatch or
--- srun says nothing
+-- Refused here, a job its VC's cells can never hold would wait held for ever while sbatch or srun
+-- says nothing: more GPUs on one node than its largest cell, or more nodes than its whole-node cells
 local function check_nodes(req)
   if req.gpus == nil then
     return
   end
   local per = (req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest).max_per_node
   local need = req.nodes or math.ceil(req.gpus / per)
-  local room, whole = node_room(req)
-  if need > 1 and need > room then
-    local fix = room > 1 and ("use at most " .. room .. " nodes") or ("ask for at most " .. per .. " GPUs on one node")
-    fail("a job on " .. need .. " nodes needs as many whole-node cells, and virtual cluster " .. req.vc .. " has " .. whole .. ": " .. fix .. ", or submit it with --qos=" .. SITE.opportunistic .. " to run on idle GPUs")
+  local on_one = math.min(vc_most(req, "node_gpus") or per, per)
+  local also = ", or submit it with --qos=" .. SITE.opportunistic .. " to run on idle GPUs"
+  local asked = req.gpus_per_node or req.gpus
+  if need == 1 and asked > on_one then
+    fail("virtual cluster " .. req.vc .. "'s cells hold at most " .. on_one .. " GPUs on one node, and the job asks for " .. asked .. " there: ask for at most " .. on_one .. also)
+  end
+  local whole = vc_most(req, "whole_nodes")
+  if need > 1 and whole ~= nil and need > math.max(whole, 1) then
+    local fix = whole > 1 and ("use at most " .. whole .. " nodes") or ("ask for at most " .. on_one .. " GPUs on one node")
+    fail("a job on " .. need .. " nodes needs as many whole-node cells, and virtual cluster " .. req.vc .. " has " .. whole .. ": " .. fix .. also)
   end
 end
 

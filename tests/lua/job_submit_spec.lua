@@ -12,9 +12,9 @@ local function load_plugin()
     type_list = "v100",
     largest = { name = "V100", max_per_node = 8, nodes = 4, total = 32, mem_mib = 32768 },
     vcs = {
-      cv = { gpus = 12, whole_nodes = { v100 = 1 } },
-      nlp = { gpus = 16, whole_nodes = { v100 = 2 } },
-      sys = { gpus = 4, whole_nodes = { v100 = 0 } },
+      cv = { gpus = 12, whole_nodes = { v100 = 1 }, node_gpus = { v100 = 8 } },
+      nlp = { gpus = 16, whole_nodes = { v100 = 2 }, node_gpus = { v100 = 8 } },
+      sys = { gpus = 4, whole_nodes = { v100 = 0 }, node_gpus = { v100 = 2 } },
     },
     vc_list = "cv, nlp, sys",
     classes = { urgent = true, prior = true, normal = true, opportunistic = true },
@@ -117,13 +117,24 @@ describe("slurm_job_submit", function()
     assert.are.same({ "hivebatch: a job on 2 nodes needs as many whole-node cells, and virtual cluster cv has 1: ask for at most 8 GPUs on one node, or submit it with --qos=opportunistic to run on idle GPUs" }, slurm.user_msgs)
     local sys = desc({ tres_per_node = "gres:gpu:1", min_nodes = 2, max_nodes = 2, account = "sys" })
     assert.are.equal(slurm.ERROR, slurm_job_submit(sys, {}, 1001))
-    assert.matches("virtual cluster sys has 0: ask for at most 8 GPUs on one node", slurm.user_msgs[2])
+    assert.matches("virtual cluster sys has 0: ask for at most 2 GPUs on one node", slurm.user_msgs[2])
     local opp = desc({ tres_per_job = "gres:gpu:3", min_nodes = 2, max_nodes = 2, account = "sys", qos = "opportunistic" })
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(opp, {}, 1001))
     -- idle GPUs outside the guarantee: nothing is counted against the VC
     assert.are.equal("hivebatch: note: 3 GPUs run as 2 on each of 2 nodes (4 in all): a job gets the same GPUs on every node here", slurm.user_msgs[3])
     local one = desc({ tres_per_job = "gres:gpu:8" })
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(one, {}, 1001))
+  end)
+
+  it("refuses more GPUs on one node than the virtual cluster's largest cell holds", function()
+    -- sys: a switch pair and two single GPUs, 4 in all; 3 on one node fit none of its cells
+    local d = desc({ tres_per_node = "gres:gpu:3", account = "sys" })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(d, {}, 1001))
+    assert.are.same({ "hivebatch: virtual cluster sys's cells hold at most 2 GPUs on one node, and the job asks for 3 there: ask for at most 2, or submit it with --qos=opportunistic to run on idle GPUs" }, slurm.user_msgs)
+    local open = desc({ tres_per_job = "gres:gpu:3", account = "sys" })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(open, {}, 1001))
+    local two = desc({ tres_per_job = "gres:gpu:2", account = "sys" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(two, {}, 1001))
   end)
 
   it("refuses a rounded-up ask its virtual cluster cannot hold, with the figures", function()

@@ -51,9 +51,9 @@ def test_site_table_names_vcs_and_types_from_the_config() -> None:
     site = site_table(yaml.safe_load(EXAMPLE.read_text()), [])
     # cv: a node cell and a socket cell (one whole node); nlp: two node cells; sys: below node level
     assert site["vcs"] == {
-        "cv": {"gpus": 12, "whole_nodes": {"v100": 1}},
-        "nlp": {"gpus": 16, "whole_nodes": {"v100": 2}},
-        "sys": {"gpus": 4, "whole_nodes": {"v100": 0}},
+        "cv": {"gpus": 12, "whole_nodes": {"v100": 1}, "node_gpus": {"v100": 8}},
+        "nlp": {"gpus": 16, "whole_nodes": {"v100": 2}, "node_gpus": {"v100": 8}},
+        "sys": {"gpus": 4, "whole_nodes": {"v100": 0}, "node_gpus": {"v100": 2}},
     }
     assert site["gpu_types"]["v100"]["name"] == "V100"
     assert site["gpu_types"]["v100"]["mem_mib"] == 32768
