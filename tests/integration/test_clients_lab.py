@@ -170,6 +170,20 @@ def test_gpus_that_do_not_split_evenly_over_the_nodes_run_as_the_same_gpus_on_ea
     assert _by_host((h, [int(x) for x in cvd.split(",")]) for h, cvd in seen) == placed
 
 
+def test_a_gpu_job_no_node_could_ever_take_is_rejected_saying_why(ctl: Ctl) -> None:
+    # plain Slurm refuses `sbatch --mem=999G` at submit but accepts it held, as the plugin holds GPU
+    # jobs (tests/fixtures/slurm/held_impossible_accepted.txt); such a job used to wait for ever
+    proc = run_as("alice", ["sbatch", "--parsable", "-J", f"{ctl.tag}-huge", "--mem=999G", "--gres=gpu:1",
+                            "-t", "5", "-o", "/dev/null", "--wrap", "true"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    ctl.until(lambda: ctl.job(jid).state == "rejected", what=lambda: ctl.job(jid).reason)
+    reason = ctl.job(jid).reason or ""
+    assert reason.startswith("can never run as asked: node1: has "), reason
+    assert "MB memory, the job needs 1022976" in reason
+
+
 def test_an_srun_inside_a_mem_per_gpu_job_runs(ctl: Ctl, loop: Loop) -> None:
     # without hivebatch's TaskProlog every such srun stopped: SLURM_MEM_PER_GPU and SLURM_MEM_PER_NODE
     jid, tasks = _sbatch_steps(ctl, "carol", f"{ctl.tag}-memgpu", "--gpus=2", "--mem-per-gpu=1000",

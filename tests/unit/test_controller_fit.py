@@ -64,16 +64,60 @@ def test_a_job_is_placed_only_where_its_cpus_and_memory_are_free(ctx):
     assert list(place.placement) == ["node2"]  # node1, first in tree order, has 4 CPUs free
 
 
-def test_a_job_no_node_can_take_waits_saying_why(ctx):
+def test_a_job_no_node_can_take_now_waits_saying_why(ctx):
     job = row(1, JobRequest(vc="cv", gpus=1))
     r = make_round(ctx, [job])
-    r.ledger.slurm[1] = replace(r.ledger.slurm[1], mem_per_node_mb=100000)
-    r.ledger.nodes = {n: _node(n) for n in ("node1", "node2", "node3", "node4")}
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], mem_per_node_mb=32000)
+    r.ledger.nodes = {n: _node(n, mem_free_mb=16000) for n in ("node1", "node2", "node3", "node4")}
     r.fresh.append((job, JobRequest(vc="cv", gpus=1), r.ledger.slurm[1]))
     screen_hopeless(r)
     run_policy_round(r)
     (wait,) = r.out.waits
-    assert wait.reason.startswith("no node has what it needs besides GPUs now: node1: 64000 MB memory free")
+    assert wait.reason.startswith("no node has what it needs besides GPUs now: node1: 16000 MB memory free")
+    assert not wait.rejected
+
+
+def _screened(ctx, req: JobRequest, nodes: dict[str, SlurmNode], **needs: object):  # type: ignore[no-untyped-def]
+    job = row(1, req)
+    r = make_round(ctx, [job])
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], **needs)
+    r.ledger.nodes = nodes
+    r.fresh.append((job, req, r.ledger.slurm[1]))
+    screen_hopeless(r)
+    run_policy_round(r)
+    return r
+
+
+NODES = ("node1", "node2", "node3", "node4")
+
+
+@pytest.mark.parametrize(
+    ("needs", "why"),
+    [
+        ({"mem_per_node_mb": 100000}, "node1: has 64000 MB memory, the job needs 100000"),
+        ({"cpus_per_node": 64}, "node1: has 16 CPUs, the job needs 64"),
+        ({"excluded_nodes": list(NODES)}, "node1: excluded by the job"),
+        ({"features": "a100"}, "node1: lacks feature a100"),
+    ],
+)
+def test_a_job_no_node_could_ever_take_is_rejected_saying_so(ctx, needs: dict, why: str) -> None:  # type: ignore[no-untyped-def]
+    # plain Slurm refuses these at submit (recorded: `sbatch --mem=999G` "Requested node configuration
+    # is not available"), but accepts them held (`sbatch --hold --mem=999G`), as the plugin holds GPU jobs
+    r = _screened(ctx, JobRequest(vc="cv", gpus=1), {n: _node(n) for n in NODES}, **needs)
+    (wait,) = r.out.waits
+    assert wait.rejected and wait.reason.startswith(f"can never run as asked: {why}")
+    assert wait.reason.endswith("cancel it and submit it again with what the nodes have")
+
+
+def test_a_multi_node_job_is_rejected_when_too_few_nodes_could_ever_take_it(ctx) -> None:  # type: ignore[no-untyped-def]
+    nodes = {n: _node(n, mem_mb=64000 if n == "node1" else 8000) for n in NODES}
+    r = _screened(ctx, JobRequest(vc="nlp", gpus=4, nodes=2), nodes, mem_per_node_mb=32000)
+    (wait,) = r.out.waits
+    assert wait.rejected and "node2: has 8000 MB memory, the job needs 32000" in wait.reason
+    # two nodes big enough, one of them full now: it waits for memory, not rejected
+    nodes["node2"] = _node("node2", mem_free_mb=1000)
+    r = _screened(ctx, JobRequest(vc="nlp", gpus=4, nodes=2), nodes, mem_per_node_mb=32000)
+    assert not any(w.rejected for w in r.out.waits)
 
 
 def test_a_job_goes_only_to_the_nodes_its_owner_listed(ctx):

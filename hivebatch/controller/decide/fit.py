@@ -24,8 +24,9 @@ def features_met(expr: str, have: list[str]) -> bool:
     return any(all(f in have for f in re.split(r"[&,]", alt)) for alt in expr.split("|"))
 
 
-def why_unfit(sj: SlurmJob, node: SlurmNode) -> str | None:
-    """Why Slurm would not start ``sj`` on ``node`` now, in a few words; None when it could."""
+def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
+    """Why Slurm could never start ``sj`` on ``node``, whatever else runs there (what the node is, not
+    what it has free); None when it could some day."""
     partitions = [p for p in sj.partition.split(",") if p]
     if partitions and node.partitions and not set(partitions) & set(node.partitions):
         return f"not in partition {sj.partition}"
@@ -35,6 +36,18 @@ def why_unfit(sj: SlurmJob, node: SlurmNode) -> str | None:
         return "excluded by the job"
     if not features_met(sj.features, node.features):
         return f"lacks feature {sj.features}"
+    if node.cpus and sj.cpus_per_node > node.cpus:
+        return f"has {node.cpus} CPUs, the job needs {sj.cpus_per_node}"
+    if node.mem_mb and sj.mem_per_node_mb > node.mem_mb:
+        return f"has {node.mem_mb} MB memory, the job needs {sj.mem_per_node_mb}"
+    return None
+
+
+def why_unfit(sj: SlurmJob, node: SlurmNode) -> str | None:
+    """Why Slurm would not start ``sj`` on ``node`` now, in a few words; None when it could."""
+    never = why_never(sj, node)
+    if never or sj.reservation:
+        return never
     if node.cpus and sj.cpus_per_node > node.cpus_free:
         return f"{node.cpus_free} CPUs free, the job needs {sj.cpus_per_node}"
     if node.mem_mb and sj.mem_per_node_mb > node.mem_free_mb:
@@ -52,16 +65,23 @@ def needs_of(sj: SlurmJob) -> Needs:
 
 
 def unfit_nodes(
-    sj: SlurmJob, nodes: Mapping[str, SlurmNode], avoided: frozenset[str] = frozenset(), wanted: str = ""
+    sj: SlurmJob,
+    nodes: Mapping[str, SlurmNode],
+    avoided: frozenset[str] = frozenset(),
+    wanted: str = "",
+    *,
+    ever: bool = False,
 ) -> dict[str, str]:
-    """Every node the job cannot use now, with the reason. ``wanted``: its owner's --nodelist (a
-    hostlist, as Slurm keeps it), whose nodes sbatch counted into the job's node count."""
-    out = {name: "Slurm did not start the job there before" for name in avoided}
+    """Every node the job cannot use now (``ever``: can never use), with the reason. ``wanted``: its
+    owner's --nodelist (a hostlist, as Slurm keeps it), whose nodes sbatch counted into the job's node
+    count."""
+    out = {} if ever else {name: "Slurm did not start the job there before" for name in avoided}
     if wanted:
         listed = set(expand_hostlist(wanted))
         out.update({name: f"not in its --nodelist {wanted}" for name in nodes if name not in listed})
+    judge = why_never if ever else why_unfit
     for name, node in nodes.items():
-        why = why_unfit(sj, node)
+        why = judge(sj, node)
         if why and name not in out:
             out[name] = why
     return out

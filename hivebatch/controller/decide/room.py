@@ -113,7 +113,16 @@ def _screen_one(
     heads: dict[str, tuple[Job, JobRequest, SlurmJob]],
 ) -> None:
     unfit = r.unfit_for(job, sj)
-    if all(n.name in unfit for n in r.ctx.spec.nodes if req.gpu_type in (None, n.gpu_type)):
+    of_type = [n.name for n in r.ctx.spec.nodes if req.gpu_type in (None, n.gpu_type)]
+    need = req.nodes or 1
+    if sum(n not in unfit for n in of_type) < need:
+        never = r.never_for(job, sj)
+        if sum(n not in never for n in of_type) < need:
+            # Slurm refuses such a job at submit, but not a held one, as the plugin's are
+            reason = f"can never run as asked: {unfit_text(never)}; cancel it and submit it again with what the nodes have"
+            r.out.waits.append(Wait(job, reason, rejected=True))
+            return
+    if all(n in unfit for n in of_type):
         wait = hopeless_wait(r, room, job, req, sj)
         wait.reason = f"no node has what it needs besides GPUs now: {unfit_text(unfit)}"
         r.out.waits.append(wait)

@@ -117,6 +117,11 @@ class Round:
             self.unfit[job.slurm_job_id] = self.unfit_by_needs[key]
         return self.unfit[job.slurm_job_id]
 
+    def never_for(self, job: Job, sj: SlurmJob) -> dict[str, str]:
+        """The nodes ``job`` can never use, whatever else runs (asked only of jobs that fit too few now)."""
+        wanted = str(plugin_extras(sj).get("nodelist") or "")
+        return unfit_nodes(sj, self.ledger.nodes, wanted=wanted, ever=True)
+
     def add_place(self, place: Place) -> None:
         self.out.places.append(place)
         self.placed_now[place.job.slurm_job_id] = place
