@@ -22,6 +22,9 @@ ADMIN_PREFIX = "hivebatch:v2:"
 #: begin time (2100-01-01) the plugin gives a waiting GPU job whose owner released it, so Slurm never
 #: starts it without its GPUs; the controller takes the job back under its own hold
 RELEASED_BEGIN = 4102444800
+#: begin time (2100-01-02) the plugin gives a waiting GPU job its owner held after submitting it
+#: (scontrol hold): Slurm shows the plugin's own hold as the same user hold
+HELD_BEGIN = RELEASED_BEGIN + 86400
 #: hsub's model hints in the user's comment
 HINTS_PREFIX = "hivebatch:hints:"
 MODEL_HINTS = ("model", "like", "batch_size", "iters", "within")
@@ -200,8 +203,12 @@ def plugin_extras(job: Any) -> dict[str, Any]:
 
 
 def owner_holds(job: Any) -> bool:
-    """The job's owner held it themselves (sbatch --hold) and has not released it yet."""
-    return getattr(job, "reason", "") == "JobHeldUser" and plugin_extras(job).get("user_hold") == 1
+    """The job's owner held it themselves (sbatch --hold, or scontrol hold later) and has not released it yet."""
+    if getattr(job, "reason", "") != "JobHeldUser":
+        return False
+    begin = getattr(job, "eligible_time", None)
+    later = begin is not None and int(begin.timestamp()) == HELD_BEGIN
+    return later or plugin_extras(job).get("user_hold") == 1
 
 
 def released_by_owner(job: Any) -> bool:

@@ -15,6 +15,9 @@ local PREFIX = "hivebatch:v2:"
 -- begin time a job gets when its owner releases their own hold: far enough that Slurm never starts
 -- it, so the controller sees "released by the owner" and takes the job back under its own hold
 local RELEASED_BEGIN = 4102444800 -- 2100-01-01
+-- begin time of a waiting GPU job its owner held after submitting it (scontrol hold/uhold): to Slurm
+-- the plugin's own hold is the same user hold, so the controller tells the two apart by this
+local HELD_BEGIN = RELEASED_BEGIN + 86400
 local INFINITE = 4294967295
 local NO_VAL = 4294967294
 local NO_VAL16 = 65534
@@ -713,7 +716,11 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   -- a plugin-set priority 0 is a *user* hold on 22.05, so the owner may release it; it then stays
   -- pending behind a far begin time, which the controller reads as "released by the owner"
   local waiting = #split_gpu(job_rec.tres_per_node) == 0
-  if waiting and job_rec.priority == 0 and get(job_desc, "priority") == INFINITE then
+  local pending = (job_rec.job_state or 0) % 256 == 0
+  if pending and get(job_desc, "priority") == 0 then
+    job_desc.begin_time = HELD_BEGIN
+    slurm.log_info("hivebatch: owner held job %s; the controller leaves it until they release it", tostring(job_rec.job_id))
+  elseif waiting and job_rec.priority == 0 and get(job_desc, "priority") == INFINITE then
     job_desc.begin_time = RELEASED_BEGIN
     slurm.log_info("hivebatch: owner released job %s; waiting for the controller", tostring(job_rec.job_id))
   elseif waiting and (get(job_desc, "begin_time") or 0) > 0 then

@@ -184,6 +184,26 @@ def test_a_gpu_job_no_node_could_ever_take_is_rejected_saying_why(ctl: Ctl) -> N
     assert "MB memory, the job needs 1022976" in reason
 
 
+def test_a_job_its_owner_holds_after_submitting_it_waits_until_they_release_it(ctl: Ctl) -> None:
+    # `scontrol hold` by the owner looks to Slurm like the plugin's own hold: the controller used to
+    # place and release such a job within two seconds
+    proc = run_as("alice", ["sbatch", "--parsable", "-J", f"{ctl.tag}-uhold", "--gres=gpu:1", "-t", "5",
+                            "-o", "/dev/null", "--wrap", "sleep 30"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    held = run_as("alice", ["scontrol", "hold", str(jid)])
+    assert held.returncode == 0, held.stderr
+    ctl.mine.add(jid)
+    for _ in range(3):
+        ctl.cycle()
+    assert (ctl.job(jid).reason or "").startswith("held by its owner"), ctl.job(jid).reason
+    (sj,) = ctl.lab.backend().list_jobs([jid])
+    assert sj.state == "PENDING" and sj.held and not ctl.job(jid).placement
+    released = run_as("alice", ["scontrol", "release", str(jid)])
+    assert released.returncode == 0, released.stderr
+    ctl.until(lambda: ctl.job(jid).state == "running", what=lambda: ctl.job(jid).reason)
+
+
 def test_an_srun_inside_a_mem_per_gpu_job_runs(ctl: Ctl, loop: Loop) -> None:
     # without hivebatch's TaskProlog every such srun stopped: SLURM_MEM_PER_GPU and SLURM_MEM_PER_NODE
     jid, tasks = _sbatch_steps(ctl, "carol", f"{ctl.tag}-memgpu", "--gpus=2", "--mem-per-gpu=1000",

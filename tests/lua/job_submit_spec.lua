@@ -285,6 +285,21 @@ describe("slurm_job_modify", function()
     assert.are.equal(4102444800, d.begin_time)
   end)
 
+  it("marks a job its owner holds after submitting it, so the controller leaves it", function()
+    -- Slurm shows the plugin's own hold as the same user hold (recorded on the lab: JobHeldUser)
+    local d = upd({ priority = 0 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, managed, {}, 1001))
+    assert.are.equal(4102444800 + 86400, d.begin_time)
+    local pinned = { job_id = 9, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "gres:gpu:g0:1", job_state = 0 }
+    local p = upd({ priority = 0 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(p, pinned, {}, 1001))
+    assert.are.equal(4102444800 + 86400, p.begin_time)
+    local running = { job_id = 10, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "gres:gpu:g0:1", job_state = 1 }
+    local r = upd({ priority = 0 })
+    slurm_job_modify(r, running, {}, 1001)
+    assert.are.equal(0, r.begin_time) -- Slurm refuses to hold a running job itself
+  end)
+
   it("refuses the owner moving the start time of a waiting job", function()
     assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ begin_time = 1700000000 }), managed, {}, 1001))
   end)

@@ -138,6 +138,21 @@ def test_owner_releasing_their_own_hold_is_held_again(env: Env) -> None:
     assert env.events(jid, "held")
 
 
+def test_a_job_its_owner_holds_after_submitting_it_waits_until_they_release_it(env: Env) -> None:
+    # seen on the lab: `scontrol hold` by the owner looked like the plugin's own hold, and the
+    # controller placed and released the job within two seconds
+    jid = env.submit("alice", "cv", 1)
+    env.slurm.as_user("alice").hold(jid)
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "queued" and not job.placement and job.reason.startswith("held by its owner")
+    assert env.slurm.job(jid).held
+    env.slurm.as_user("alice").release(jid)
+    env.cycle()
+    env.cycle()
+    assert env.job(jid).placement and env.slurm.job(jid).state == "RUNNING"
+
+
 def test_foreign_gpu_job_is_recorded_and_its_gpus_avoided(env: Env) -> None:
     fid = env.slurm.submit(SCRIPT_FOREIGN, ["-A", "nlp", "-w", "node1", "--gres=gpu:g0:1,gpu:g1:1"])
     assert env.slurm.job(fid).state == "RUNNING"

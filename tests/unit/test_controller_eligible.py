@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 from hivebatch.controller.decide.eligible import not_eligible
+from hivebatch.request import HELD_BEGIN
 from hivebatch.slurm.types import SlurmJob
 
 NOW = dt.datetime(2026, 11, 24, 7, 0)
@@ -42,3 +44,13 @@ def test_a_begin_time_counts_for_a_first_start_only() -> None:
     later = job(6, eligible_time=dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC))
     assert not_eligible(later, NOW).startswith("waits for its begin time 2026-11-24 09:00 UTC")
     assert not_eligible(later, NOW, first_start=False) is None  # a requeued job's delay is Slurm's own
+
+
+def test_a_job_its_owner_held_after_submitting_it_waits_for_their_release() -> None:
+    # the plugin marks the owner's `scontrol hold` with a begin time of 2100-01-02 (tests/lua): Slurm
+    # shows the plugin's own hold as the same JobHeldUser (seen on the lab: the controller released it)
+    held = job(7, eligible_time=dt.datetime.fromtimestamp(HELD_BEGIN, dt.UTC))
+    assert not_eligible(held, NOW) == "held by its owner: scontrol release 7 lets hivebatch place it"
+    assert not_eligible(job(8), NOW) is None  # the plugin's own hold alone
+    # released: Slurm shows the far begin time without the hold; the controller takes the job back
+    assert not_eligible(replace(held, reason="BeginTime"), NOW) is None

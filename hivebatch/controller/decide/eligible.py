@@ -20,7 +20,7 @@ def not_eligible(
     Slurm's short requeue delay, not the owner's wish: it may keep its cells (``first_start`` False).
     ``others``: the jobs squeue lists, to judge a dependency Slurm has not re-tested yet."""
     if owner_holds(sj):
-        return f"held by its owner (--hold): scontrol release {sj.job_id} lets hivebatch place it"
+        return f"held by its owner: scontrol release {sj.job_id} lets hivebatch place it"
     verdict = judge(sj, others or {}, now)
     if verdict == "never":
         return f"its dependency {shown(sj.dependency)} can never be met: cancel it (scancel {sj.job_id})"

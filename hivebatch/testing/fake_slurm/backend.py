@@ -19,7 +19,7 @@ from hivebatch.slurm.types import (
     SlurmUnavailable,
 )
 from hivebatch.testing.fake_slurm.arrays import make_array, split_task
-from hivebatch.testing.fake_slurm.plugin import JobSubmit, park_owner_release, run_job_submit
+from hivebatch.testing.fake_slurm.plugin import JobSubmit, mark_owner_hold, park_owner_release, run_job_submit
 from hivebatch.testing.fake_slurm.sbatch import begin_offset_s, parse_sbatch, sbatch_lines, time_limit
 from hivebatch.testing.fake_slurm.scheduler import try_start
 from hivebatch.testing.fake_slurm.state import (
@@ -292,6 +292,8 @@ class FakeSlurm(SlurmBackend):
         if j.state != "PENDING":
             raise SlurmError(cmd, 1, f"Job is no longer pending execution for job {job_id}")
         j.reason = "JobHeldAdmin" if self._is_admin() else "JobHeldUser"
+        if self._s.job_submit is not None and not self._is_admin():
+            mark_owner_hold(j)
 
     def requeue_hold(self, job_id: int) -> None:
         self._log("requeue_hold", (job_id,))

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from hivebatch.request import RELEASED_BEGIN
+from hivebatch.request import HELD_BEGIN, RELEASED_BEGIN
 from hivebatch.slurm.types import SlurmError
 from hivebatch.testing.fake_slurm.state import Job
 
@@ -48,3 +48,9 @@ def park_owner_release(j: Job) -> None:
     """job_modify: an owner releasing an unplaced GPU job leaves it behind the plugin's far begin time."""
     if j.admin_comment and "gpu" not in j.tres_per_node and "shard" not in j.tres_per_node:
         j.eligible_at = datetime.fromtimestamp(RELEASED_BEGIN, tz=UTC)
+
+
+def mark_owner_hold(j: Job) -> None:
+    """job_modify: an owner holding a pending GPU job marks it with the plugin's hold begin time."""
+    if j.admin_comment:
+        j.eligible_at = datetime.fromtimestamp(HELD_BEGIN, tz=UTC)
