@@ -656,10 +656,22 @@ local function submit(job_desc, part_list, submit_uid)
   end
   translate_per_gpu(job_desc, req)
   record_signal(job_desc, req)
+  if req.qos == SITE.opportunistic and get(job_desc, "requeue") == 0 then
+    -- as under plain Slurm's PreemptMode=REQUEUE, a job that may not be requeued ends when preempted
+    NOTES[#NOTES + 1] = "an " .. SITE.opportunistic .. " job makes way when its GPUs' owners need them; with --no-requeue it then ends instead of waiting to run again"
+  end
   -- the owner's -w/--nodelist: the controller's pin replaces the job's node list, so the request keeps it
   local wanted = get(job_desc, "req_nodes")
   if type(wanted) == "string" and wanted ~= "" then
     req.nodelist = wanted
+    -- Slurm adds nodes of its choice to a list shorter than the job; the cells choose no node outside
+    -- the owner's list, so such a job would wait for ever
+    local listed = #M.expand_hostlist(wanted)
+    local per = (req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest).max_per_node
+    local need = req.nodes or math.ceil((req.gpus or 1) / per)
+    if need > listed then
+      fail("-w/--nodelist names " .. listed .. " node(s) but the job runs on " .. need .. ": a GPU job here runs only on nodes it lists; list " .. need .. " nodes, or drop -w")
+    end
   end
   local admin_comment = M.encode(req)
   for f, kept in pairs(rest) do

@@ -96,6 +96,11 @@ REFUSED = [
         "a job on 2 nodes needs as many whole-node cells, and virtual cluster cv has 1",
     ),
     ("alice", ["--gpus=11"], "virtual cluster cv has 1: ask for at most 8 GPUs on one node"),
+    (
+        "bob",
+        ["--gres=gpu:1", "-N", "2", "-w", "node3"],
+        "-w/--nodelist names 1 node(s) but the job runs on 2",
+    ),
     # sys: a switch pair and two single GPUs; 3 on one node fit none of its cells
     ("carol", ["--gres=gpu:3"], "virtual cluster sys's cells hold at most 2 GPUs on one node"),
     ("carol", ["--gres=shard:40"], "one GPU has 32"),
