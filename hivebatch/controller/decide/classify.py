@@ -60,7 +60,7 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
         gate.hold_back(r, job, sj)
         return
     first = job.state != "preempted" and not job.placement
-    not_yet = not_eligible(sj, r.now, first_start=first, others=ledger.slurm)
+    not_yet = not_eligible(sj, r.now, first_start=first, others=r.listing)
     if not_yet:
         r.out.waits.append(Wait(job, not_yet, not_startable=True))
         return

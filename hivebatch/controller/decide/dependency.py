@@ -22,20 +22,49 @@ from hivebatch.slurm.types import FINISHED_STATES, SlurmJob
 
 Verdict = Literal["met", "never", "wait"]
 
+
+class Listing:
+    """The records squeue lists, by job id, with the look-ups a singleton or whole-array dependency
+    makes indexed on first use: built once per cycle, so each dependent job reads only its own."""
+
+    def __init__(self, jobs: Mapping[int, SlurmJob]) -> None:
+        self.jobs = jobs
+        self._arrays: dict[int, list[SlurmJob]] | None = None
+        self._named: dict[tuple[str, str], list[SlurmJob]] | None = None
+
+    def array(self, array_id: int) -> list[SlurmJob]:
+        if self._arrays is None:
+            self._arrays = {}
+            for o in self.jobs.values():
+                if o.array_job_id:
+                    self._arrays.setdefault(o.array_job_id, []).append(o)
+        return self._arrays.get(array_id, [])
+
+    def named(self, user: str, name: str) -> list[SlurmJob]:
+        if self._named is None:
+            self._named = {}
+            for o in self.jobs.values():
+                self._named.setdefault((o.user, o.name), []).append(o)
+        return self._named.get((user, name), [])
+
+
 # states of a job that has not finished but no longer waits to start (a singleton's other job blocks in
 # these; COMPLETING is over for Slurm's dependency tests, and any state not named here blocks)
 _PENDING = "PENDING"
 _ITEM = re.compile(r"^(?P<kind>[a-z]+)(?::(?P<targets>[^()]*))?(?:\((?P<state>[a-z]+)\))?$")
 
 
-def judge(sj: SlurmJob, others: Mapping[int, SlurmJob], now: dt.datetime) -> Verdict:
+def judge(sj: SlurmJob, others: Mapping[int, SlurmJob] | Listing, now: dt.datetime) -> Verdict:
     """Whether ``sj``'s dependency is met, can never be met, or still waits.
 
-    Conditions joined by ``,`` must all be met; by ``?``, any one suffices (Slurm's OR).
+    Conditions joined by ``,`` must all be met; by ``?``, any one suffices (Slurm's OR). ``others``:
+    the records squeue lists (a ``Listing`` shared by the cycle's jobs saves indexing them per job).
     """
     text = sj.dependency.strip()
     if not text:
         return "met"
+    if not isinstance(others, Listing):
+        others = Listing(others)
     any_of = "?" in text
     verdicts: list[Verdict] = []
     for part in filter(None, re.split(r"[,?]", text)):
@@ -52,7 +81,7 @@ def shown(dependency: str) -> str:
     return re.sub(r"\((unfulfilled|failed|fulfilled)\)", "", dependency)
 
 
-def _part(part: str, sj: SlurmJob, others: Mapping[int, SlurmJob], now: dt.datetime) -> list[Verdict]:
+def _part(part: str, sj: SlurmJob, others: Listing, now: dt.datetime) -> list[Verdict]:
     m = _ITEM.match(part.strip())
     if m is None:
         return ["wait"]
@@ -66,12 +95,12 @@ def _part(part: str, sj: SlurmJob, others: Mapping[int, SlurmJob], now: dt.datet
     return [_target(m["kind"], t, others, now) for t in targets] or ["wait"]
 
 
-def _singleton(sj: SlurmJob, others: Mapping[int, SlurmJob]) -> Verdict:
+def _singleton(sj: SlurmJob, others: Listing) -> Verdict:
     """Met when no other job of the same user and name runs, or waits having been submitted first."""
-    if sj.job_id not in others:
+    if sj.job_id not in others.jobs:
         return "wait"  # not the listing the job was seen in: nothing to judge by
-    for o in others.values():
-        if o.job_id == sj.job_id or o.user != sj.user or o.name != sj.name:
+    for o in others.named(sj.user, sj.name):
+        if o.job_id == sj.job_id:
             continue
         if o.state in FINISHED_STATES or o.state == "COMPLETING":
             continue
@@ -81,17 +110,17 @@ def _singleton(sj: SlurmJob, others: Mapping[int, SlurmJob]) -> Verdict:
     return "met"
 
 
-def _target(kind: str, target: str, others: Mapping[int, SlurmJob], now: dt.datetime) -> Verdict:
+def _target(kind: str, target: str, others: Listing, now: dt.datetime) -> Verdict:
     job, _, minutes = target.partition("+")
     base, sep, task = job.partition("_")
     if not base.isdigit() or (minutes and not minutes.isdigit()):
         return "wait"
     if not sep:
-        records = [others[int(base)]] if int(base) in others else []
+        records = [others.jobs[int(base)]] if int(base) in others.jobs else []
     elif task == "*":  # the array as a whole: every record squeue still lists
-        records = [o for o in others.values() if o.array_job_id == int(base)]
+        records = others.array(int(base))
     elif task.isdigit():
-        records = [o for o in others.values() if o.array_job_id == int(base) and o.array_task_id == int(task)]
+        records = [o for o in others.array(int(base)) if o.array_task_id == int(task)]
     else:
         return "wait"
     if not records:

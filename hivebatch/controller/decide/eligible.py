@@ -7,14 +7,17 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 
-from hivebatch.controller.decide.dependency import judge, shown
+from hivebatch.controller.decide.dependency import Listing, judge, shown
 from hivebatch.controller.decide.times import aware
 from hivebatch.request import owner_holds, released_by_owner
 from hivebatch.slurm.types import SlurmJob
 
 
 def not_eligible(
-    sj: SlurmJob, now: dt.datetime, first_start: bool = True, others: Mapping[int, SlurmJob] | None = None
+    sj: SlurmJob,
+    now: dt.datetime,
+    first_start: bool = True,
+    others: Mapping[int, SlurmJob] | Listing | None = None,
 ) -> str | None:
     """Why Slurm would not start the job now, or None when it would. A requeued job's begin time is
     Slurm's short requeue delay, not the owner's wish: it may keep its cells (``first_start`` False).

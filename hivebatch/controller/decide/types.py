@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass, field
 
 from hivebatch.cells import CellAllocator, GpuUse
 from hivebatch.controller.context import ControllerContext
+from hivebatch.controller.decide.dependency import Listing
 from hivebatch.controller.decide.fit import Needs, needs_of, unfit_nodes
 from hivebatch.controller.decide.tasks import TaskBuilder
 from hivebatch.controller.ledger import Ledger
@@ -91,6 +93,11 @@ class Round:
     unfit_by_needs: dict[tuple[Needs, frozenset[str], str], dict[str, str]] = field(default_factory=dict)
     class_notes: dict[int, str] = field(default_factory=dict)  # slurm id -> why it runs in a lower class
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
+
+    @functools.cached_property
+    def listing(self) -> Listing:
+        """squeue's records for the dependency tests, indexed once for all the round's jobs."""
+        return Listing(self.ledger.slurm)
 
     @classmethod
     def start(cls, ctx: ControllerContext, ledger: Ledger, now: dt.datetime) -> Round:
