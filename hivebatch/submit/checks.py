@@ -41,11 +41,15 @@ def even_placement(
     return n, gpus
 
 
-def _node_room(spec: Any, req: JobRequest, chain: str) -> int:
-    """Nodes a job of the request can span: its VC's whole-node cells, or any node for opportunistic work."""
+def _reach(spec: Any, req: JobRequest, gpu_type: str | None) -> tuple[int, int]:
+    """(GPUs per node, nodes) a job of the request can use, as the plugin reckons them: of its GPU type,
+    else of the largest node type; nodes its VC's whole-node cells span (any type), or any node for
+    opportunistic work."""
+    chains = [gpu_type] if gpu_type else list(spec.gpu_types)
+    per_node = max(spec.gpus_per_node(c) for c in chains)
     if req.priority < 0:
-        return sum(1 for n in spec.nodes if n.gpu_type == chain)
-    return max(1, spec.vc_whole_nodes(req.vc, chain))
+        return per_node, sum(1 for n in spec.nodes if gpu_type is None or n.gpu_type == gpu_type)
+    return per_node, max(1, *(spec.vc_whole_nodes(req.vc, c) for c in chains))
 
 
 def check_request(
@@ -78,8 +82,7 @@ def check_request(
         if req.gpus > capacity:
             raise HivebatchError(f"the cluster has {capacity}{of_type} GPUs; this job asks for {req.gpus}")
 
-    chain = gpu_type or spec.gpu_types[0]
-    nodes, gpus = even_placement(req.gpus, req.nodes, spec.gpus_per_node(chain), _node_room(spec, req, chain))
+    nodes, gpus = even_placement(req.gpus, req.nodes, *_reach(spec, req, gpu_type))
     if gpus != req.gpus:
         assert nodes is not None
         counted = "" if req.priority < 0 else f", counted against {req.vc}"
