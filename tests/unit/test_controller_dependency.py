@@ -94,10 +94,32 @@ def test_what_cannot_be_told_is_left_to_slurm() -> None:
     now = dt.datetime(2026, 11, 27)
     me = _job(10, dependency="afterok:7_*(unfulfilled)")
     assert judge(me, {10: me}, now) == "wait"  # the array is gone from squeue
-    assert judge(_job(11, dependency="aftercorr:7(unfulfilled)"), {7: _job(7, "COMPLETED")}, now) == "wait"
+    assert judge(_job(11, dependency="aftercorr:7_*(unfulfilled)"), {7: _job(7, "COMPLETED")}, now) == "wait"
     assert judge(_job(12, dependency="singleton(unfulfilled)"), {}, now) == "wait"  # not the job's listing
     pending_tasks = _job(7, array_job_id=7, array_pending="3-5")
     done = _job(8, "COMPLETED", array_job_id=7, array_task_id=0)
     assert judge(me, {10: me, 7: pending_tasks, 8: done}, now) == "wait"  # tasks 3-5 still wait
     special = _job(9, "SPECIAL_EXIT")
     assert judge(_job(13, dependency="afternotok:9(unfulfilled)"), {9: special}, now) == "met"
+
+
+@pytest.mark.parametrize(
+    ("their_state", "verdict"),
+    [
+        ("COMPLETED", "met"),
+        ("FAILED", "never"),
+        ("RUNNING", "wait"),
+        ("PENDING", "wait"),
+        ("TIMEOUT", "never"),
+    ],
+)
+def test_aftercorr_follows_the_task_of_the_same_index(their_state: str, verdict: str) -> None:
+    # recorded on the lab (tests/fixtures/slurm/dependency_held_retest.txt): Slurm writes the target as
+    # N_*, and under plain Slurm each task started 1-2 s after its own task of the other array ended
+    now = dt.datetime(2026, 11, 27)
+    me = _job(21, dependency="aftercorr:10_*(unfulfilled)", array_job_id=20, array_task_id=1)
+    mine = _job(11, their_state, array_job_id=10, array_task_id=1)
+    other = _job(12, "FAILED", array_job_id=10, array_task_id=2)  # another index does not count
+    assert judge(me, {21: me, 11: mine, 12: other}, now) == verdict
+    remainder = _job(10, array_job_id=10, array_pending="1-2")  # task 1 not split off yet
+    assert judge(me, {21: me, 10: remainder}, now) == "wait"

@@ -92,6 +92,8 @@ def _part(part: str, sj: SlurmJob, others: Listing, now: dt.datetime) -> list[Ve
     if m["kind"] == "singleton":
         return [_singleton(sj, others)]
     targets = [t for t in (m["targets"] or "").split(":") if t]
+    if m["kind"] == "aftercorr":
+        return [_corresponding(sj, t, others) for t in targets] or ["wait"]
     return [_target(m["kind"], t, others, now) for t in targets] or ["wait"]
 
 
@@ -108,6 +110,21 @@ def _singleton(sj: SlurmJob, others: Listing) -> Verdict:
             continue
         return "wait"
     return "met"
+
+
+def _corresponding(sj: SlurmJob, target: str, others: Listing) -> Verdict:
+    """``aftercorr``: the task of the other array with this task's index must complete successfully
+    (Slurm writes the target as ``N_*``)."""
+    base = target.partition("_")[0]
+    if sj.array_task_id is None or not base.isdigit():
+        return "wait"  # the array's pending remainder: Slurm splits its tasks off first
+    tasks = [o for o in others.array(int(base)) if o.array_task_id == sj.array_task_id]
+    if not tasks:
+        return "wait"  # still in the other array's pending remainder, or gone from squeue
+    task = tasks[0]
+    if task.state not in FINISHED_STATES:
+        return "wait"
+    return "met" if task.state == "COMPLETED" else "never"
 
 
 def _target(kind: str, target: str, others: Listing, now: dt.datetime) -> Verdict:
@@ -145,4 +162,4 @@ def _target(kind: str, target: str, others: Listing, now: dt.datetime) -> Verdic
         if any(o.state == "SPECIAL_EXIT" for o in records):
             return "met"
         return "wait" if not finished else ("never" if ok else "met")
-    return "wait"  # aftercorr, expand, afterburstbuffer: Slurm's own re-test
+    return "wait"  # expand, afterburstbuffer: Slurm's own re-test
