@@ -656,6 +656,10 @@ local function submit(job_desc, part_list, submit_uid)
   end
   translate_per_gpu(job_desc, req)
   record_signal(job_desc, req)
+  if get(job_desc, "script") == nil and req.user_hold == nil then
+    -- srun and salloc say only "Job is in held state, pending scheduler release"
+    NOTES[#NOTES + 1] = "the job waits until hivebatch places it on GPUs of virtual cluster " .. req.vc .. "; 'hq --me' in another shell says why it waits"
+  end
   if req.qos == SITE.opportunistic and get(job_desc, "requeue") == 0 then
     -- as under plain Slurm's PreemptMode=REQUEUE, a job that may not be requeued ends when preempted
     NOTES[#NOTES + 1] = "an " .. SITE.opportunistic .. " job makes way when its GPUs' owners need them; with --no-requeue it then ends instead of waiting to run again"

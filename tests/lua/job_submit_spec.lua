@@ -34,6 +34,7 @@ local function desc(fields)
     user_name = "alice", default_account = "cv", default_qos = "normal", priority = NO_VAL,
     min_nodes = NO_VAL, max_nodes = NO_VAL, num_tasks = NO_VAL, ntasks_per_node = NO_VAL16,
     ntasks_per_tres = NO_VAL16, sockets_per_node = NO_VAL16, time_limit = NO_VAL, het_job_offset = NO_VAL,
+    script = "#!/bin/bash\ntrue\n", -- sbatch's; srun and salloc send none
   }
   for k, v in pairs(fields) do d[k] = v end
   return d
@@ -124,6 +125,16 @@ describe("slurm_job_submit", function()
     assert.are.equal("hivebatch: note: 3 GPUs run as 2 on each of 2 nodes (4 in all): a job gets the same GPUs on every node here", slurm.user_msgs[3])
     local one = desc({ tres_per_job = "gres:gpu:8" })
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(one, {}, 1001))
+  end)
+
+  it("tells an srun or salloc user (no script) what their held job waits for", function()
+    local d = desc({ tres_per_node = "gres:gpu:1" })
+    d.script = nil
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    assert.are.same({ "hivebatch: note: the job waits until hivebatch places it on GPUs of virtual cluster cv; 'hq --me' in another shell says why it waits" }, slurm.user_msgs)
+    local batch = desc({ tres_per_node = "gres:gpu:1", script = "#!/bin/bash\ntrue\n" })
+    slurm_job_submit(batch, {}, 1001)
+    assert.are.equal(1, #slurm.user_msgs)
   end)
 
   it("tells the owner of an opportunistic job that may not be requeued that preemption ends it", function()
