@@ -191,8 +191,13 @@ local function shape(job_desc, found, req)
   return nodes, per_node, total, shards
 end
 
+-- the site's figures for the request's GPU type, or for the largest type when it names none
+local function type_of(req)
+  return req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest
+end
+
 local function check_size(req)
-  local t = req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest
+  local t = type_of(req)
   if req.gpus_per_node ~= nil and req.gpus_per_node > t.max_per_node then
     fail(req.gpus_per_node .. " GPUs per node asked, but a node has at most " .. t.max_per_node)
   end
@@ -296,7 +301,7 @@ end
 local function node_room(req)
   local whole = vc_most(req, "whole_nodes")
   if whole == nil then
-    return (req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest).nodes
+    return type_of(req).nodes
   end
   return math.max(whole, 1)
 end
@@ -307,7 +312,7 @@ end
 -- that holds it, fewest nodes on a tie, and its owner is told; a total that some node count splits
 -- evenly keeps its shape open for the controller.
 local function round_up(req, total, nodes)
-  local per_node = (req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest).max_per_node
+  local per_node = type_of(req).max_per_node
   local lo = nodes or math.max(1, math.ceil(total / per_node))
   local best_n, best_per = nil, nil
   for n = lo, nodes or math.max(lo, node_room(req)) do
@@ -335,7 +340,7 @@ local function check_nodes(req)
   if req.gpus == nil then
     return
   end
-  local per = (req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest).max_per_node
+  local per = type_of(req).max_per_node
   local need = req.nodes or math.ceil(req.gpus / per)
   local on_one = math.min(vc_most(req, "node_gpus") or per, per)
   local also = ", or submit it with --qos=" .. SITE.opportunistic .. " to run on idle GPUs"
@@ -365,7 +370,7 @@ function M.request(job_desc, found, exclusive)
   local nodes, per_node, total, shards = shape(job_desc, found, req)
   if exclusive then
     -- whole nodes, as Slurm allocates them: every GPU of each, counted against the VC
-    local t = req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest
+    local t = type_of(req)
     nodes = nodes or 1
     per_node, total, shards = t.max_per_node, nil, nil
     req.exclusive = 1
@@ -671,7 +676,7 @@ local function submit(job_desc, part_list, submit_uid)
     -- Slurm adds nodes of its choice to a list shorter than the job; the cells choose no node outside
     -- the owner's list, so such a job would wait for ever
     local listed = #M.expand_hostlist(wanted)
-    local per = (req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest).max_per_node
+    local per = type_of(req).max_per_node
     local need = req.nodes or math.ceil((req.gpus or 1) / per)
     if need > listed then
       fail("-w/--nodelist names " .. listed .. " node(s) but the job runs on " .. need .. ": a GPU job here runs only on nodes it lists; list " .. need .. " nodes, or drop -w")
