@@ -91,6 +91,8 @@ class Round:
     unfit: dict[int, dict[str, str]] = field(default_factory=dict)  # Slurm id -> nodes it cannot use, why
     # the same, per distinct needs: thousands of waiting jobs share a few, and each costs a pass over the nodes
     unfit_by_needs: dict[tuple[Needs, frozenset[str], str], dict[str, str]] = field(default_factory=dict)
+    # the nodes jobs of these needs (and --nodelist) can never use: a rejected job is judged every cycle
+    never_by_needs: dict[tuple[Needs, str], dict[str, str]] = field(default_factory=dict)
     class_notes: dict[int, str] = field(default_factory=dict)  # slurm id -> why it runs in a lower class
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
 
@@ -127,7 +129,10 @@ class Round:
     def never_for(self, job: Job, sj: SlurmJob) -> dict[str, str]:
         """The nodes ``job`` can never use, whatever else runs (asked only of jobs that fit too few now)."""
         wanted = str(plugin_extras(sj).get("nodelist") or "")
-        return unfit_nodes(sj, self.ledger.nodes, wanted=wanted, ever=True)
+        key = (needs_of(sj), wanted)
+        if key not in self.never_by_needs:
+            self.never_by_needs[key] = unfit_nodes(sj, self.ledger.nodes, wanted=wanted, ever=True)
+        return self.never_by_needs[key]
 
     def add_place(self, place: Place) -> None:
         self.out.places.append(place)
