@@ -13,6 +13,7 @@ from hivebatch.cells import CellAllocator
 from hivebatch.controller.context import ControllerContext, parse_settings
 from hivebatch.controller.decide import decide
 from hivebatch.controller.decide.ends import expected_end
+from hivebatch.controller.decide.tasks import TaskBuilder
 from hivebatch.controller.decide.times import epoch
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.reconcile.usage import recent_usage
@@ -145,3 +146,11 @@ def test_a_job_resumed_this_cycle_does_not_make_its_vcs_big_job_the_head(ctx: Co
     assert 3 in places and list(places[3].placement) == ["node4"]
     waits = {w.job.slurm_job_id: w for w in out.waits}
     assert not waits[1].reason.startswith("reserved"), waits[1].reason
+
+
+def test_a_task_runs_for_slurms_time_limit_which_its_owner_may_have_lowered(ctx) -> None:  # type: ignore[no-untyped-def]
+    # `scontrol update JobId=N TimeLimit=10` by the owner after submitting with -t 60: the request keeps 60
+    job = row(1, JobRequest(vc="cv", gpus=1, time_limit_s=3600))
+    builder = TaskBuilder(ctx, NOW)
+    assert builder.task(job, JobRequest(vc="cv", gpus=1, time_limit_s=3600), 600).time_limit_s == 600
+    assert builder.task(job, JobRequest(vc="cv", gpus=1, time_limit_s=3600), None).time_limit_s == 3600

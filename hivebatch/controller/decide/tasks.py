@@ -68,7 +68,7 @@ class TaskBuilder:
         return self._profiles[key]
 
     def task(self, job: Job, req: JobRequest, time_limit_s: int | None) -> Task:
-        """``time_limit_s``: Slurm's limit of the job, used when the request names none."""
+        """``time_limit_s``: Slurm's limit of the job, else the one the request names."""
         spec = self.ctx.spec
         prof, note = self.profile(req)
         if note:
@@ -77,7 +77,8 @@ class TaskBuilder:
         usable_model = prof is not None and req.batch_size is not None and req.iters is not None
         if shape is None and not usable_model:
             shape = plain_shape(req.gpus, gpus_per_node(spec, req.gpu_type))
-        time_limit = req.time_limit_s or slurm_time_limit(time_limit_s, self.ctx.limits)
+        # Slurm's limit first: its owner may have lowered it since submitting (scontrol update TimeLimit=)
+        time_limit = slurm_time_limit(time_limit_s, self.ctx.limits) or req.time_limit_s
         return Task(
             job_id=str(job.slurm_job_id),
             vc=req.vc,
