@@ -206,12 +206,16 @@ def owner_holds(job: Any) -> bool:
     """The job's owner held it themselves (sbatch --hold, or scontrol hold later) and has not released it yet."""
     if getattr(job, "reason", "") != "JobHeldUser":
         return False
-    begin = getattr(job, "eligible_time", None)
-    later = begin is not None and int(begin.timestamp()) == HELD_BEGIN
-    return later or plugin_extras(job).get("user_hold") == 1
+    return _begin_s(job) == HELD_BEGIN or plugin_extras(job).get("user_hold") == 1
 
 
 def released_by_owner(job: Any) -> bool:
     """The plugin parked the job behind its far begin time after its owner released it."""
+    begin = _begin_s(job)
+    return begin is not None and begin >= RELEASED_BEGIN
+
+
+def _begin_s(job: Any) -> int | None:
+    """The job's begin time as Slurm lists it, in epoch seconds (None: it has none)."""
     begin = getattr(job, "eligible_time", None)
-    return begin is not None and int(begin.timestamp()) >= RELEASED_BEGIN
+    return None if begin is None else int(begin.timestamp())

@@ -97,24 +97,22 @@ def min_level(st: CellState, chain: str, g: int) -> int:
 def check_vc_can_hold(st: CellState, req: Request, chain: str, n: int, g: int) -> None:
     """Reject what the VC could not hold even when empty."""
     ch = st.spec.chains[chain]
-    v = st.vcs[req.vc]
-    lmin = min_level(st, chain, g)
-    have = st.cells_text(req.vc, chain)
+    min_level(st, chain, g)  # rejects more GPUs than one node has
+    # the same figures the job_submit plugin refuses by at submit (hivebatch.jobsubmit.site_table)
     if n == 1:
-        if not any(v.total[chain][lv] for lv in range(lmin, ch.top_level + 1)):
+        if st.spec.vc_node_gpus(req.vc, chain) < g:
             raise Reject(
-                f"VC {req.vc} has no {chain} cell that can hold {g} GPUs on one node (its cells: {have})"
+                f"VC {req.vc} has no {chain} cell that can hold {g} GPUs on one node (its cells: {st.cells_text(req.vc, chain)})"
             )
         return
-    wl = st.spec.cell_types[req.within].level if req.within else ch.node_level
-    node_room = sum(
-        v.total[chain][lv] * st.spec.cell_types[ch.type_at(lv)].nodes
-        for lv in range(max(wl, ch.node_level), ch.top_level + 1)
-    )
     if req.within:
+        v = st.vcs[req.vc]
+        wl = st.spec.cell_types[req.within].level
         if not any(v.total[chain][lv] for lv in range(wl, ch.top_level + 1)):
-            raise Reject(f"VC {req.vc} has no cell as large as {req.within} (its cells: {have})")
-    elif node_room < n:
+            raise Reject(
+                f"VC {req.vc} has no cell as large as {req.within} (its cells: {st.cells_text(req.vc, chain)})"
+            )
+    elif (node_room := st.spec.vc_whole_nodes(req.vc, chain)) < n:
         raise Reject(
-            f"VC {req.vc} holds at most {node_room} whole {chain} node(s) but the job needs {n} nodes (its cells: {have})"
+            f"VC {req.vc} holds at most {node_room} whole {chain} node(s) but the job needs {n} nodes (its cells: {st.cells_text(req.vc, chain)})"
         )

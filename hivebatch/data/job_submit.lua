@@ -334,6 +334,11 @@ local function round_up(req, total, nodes)
   NOTES[#NOTES + 1] = how .. " (" .. req.gpus .. " in all" .. counted .. "): a job gets the same GPUs on every node here"
 end
 
+-- how many nodes the job runs on: as asked, else the fewest that hold its GPUs
+local function nodes_needed(req)
+  return req.nodes or math.ceil((req.gpus or 1) / type_of(req).max_per_node)
+end
+
 -- Refused here, a job its VC's cells can never hold would wait held for ever while sbatch or srun
 -- says nothing: more GPUs on one node than its largest cell, or more nodes than its whole-node cells
 local function check_nodes(req)
@@ -341,7 +346,7 @@ local function check_nodes(req)
     return
   end
   local per = type_of(req).max_per_node
-  local need = req.nodes or math.ceil(req.gpus / per)
+  local need = nodes_needed(req)
   local on_one = math.min(vc_most(req, "node_gpus") or per, per)
   local also = ", or submit it with --qos=" .. SITE.opportunistic .. " to run on idle GPUs"
   local asked = req.gpus_per_node or req.gpus
@@ -676,8 +681,7 @@ local function submit(job_desc, part_list, submit_uid)
     -- Slurm adds nodes of its choice to a list shorter than the job; the cells choose no node outside
     -- the owner's list, so such a job would wait for ever
     local listed = #M.expand_hostlist(wanted)
-    local per = type_of(req).max_per_node
-    local need = req.nodes or math.ceil((req.gpus or 1) / per)
+    local need = nodes_needed(req)
     if need > listed then
       fail("-w/--nodelist names " .. listed .. " node(s) but the job runs on " .. need .. ": a GPU job here runs only on nodes it lists; list " .. need .. " nodes, or drop -w")
     end

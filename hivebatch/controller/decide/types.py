@@ -20,6 +20,11 @@ from hivebatch.slurm.types import SlurmJob
 GpuMap = dict[str, dict[int, GpuUse]]
 
 
+def _nodelist(sj: SlurmJob) -> str:
+    """The owner's -w/--nodelist the plugin kept in the request ("" when none)."""
+    return str(plugin_extras(sj).get("nodelist") or "")
+
+
 @dataclass
 class Place:
     job: Job
@@ -119,7 +124,7 @@ class Round:
         nodes outside its owner's --nodelist)."""
         if job.slurm_job_id not in self.unfit:
             avoided = self.ledger.avoided.get(job.slurm_job_id, frozenset())
-            wanted = str(plugin_extras(sj).get("nodelist") or "")
+            wanted = _nodelist(sj)
             key = (needs_of(sj), avoided, wanted)
             if key not in self.unfit_by_needs:
                 self.unfit_by_needs[key] = unfit_nodes(sj, self.ledger.nodes, avoided, wanted)
@@ -128,7 +133,7 @@ class Round:
 
     def never_for(self, job: Job, sj: SlurmJob) -> dict[str, str]:
         """The nodes ``job`` can never use, whatever else runs (asked only of jobs that fit too few now)."""
-        wanted = str(plugin_extras(sj).get("nodelist") or "")
+        wanted = _nodelist(sj)
         key = (needs_of(sj), wanted)
         if key not in self.never_by_needs:
             self.never_by_needs[key] = unfit_nodes(sj, self.ledger.nodes, wanted=wanted, ever=True)
