@@ -25,7 +25,11 @@ HIVEBATCH_SITE = nil
 """
 _REPORT = """
 local d = JOB_DESC
-local rc = slurm_job_submit(d, {}, 1000)
+-- the lab's one partition, default, holding every GPU node (what an --exclusive job reaches)
+local names = {}
+for n, _ in pairs(HIVEBATCH_SITE.gpu_nodes or {}) do names[#names + 1] = n end
+table.sort(names)
+local rc = slurm_job_submit(d, {gpu = {name = "gpu", nodes = table.concat(names, ","), flag_default = 1}}, 1000)
 io.write("rc=", tostring(rc), "\\n")
 for _, k in ipairs({"admin_comment", "priority", "tres_per_job", "tres_per_node", "tres_per_task",
                     "tres_per_socket", "num_tasks", "pn_min_cpus", "min_mem_per_node"}) do
@@ -80,6 +84,7 @@ def job_desc(
         "account": opts.get("account"),
         "qos": opts.get("qos"),
         "priority": 0 if opts.get("hold") else NO_VAL,
+        "shared": 0 if opts.get("exclusive") else NO_VAL16,
         "min_nodes": int(lo) if lo else NO_VAL,
         "max_nodes": int(hi or lo) if lo else NO_VAL,
         "num_tasks": int(opts["ntasks"]) if opts.get("ntasks") else NO_VAL,

@@ -213,6 +213,14 @@ def test_an_srun_inside_a_mem_per_gpu_job_runs(ctl: Ctl, loop: Loop) -> None:
     assert _gpus_line(host, cvd) == _placed(ctl, jid)
 
 
+def test_an_srun_inside_an_exclusive_gpu_job_runs_on_all_its_gpus(ctl: Ctl, loop: Loop) -> None:
+    # pinned as a plain count, such a step was refused (tests/fixtures/slurm/exclusive_step_gres.txt)
+    jid, tasks = _sbatch_steps(ctl, "bob", f"{ctl.tag}-excl", "--exclusive", "-N", "1", "--gres=gpu:8")
+    [line] = tasks
+    _, _, host, cvd = line.split()
+    assert _gpus_line(host, cvd) == _placed(ctl, jid) == {host: list(range(8))}
+
+
 def test_a_job_with_a_nodelist_runs_on_the_node_it_lists(ctl: Ctl, loop: Loop) -> None:
     # the pin replaces the job's node list in Slurm, so the plugin keeps the owner's in the request; on
     # an idle lab the cells would choose node1 (seen: `-w node3` ran on node1)

@@ -183,3 +183,14 @@ def test_a_one_gpu_job_beside_its_free_pair_holds_the_pair_until_slurm_picks(tmp
     env.cycle()
     assert env.job(last).placement == {node: sorted(set(pair) - set(picked[node]))}
     assert env.job(last).gres == "gpu:1"
+
+
+def test_an_exclusive_job_is_pinned_typed_even_when_it_takes_every_gpu_free(env: Env) -> None:
+    # Slurm splits an exclusive job's GRES into one record per index: a count would fail its every srun
+    # (tests/fixtures/slurm/exclusive_step_gres.txt)
+    whole = env.submit("bob", "nlp", 8, extra=["--exclusive"])
+    env.cycle()
+    (node,) = env.job(whole).placement
+    assert env.job(whole).placement[node] == list(range(8))
+    assert _gres_sent(env, whole) == [",".join(f"gpu:g{i}:1" for i in range(8))]
+    assert env.slurm.job(whole).state == "RUNNING"

@@ -13,6 +13,7 @@ from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.types import GpuMap, Place, Round, Wait
 from hivebatch.controller.decide.untyped import hold_whole_cell, leaving_nodes, pin_untyped, recheck_resumed
 from hivebatch.controller.decide.whole import whole_gres
+from hivebatch.request import plugin_extras
 
 
 def settle_gres(r: Round) -> None:
@@ -32,7 +33,8 @@ def _settle_one(r: Round, place: Place, leaving: set[str], gmap: list[GpuMap]) -
     req = pair[1] if pair is not None else None
     if idx is not None:
         place.gres = whole_gres(r.ledger.sharing, place.job, req, place.placement)
-    place.gres = place.gres or pin_untyped(r, place.placement, leaving)
+    if not _whole_node(r, place):
+        place.gres = place.gres or pin_untyped(r, place.placement, leaving)
     if place.gres is None and r.ctx.settings.untyped_gres:
         if not gmap:
             gmap.append(r.alloc.gpu_map())
@@ -46,6 +48,14 @@ def _settle_one(r: Round, place: Place, leaving: set[str], gmap: list[GpuMap]) -
         r.out.waits.append(Wait(place.job, "no placement with the same GPU indices on every node is free"))
         return
     place.gres = gres_for(idx)
+
+
+def _whole_node(r: Round, place: Place) -> bool:
+    """An --exclusive job: Slurm gives it one GRES record per GPU type of its nodes, here one per index,
+    so only a typed pin lets its steps inherit the job's GPUs. Pinned as a count, every ``srun`` in it
+    failed on the lab ("Step requested gres_per_node=gpu:8 is more than the job's gres_per_node=gpu:1",
+    tests/fixtures/slurm/exclusive_step_gres.txt)."""
+    return bool(plugin_extras(r.ledger.slurm.get(place.job.slurm_job_id)).get("exclusive"))
 
 
 def attach_notes(r: Round) -> None:

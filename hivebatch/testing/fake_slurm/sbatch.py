@@ -57,7 +57,7 @@ FLAGS = {
     "--parsable": None,
     "--requeue": None,
     "--no-requeue": None,
-    "--exclusive": None,
+    "--exclusive": "exclusive",
     "--test-only": "test_only",
     "-Q": None,
     "--quiet": None,
