@@ -257,10 +257,9 @@ function M.expand_hostlist(text)
   return out
 end
 
--- Slurm gives an --exclusive job every GPU of its nodes, asked for or not (recorded on the lab: a CPU
--- job got CUDA_VISIBLE_DEVICES=0..7): such a job reaching GPU nodes is a whole-node GPU job
-local function reaches_gpu_nodes(job_desc, part_list, current_partition)
-  local asked = {}
+-- the partitions a job may run in (those it names, else the default one) that hold GPU nodes
+local function gpu_partitions(job_desc, part_list, current_partition)
+  local asked, out = {}, {}
   for name in string.gmatch(get(job_desc, "partition") or current_partition or "", "[^,]+") do
     asked[name] = true
   end
@@ -270,14 +269,33 @@ local function reaches_gpu_nodes(job_desc, part_list, current_partition)
     if (next(asked) ~= nil and asked[pname]) or (next(asked) == nil and default) then
       for _, node in ipairs(M.expand_hostlist(part.nodes)) do
         if (SITE.gpu_nodes or {})[node] ~= nil then
-          return true
+          out[#out + 1] = { name = pname, whole = part.max_share == 0 }
+          break
         end
       end
     end
   end
-  return false
+  return out
+end
+
+-- Slurm gives an --exclusive job every GPU of its nodes, asked for or not (recorded on the lab: a CPU
+-- job got CUDA_VISIBLE_DEVICES=0..7): such a job reaching GPU nodes is a whole-node GPU job
+local function reaches_gpu_nodes(job_desc, part_list, current_partition)
+  return #gpu_partitions(job_desc, part_list, current_partition) > 0
 end
 M.reaches_gpu_nodes = reaches_gpu_nodes
+
+-- A partition with OverSubscribe=EXCLUSIVE (max_share 0) gives every job in it whole nodes, as
+-- --exclusive does (recorded: tests/fixtures/slurm/partition_exclusive_gpus.txt); the name of the
+-- first such GPU partition the job may run in, else nil
+local function whole_node_partition(job_desc, part_list, current_partition)
+  for _, part in ipairs(gpu_partitions(job_desc, part_list, current_partition)) do
+    if part.whole then
+      return part.name
+    end
+  end
+  return nil
+end
 
 -- The largest figure in the request's VC's per-type table (``whole_nodes`` or ``node_gpus``) over the
 -- GPU types the request can use; nil for opportunistic work, which runs on any idle GPUs
@@ -381,7 +399,9 @@ function M.request(job_desc, found, exclusive)
     req.exclusive = 1
     local vc = SITE.vcs[req.vc]
     if vc ~= nil and req.qos ~= SITE.opportunistic and per_node * nodes > vc.gpus then
-      fail("--exclusive takes whole nodes with all their " .. per_node * nodes .. " GPUs, but virtual cluster " .. req.vc .. " has " .. vc.gpus .. ": drop --exclusive and ask for the GPUs the job needs")
+      local fix = exclusive == "--exclusive" and "drop --exclusive and ask for the GPUs the job needs"
+        or "submit it to a partition that shares its nodes"
+      fail(exclusive .. " takes whole nodes with all their " .. per_node * nodes .. " GPUs, but virtual cluster " .. req.vc .. " has " .. vc.gpus .. ": " .. fix)
     end
   end
   if shards ~= nil then
@@ -644,7 +664,13 @@ local function submit(job_desc, part_list, submit_uid)
     return slurm.SUCCESS
   end
   local found, rest = gpu_fields(job_desc)
-  local exclusive = get(job_desc, "shared") == 0 and reaches_gpu_nodes(job_desc, part_list)
+  local exclusive = nil -- what makes the job take whole nodes, as the refusal names it
+  local whole = whole_node_partition(job_desc, part_list)
+  if whole ~= nil then
+    exclusive = "partition " .. whole .. " (OverSubscribe=EXCLUSIVE)"
+  elseif get(job_desc, "shared") == 0 and reaches_gpu_nodes(job_desc, part_list) then
+    exclusive = "--exclusive"
+  end
   if next(found) == nil and not exclusive then
     return slurm.SUCCESS
   end
@@ -715,6 +741,18 @@ local GUARDED = {
   shared = "whether it shares its nodes (--exclusive)",
 }
 
+-- a job moved into a partition that gives every job whole nodes would take all their GPUs; one that
+-- was a whole-node GPU job from the start already counts them
+local function refuse_whole_node_move(job_desc, job_rec, part_list)
+  if (get(job_desc, "partition") or "") == "" then
+    return
+  end
+  local whole = whole_node_partition(job_desc, part_list)
+  if whole ~= nil then
+    fail("job " .. tostring(job_rec.job_id) .. " cannot move to partition " .. whole .. " by an update (every job there takes whole nodes with their GPUs): submit a new job to it")
+  end
+end
+
 local function modify(job_desc, job_rec, part_list, submit_uid)
   if is_operator(submit_uid) then
     return slurm.SUCCESS
@@ -728,7 +766,11 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     if get(job_desc, "shared") == 0 and reaches_gpu_nodes(job_desc, part_list, job_rec.partition) then
       fail("job " .. tostring(job_rec.job_id) .. " cannot be made --exclusive by an update (it would take the GPUs of its nodes): submit a new job")
     end
+    refuse_whole_node_move(job_desc, job_rec, part_list)
     return slurm.SUCCESS
+  end
+  if not string.find(job_rec.admin_comment, '"exclusive":1', 1, true) then
+    refuse_whole_node_move(job_desc, job_rec, part_list)
   end
   check_class_change(job_desc, job_rec)
   for f, what in pairs(GUARDED) do

@@ -250,3 +250,46 @@ def test_another_users_gpu_job_is_out_of_reach(slurm_lab, lab_jobs):
         ["scontrol", "update", f"JobId={jid}", "Name=x"],
     ):
         assert _as("bob", argv).returncode != 0
+
+
+@pytest.fixture
+def whole_partition(slurm_lab):
+    """A partition that gives every job whole nodes (tests/fixtures/slurm/partition_exclusive_gpus.txt)."""
+    made = subprocess.run(
+        ["scontrol", "create", "PartitionName=whole", "Nodes=node4", "OverSubscribe=EXCLUSIVE", "State=UP"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert made.returncode == 0, made.stderr
+    yield "whole"
+    # Slurm keeps a partition that still holds jobs
+    subprocess.run(["scancel", "-p", "whole"], capture_output=True, timeout=30)
+    deadline = time.monotonic() + 30
+    while subprocess.run(
+        ["scontrol", "delete", "PartitionName=whole"], capture_output=True, timeout=30
+    ).returncode:
+        assert time.monotonic() < deadline, "partition whole could not be deleted"
+        time.sleep(0.5)
+
+
+def test_a_job_in_a_whole_node_partition_counts_every_gpu_of_its_nodes(slurm_lab, lab_jobs, whole_partition):
+    for opts in (["--gres=gpu:1"], []):
+        jid = _sbatch(slurm_lab, "alice", "-p", whole_partition, *opts)
+        lab_jobs.append(jid)
+        raw = _admin_request(slurm_lab.wait_for(jid, {"PENDING"}, held=True))
+        assert (raw["gpus"], raw["gpus_per_node"], raw["exclusive"]) == (8, 8, 1)
+    out = _as("carol", ["sbatch", "-o", "/dev/null", "-p", whole_partition, "--gres=gpu:1", "--wrap", "true"])
+    assert out.returncode != 0
+    assert out.stderr.splitlines()[0] == (
+        "sbatch: error: hivebatch: partition whole (OverSubscribe=EXCLUSIVE) takes whole nodes with all "
+        "their 8 GPUs, but virtual cluster sys has 4: submit it to a partition that shares its nodes"
+    )
+    # nor can a job move there by an update, with GPUs or without
+    shared = _sbatch(slurm_lab, "alice", "--gres=gpu:1")
+    plain = _sbatch(slurm_lab, "alice", "--hold")
+    lab_jobs.extend([shared, plain])
+    for jid in (shared, plain):
+        slurm_lab.wait_for(jid, {"PENDING"}, held=True)
+        moved = _as("alice", ["scontrol", "update", f"JobId={jid}", f"Partition={whole_partition}"])
+        assert moved.returncode != 0 and "denied" in moved.stderr, moved.stderr

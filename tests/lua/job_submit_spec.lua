@@ -507,6 +507,55 @@ describe("--exclusive", function()
   end)
 end)
 
+describe("a partition that gives every job whole nodes (OverSubscribe=EXCLUSIVE)", function()
+  before_each(function()
+    load_plugin()
+    HIVEBATCH_SITE.gpu_nodes = { node1 = "v100", node2 = "v100", node3 = "v100", node4 = "v100" }
+  end)
+  local parts = { gpu = { name = "gpu", nodes = "node[1-3]", flag_default = 1, max_share = 1 },
+                  whole = { name = "whole", nodes = "node4", flag_default = 0, max_share = 0 } }
+
+  it("makes a job there a whole-node GPU job, whether it asked for GPUs or not", function()
+    local d = desc({ partition = "whole", tres_per_node = "gres:gpu:1" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, parts, 1001))
+    local r = request_of(d)
+    assert.are.same({ 1, 8, 8, 1 }, { r.nodes, r.gpus_per_node, r.gpus, r.exclusive })
+    local cpu = desc({ partition = "whole" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(cpu, parts, 1001))
+    assert.are.equal(1, request_of(cpu).exclusive)
+  end)
+
+  it("counts a job that may run there or in a shared partition as whole-node too", function()
+    local d = desc({ partition = "gpu,whole", tres_per_node = "gres:gpu:1" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, parts, 1001))
+    assert.are.equal(8, request_of(d).gpus)
+  end)
+
+  it("leaves jobs in the shared partition as they asked", function()
+    local d = desc({ tres_per_node = "gres:gpu:1" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, parts, 1001))
+    assert.are.same({ 1, nil }, { request_of(d).gpus, request_of(d).exclusive })
+  end)
+
+  it("names the partition when the VC holds fewer GPUs than a node", function()
+    local d = desc({ partition = "whole", tres_per_node = "gres:gpu:1", default_account = "sys" })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(d, parts, 1003))
+    assert.matches("partition whole (OverSubscribe=EXCLUSIVE) takes whole nodes with all their 8 GPUs, but virtual cluster sys has 4: submit it to a partition that shares its nodes", slurm.user_msgs[1], 1, true)
+  end)
+
+  it("refuses an update moving a job there, unless it already holds whole nodes", function()
+    local plain = { job_id = 7, admin_comment = nil, partition = "gpu" }
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify({ partition = "whole" }, plain, parts, 1001))
+    local managed = { job_id = 8, admin_comment = 'hivebatch:v2:{"gpus":1,"qos":"normal","vc":"cv"}', partition = "gpu",
+                      tres_per_node = "", priority = 0 }
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify({ partition = "whole" }, managed, parts, 1001))
+    local whole = { job_id = 9, admin_comment = 'hivebatch:v2:{"exclusive":1,"gpus":8,"gpus_per_node":8,"nodes":1,"qos":"normal","vc":"cv"}',
+                    partition = "gpu", tres_per_node = "", priority = 0 }
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify({ partition = "whole" }, whole, parts, 1001))
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify({ partition = "gpu" }, managed, parts, 1001))
+  end)
+end)
+
 describe("an update to --exclusive", function()
   before_each(function()
     load_plugin()
