@@ -22,6 +22,7 @@ from hivebatch.controller.observe import Observation, observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
 from hivebatch.controller.reconcile.usage import recent_usage
 from hivebatch.controller.record import Recorder, set_state, write_gpu_map
+from hivebatch.controller.tell import tell_rejected
 from hivebatch.controller.usage import usage_lua, write_usage
 from hivebatch.db.models import Job, VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
@@ -96,8 +97,10 @@ def _set_moved(job: Job, attr: str, value: dt.datetime | float | None) -> None:
         setattr(job, attr, value)
 
 
-def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> None:
-    """Write reasons and predictions of waiting jobs; an event (and log line) only when the reason changes."""
+def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> list[Wait]:
+    """Write reasons and predictions of waiting jobs; an event (and log line) only when the reason changes.
+    Returns the waits that newly reject a job (or reject it for another reason)."""
+    rejected: list[Wait] = []
     for w in waits:
         job = w.job
         new_state = "rejected" if w.rejected else ("preempted" if job.state == "preempted" else "queued")
@@ -119,6 +122,9 @@ def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> None:
             _set_moved(job, "expected_completion", w.ect)
         if changed:
             rec.event(session, job, "rejected" if w.rejected else "waiting", w.reason)
+            if w.rejected:
+                rejected.append(w)
+    return rejected
 
 
 def _check_empty_answer(session: Session, obs: Observation, backend: SlurmBackend) -> None:
@@ -172,8 +178,9 @@ def run_cycle(
         decisions: Decisions = decide(ctx, ledger, obs.now)
         t = mark("decide", t)
         write_intents(session, decisions, ledger.jobs, obs.now)
-        _apply_waits(session, rec, decisions.waits)
+        rejected = _apply_waits(session, rec, decisions.waits)
         session.commit()
+        tell_rejected(backend, rejected, ledger.slurm)
         t = mark("intents", t)
 
         # act: one transaction per Slurm action

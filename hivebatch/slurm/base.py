@@ -59,6 +59,17 @@ class SlurmBackend(ABC):
         children and the steps (recorded in tests/fixtures/slurm/scancel_signal_targets.txt)."""
 
     @abstractmethod
+    def notify(self, job_id: int, message: str) -> None:
+        """Print ``message`` on the stderr of the srun or salloc waiting for pending job ``job_id``
+        (``scontrol notify``). SlurmError for a batch job, which has no one to tell before it runs, and
+        for a job Slurm no longer knows (tests/fixtures/slurm/notify_pending_interactive.txt)."""
+
+    def may_notify_others(self) -> bool:
+        """Whether ``notify`` may reach other users' jobs: Slurm lets root and SlurmUser do it, and
+        refuses an Operator, logging a "Security violation" in slurmctld.log."""
+        return False
+
+    @abstractmethod
     def list_jobs(self, job_ids: list[int] | None = None) -> list[SlurmJob]:
         """Jobs Slurm still knows (pending, running, and finished ones for MinJobAge seconds)."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ class CliBackend(SlurmBackend):
         # array tasks seen in the last listing, by job id -> "ARRAY_TASK": scontrol and scancel read a
         # bare array job id as every task of the array, so a task is always named by its index
         self._task_names: dict[int, str] = {}
+        self._notify_ok: bool | None = None
 
     def _name(self, job_id: int) -> str:
         return self._task_names.get(int(job_id), str(int(job_id)))
@@ -151,6 +153,19 @@ class CliBackend(SlurmBackend):
 
     def signal(self, job_id: int, signal: str, target: str) -> None:
         self._run(["scancel", *SIGNAL_TARGETS[target], f"--signal={signal}", str(int(job_id))])
+
+    def notify(self, job_id: int, message: str) -> None:
+        self._run(["scontrol", "notify", self._name(job_id), message])
+
+    def may_notify_others(self) -> bool:
+        if self._notify_ok is None:
+            me = self.run_as or pwd.getpwuid(os.geteuid()).pw_name
+            try:
+                slurm_user = self.config().get("SlurmUser", "").split("(", 1)[0]
+            except SlurmError:
+                return False  # asked again next time: slurmctld may be back
+            self._notify_ok = me in ("root", slurm_user)
+        return self._notify_ok
 
     # --- queries ---------------------------------------------------------------------------------
 

@@ -264,6 +264,7 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         partition=str(job.get("partition") or ""),
         dependency=str(job.get("dependency") or ""),
         priority=priority,
+        batch=bool(job.get("batch_flag", True)),
         **_array_fields(job),
         **_node_needs(job),
     )

@@ -65,6 +65,9 @@ class PyslurmBackend(CliBackend):
         steps = {"batch": "batch", "steps": "children", "all": "all"}[target]
         self._act(job_id, "send_signal", signal, steps=steps)
 
+    def notify(self, job_id: int, message: str) -> None:
+        self._act(job_id, "notify", message)
+
     def list_jobs(self, job_ids: list[int] | None = None) -> list[SlurmJob]:
         try:
             loaded = self._ps.Jobs.load()
@@ -135,6 +138,7 @@ def job_from_pyslurm(j: Any) -> SlurmJob:
         required_nodes=expand_hostlist(getattr(j, "required_nodes", None) or ""),
         partition=str(getattr(j, "partition", "") or ""),
         priority=int(getattr(j, "priority", 0) or 0),
+        batch=bool(getattr(j, "is_batch_job", True)),
         array_job_id=_int_or_none(getattr(j, "array_id", None)),
         array_task_id=_int_or_none(getattr(j, "array_task_id", None)),
         array_pending=str(getattr(j, "array_tasks_waiting", "") or ""),

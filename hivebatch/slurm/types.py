@@ -141,6 +141,8 @@ class SlurmJob:
     mem_per_node_mb: int = 0
     reservation: str = ""
     excluded_nodes: list[str] = field(default_factory=list)
+    # False for an srun or salloc job: its client waits in a terminal (squeue's batch_flag)
+    batch: bool = True
 
     @property
     def array_pending_meta(self) -> bool:

@@ -20,6 +20,10 @@ import pytest
 from lab_controller import Ctl
 from lab_users import popen_as, run_as
 
+from hivebatch.controller.cycle import run_cycle
+from hivebatch.replay.live import ScopedBackend
+from hivebatch.slurm.cli import CliBackend
+
 # one database is enough here: the controller's SQLite/PostgreSQL parity is test_controller_lab's
 pytestmark = [pytest.mark.integration, pytest.mark.parametrize("ctl", ["sqlite"], indirect=True)]
 
@@ -111,6 +115,23 @@ def test_salloc_allocation_and_its_own_srun_use_the_cells_gpus(ctl: Ctl, loop: L
     assert proc.returncode == 0, err
     host, cvd = out.split("gpus ", 1)[1].split()[:2]
     assert _gpus_line(host, cvd) == _placed(ctl, jid)
+
+
+def test_an_srun_whose_job_can_never_run_is_told_why_in_its_terminal(ctl: Ctl) -> None:
+    # slurmctld accepts it held, as the plugin holds every GPU job (held_impossible_accepted.txt); a
+    # controller run as root (as the lab's is) may notify it, the Operator may not
+    name = f"{ctl.tag}-never"
+    proc = popen_as("alice", ["srun", "-J", name, "--gpus=1", "--mem=999G", "-t", "5", "true"])
+    jid = _adopt(ctl, name)
+    root = ScopedBackend(CliBackend(), ctl.mine)
+    for _ in range(3):  # told once, not every cycle
+        run_cycle(ctl.ctx, ctl.factory, root)
+    reason = ctl.job(jid).reason
+    assert ctl.job(jid).state == "rejected" and "has 64000 MB memory" in reason
+    run_as("alice", ["scancel", str(jid)])  # what the student does on reading it (Ctrl-C)
+    _, err = proc.communicate(timeout=60)
+    told = [ln for ln in err.splitlines() if "cannot be placed" in ln]
+    assert told == [f"srun: hivebatch: job {jid} cannot be placed: {reason}"], err
 
 
 def _output(ctl: Ctl, jid: int, out: Path, marker: str) -> str:

@@ -177,3 +177,19 @@ def test_the_requeue_delay_from_slurmctlds_config(slurm_fixture):
     assert requeue_delay_s(config) == 11  # on the lab a requeued job is eligible 11 s later
     assert requeue_delay_s({}) == 121  # Slurm's default cred_expire, 120 s
     assert requeue_delay_s(parse_show_config("AuthInfo = socket=/run/munge.sock,cred_expire=30\n")) == 31
+
+
+def test_notify_is_tried_only_by_root_or_slurmuser(slurm_fixture):
+    lab = slurm_fixture("scontrol_show_config.txt")  # SlurmUser = root(0)
+    slurm_user = lab.replace("SlurmUser               = root(0)", "SlurmUser               = slurm(64030)")
+    assert CliBackend(Recorder(Completed(0, lab, "")), run_as="root").may_notify_others()
+    assert not CliBackend(Recorder(Completed(0, lab, "")), run_as="hbctl").may_notify_others()
+    assert CliBackend(Recorder(Completed(0, slurm_user, "")), run_as="slurm").may_notify_others()
+    down = Recorder(Completed(1, "", "slurm_load_ctl_conf error: Unable to contact slurm controller"))
+    backend = CliBackend(down, run_as="root")
+    assert not backend.may_notify_others()  # unknown for now, asked again later
+    down.answers.append(Completed(0, lab, ""))
+    assert backend.may_notify_others()
+    rec = Recorder()
+    CliBackend(rec).notify(7, "hivebatch: job 7 cannot be placed: x; y")
+    assert rec.calls[0][0] == ["scontrol", "notify", "7", "hivebatch: job 7 cannot be placed: x; y"]

@@ -164,3 +164,9 @@ def test_held_jobs_keep_their_dependency_and_begin_time(slurm_fixture):
     dep, begin = jobs
     assert dep.dependency.endswith("(unfulfilled)") and dep.held and dep.eligible_time is None
     assert begin.dependency == "" and begin.eligible_time is not None and begin.held
+
+
+def test_an_srun_waiting_for_its_allocation_is_no_batch_job(slurm_fixture):
+    (waiting,) = parse_squeue_json(slurm_fixture("squeue_pending_srun.json"))
+    assert (waiting.name, waiting.state, waiting.batch) == ("waiting-srun", "PENDING", False)
+    assert all(j.batch for j in parse_squeue_json(slurm_fixture("squeue.json")))

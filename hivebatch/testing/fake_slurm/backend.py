@@ -79,6 +79,14 @@ class FakeSlurm(SlurmBackend):
     def job(self, job_id: int) -> SlurmJob:
         return squeue_view(self._s, self._get(job_id, "squeue"))
 
+    def as_interactive(self, job_id: int) -> None:
+        """Make a job one an srun or salloc waits for in a terminal (the fake submits only batch scripts)."""
+        self._get(job_id, "srun").batch = False
+
+    def terminal(self, job_id: int) -> list[str]:
+        """What ``scontrol notify`` printed in the terminal of an interactive job's srun or salloc."""
+        return list(self._get(job_id, "terminal").told)
+
     def signals_sent(self, job_id: int) -> list[tuple[str, str]]:
         """(signal, target) of every scancel --signal the job received, in order."""
         return list(self._get(job_id, "signals").signals)
@@ -335,6 +343,24 @@ class FakeSlurm(SlurmBackend):
             why = "Job can not be altered now, try again later"
             raise SlurmError(cmd, 228, f"scancel: error: Kill job error on job id {job_id}: {why}")
         j.signals.append((signal, target))
+
+    def notify(self, job_id: int, message: str) -> None:
+        # recorded: tests/fixtures/slurm/notify_pending_interactive.txt
+        self._log("notify", (job_id, message))
+        cmd = ["scontrol", "notify", str(job_id), message]
+        j = self._s.jobs.get(int(job_id))
+        if j is None:
+            raise SlurmError(cmd, 1, "job notify failure: Invalid job id specified")
+        if j.state in FINISHED_STATES:
+            raise SlurmError(cmd, 1, "job notify failure: Job/step already completing or completed")
+        if j.user != self.user and not self.may_notify_others():
+            raise SlurmError(cmd, 1, "job notify failure: Invalid user id")
+        if j.batch and j.state != "RUNNING":
+            raise SlurmError(cmd, 1, "job notify failure: Requested operation is presently disabled")
+        j.told.append(message)
+
+    def may_notify_others(self) -> bool:
+        return self.user in ("root", "slurm")  # the fake's SlurmUser is slurm
 
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:
         self._answering("scontrol -d show job", CONTROLLER_UNREACHABLE)

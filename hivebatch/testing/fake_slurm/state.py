@@ -63,6 +63,8 @@ class Job:
     array_pending: list[int] = field(default_factory=list)  # tasks this record still stands for
     array_max: int = 0
     signals: list[tuple[str, str]] = field(default_factory=list)  # (signal, target) sent by scancel
+    batch: bool = True  # False: an srun or salloc waits for it in a terminal
+    told: list[str] = field(default_factory=list)  # what scontrol notify printed in that terminal
     past_runs: list[PastRun] = field(default_factory=list)
     kept_gres: str = ""  # typed GPUs a re-typing update did not take away (Slurm grants them still)
 

@@ -45,4 +45,5 @@ def squeue_view(state: State, j: Job) -> SlurmJob:
         array_task_id=j.array_task_id,
         array_pending=array_text(j.array_pending, j.array_max) if j.array_pending else "",
         array_max_tasks=j.array_max,
+        batch=j.batch,
     )
