@@ -186,6 +186,11 @@ local function shape(job_desc, found, req)
     local sockets = get(job_desc, "sockets_per_node")
     if g ~= nil then
       per_node = g * (is_set(sockets) and sockets or 1)
+      if per_node > g then
+        -- the cells pack a job's GPUs into the smallest cell that holds them (one PCIe switch on the
+        -- lab: GPUs 0 and 1), where Slurm would take g on each socket (GPUs 0 and 4)
+        NOTES[#NOTES + 1] = "--gpus-per-socket=" .. g .. " counts as " .. per_node .. " GPUs on one node, placed as close together as its cells allow, not spread over its sockets"
+      end
     end
   end
   return nodes, per_node, total, shards

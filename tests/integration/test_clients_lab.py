@@ -191,6 +191,23 @@ def test_gpus_that_do_not_split_evenly_over_the_nodes_run_as_the_same_gpus_on_ea
     assert _by_host((h, [int(x) for x in cvd.split(",")]) for h, cvd in seen) == placed
 
 
+def test_gpus_per_socket_run_packed_together_as_the_note_says(ctl: Ctl, loop: Loop) -> None:
+    # plain Slurm gives GPUs 0 and 4, one per socket (tests/fixtures/slurm/gpus_per_socket_spread.txt)
+    name = f"{ctl.tag}-socket"
+    out = ctl.jobs_dir / f"{name}.out"
+    proc = run_as("alice", ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", "-N", "1",
+                            "--sockets-per-node=2", "--gpus-per-socket=1",
+                            "--wrap", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "hivebatch: note: --gpus-per-socket=1 counts as 2 GPUs on one node, placed as close" in proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    host, cvd = _output(ctl, jid, out, "gpus ").split("gpus ", 1)[1].split()[:2]
+    assert _gpus_line(host, cvd) == _placed(ctl, jid)
+    (gpus,) = _placed(ctl, jid).values()
+    assert len(gpus) == 2 and gpus[1] - gpus[0] == 1 and gpus[0] % 2 == 0  # one PCIe-switch pair
+
+
 def test_a_gpu_job_no_node_could_ever_take_is_rejected_saying_why(ctl: Ctl) -> None:
     # plain Slurm refuses `sbatch --mem=999G` at submit but accepts it held, as the plugin holds GPU
     # jobs (tests/fixtures/slurm/held_impossible_accepted.txt); such a job used to wait for ever

@@ -185,6 +185,12 @@ describe("slurm_job_submit", function()
     local d = desc({ tres_per_socket = "gres:gpu:2", sockets_per_node = 2 })
     slurm_job_submit(d, {}, 1001)
     assert.are.equal(4, request_of(d).gpus_per_node)
+    -- Slurm would spread them over the sockets; the cells pack them, and the student is told
+    assert.are.same({ "hivebatch: note: --gpus-per-socket=2 counts as 4 GPUs on one node, placed as close together as its cells allow, not spread over its sockets" }, slurm.user_msgs)
+    local one = desc({ tres_per_socket = "gres:gpu:2" })
+    slurm.user_msgs = {}
+    slurm_job_submit(one, {}, 1001)
+    assert.are.same({}, slurm.user_msgs)
   end)
 
   it("keeps the GPU model the user chose, in the config's spelling", function()
