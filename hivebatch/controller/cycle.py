@@ -22,7 +22,7 @@ from hivebatch.controller.observe import Observation, observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
 from hivebatch.controller.reconcile.usage import recent_usage
 from hivebatch.controller.record import Recorder, set_state, write_gpu_map
-from hivebatch.controller.tell import tell_rejected
+from hivebatch.controller.tell import tell_clients
 from hivebatch.controller.usage import usage_lua, write_usage
 from hivebatch.db.models import Job, VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
@@ -99,12 +99,13 @@ def _set_moved(job: Job, attr: str, value: dt.datetime | float | None) -> None:
 
 def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> list[Wait]:
     """Write reasons and predictions of waiting jobs; an event (and log line) only when the reason changes.
-    Returns the waits that newly reject a job (or reject it for another reason)."""
-    rejected: list[Wait] = []
+    Returns the waits worth telling the job's client: a job's first reason to wait, and a rejection."""
+    news: list[Wait] = []
     for w in waits:
         job = w.job
         new_state = "rejected" if w.rejected else ("preempted" if job.state == "preempted" else "queued")
         changed = job.reason != w.reason or job.state != new_state
+        first = job.reason is None
         # assign only what differs: an assignment alone makes the row dirty and costs a flush check
         if changed:
             job.state = new_state
@@ -122,9 +123,9 @@ def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> list[Wai
             _set_moved(job, "expected_completion", w.ect)
         if changed:
             rec.event(session, job, "rejected" if w.rejected else "waiting", w.reason)
-            if w.rejected:
-                rejected.append(w)
-    return rejected
+            if w.rejected or first:
+                news.append(w)
+    return news
 
 
 def _check_empty_answer(session: Session, obs: Observation, backend: SlurmBackend) -> None:
@@ -178,9 +179,9 @@ def run_cycle(
         decisions: Decisions = decide(ctx, ledger, obs.now)
         t = mark("decide", t)
         write_intents(session, decisions, ledger.jobs, obs.now)
-        rejected = _apply_waits(session, rec, decisions.waits)
+        news = _apply_waits(session, rec, decisions.waits)
         session.commit()
-        tell_rejected(backend, rejected, ledger.slurm)
+        tell_clients(backend, news, ledger.slurm)
         t = mark("intents", t)
 
         # act: one transaction per Slurm action

@@ -1,10 +1,13 @@
-"""An srun or salloc whose job the controller rejects hears why, in the terminal it waits in.
+"""An srun or salloc hears in the terminal it waits in why its job waits, and why it was rejected.
 
-Slurm shows such a client only "queued and waiting for resources"; a rejected job would keep it there
-for ever, with the reason only in ``hq``. ``scontrol notify`` reaches the client of a pending
+Slurm shows such a client only "queued and waiting for resources"; the reason was only in ``hq``, and a
+rejected job kept the client there for ever. ``scontrol notify`` reaches the client of a pending
 interactive job (tests/fixtures/slurm/notify_pending_interactive.txt), but Slurm lets only root and
-SlurmUser send it to another user's job: a controller run as the Operator leaves the reason to ``hq``.
-A batch job has no one to tell before it runs, so its owner reads the reason in ``hq`` as before.
+SlurmUser send it to another user's job: a controller run as the Operator leaves the reasons to ``hq``.
+A batch job has no one to tell before it runs, so its owner reads them in ``hq`` as before.
+
+A client is told a job's first reason to wait and a rejection, each once: later reasons of a waiting
+job change with every job that starts or ends around it, too often for a terminal.
 """
 
 from __future__ import annotations
@@ -19,20 +22,20 @@ from hivebatch.slurm.types import SlurmError, SlurmJob
 log = logging.getLogger(__name__)
 
 
-def tell_rejected(backend: SlurmBackend, rejected: Iterable[Wait], slurm: Mapping[int, SlurmJob]) -> int:
-    """Tell each interactive job in ``rejected`` (newly rejected this cycle) why; how many were told."""
+def tell_clients(backend: SlurmBackend, news: Iterable[Wait], slurm: Mapping[int, SlurmJob]) -> int:
+    """Tell the client of each interactive job in ``news`` its reason; how many were told."""
     told = 0
-    for w in rejected:
+    for w in news:
         sj = slurm.get(w.job.slurm_job_id)
         if sj is None or sj.batch:
             continue
         if not backend.may_notify_others():
             return told  # run as the Operator: Slurm would refuse it and log a security violation
-        message = f"hivebatch: job {sj.display_id} cannot be placed: {w.reason}"
+        what = "cannot be placed" if w.rejected else "waits"
         try:
-            backend.notify(sj.job_id, message)
+            backend.notify(sj.job_id, f"hivebatch: job {sj.display_id} {what}: {w.reason}")
         except SlurmError as exc:  # its client may have gone meanwhile; hq still says why
-            log.info("could not tell job %s why it was rejected: %s", sj.display_id, exc)
+            log.info("could not tell job %s why it %s: %s", sj.display_id, what, exc)
             continue
         told += 1
     return told

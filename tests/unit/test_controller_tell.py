@@ -1,5 +1,5 @@
-"""An srun or salloc whose job the controller rejects is told why in its terminal, once, when the
-controller runs as root or SlurmUser (Slurm refuses an Operator's notify)."""
+"""An srun or salloc is told in its terminal why its job waits (its first reason) and why it was
+rejected, once each, when the controller runs as root or SlurmUser (Slurm refuses an Operator's notify)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from controller_support import Env, make_env
 
 from hivebatch.controller.decide.types import Wait
-from hivebatch.controller.tell import tell_rejected
+from hivebatch.controller.tell import tell_clients
 from hivebatch.db.models import Job
 from hivebatch.slurm.types import SlurmError
 
@@ -31,6 +31,19 @@ def test_the_terminal_of_a_rejected_interactive_job_hears_why_once(env: Env) -> 
     assert env.job(jid).state == "rejected"
     (said,) = env.slurm.terminal(jid)
     assert said == f"hivebatch: job {jid} cannot be placed: {env.job(jid).reason}"
+
+
+def test_a_waiting_interactive_job_hears_its_first_reason_only(env: Env) -> None:
+    env.submit("alice", "cv", 8)
+    env.submit("alice", "cv", 4)
+    env.cycle(env.slurm)  # cv's 12 GPUs all taken
+    jid = env.submit("alice", "cv", 4)
+    env.slurm.as_interactive(jid)
+    for _ in range(3):
+        env.cycle(env.slurm)
+    assert env.job(jid).state == "queued"
+    (said,) = env.slurm.terminal(jid)
+    assert said.startswith(f"hivebatch: job {jid} waits: ") and env.job(jid).reason in said
 
 
 def test_the_operator_does_not_try_what_slurm_would_refuse_it(env: Env) -> None:
@@ -56,8 +69,8 @@ def test_a_client_gone_meanwhile_does_not_stop_the_others_being_told(env: Env) -
         env.slurm.as_interactive(jid)
     env.slurm.cancel(gone)  # its srun was interrupted: Slurm no longer holds it pending
     view = {j: env.slurm.job(j) for j in (gone, waiting)}
-    waits = [Wait(Job(slurm_job_id=j), "no such GPU type") for j in (gone, waiting)]
-    assert tell_rejected(env.slurm, waits, view) == 1
+    waits = [Wait(Job(slurm_job_id=j), "no such GPU type", rejected=True) for j in (gone, waiting)]
+    assert tell_clients(env.slurm, waits, view) == 1
     assert env.slurm.terminal(waiting) == [f"hivebatch: job {waiting} cannot be placed: no such GPU type"]
 
 
