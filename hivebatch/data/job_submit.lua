@@ -663,6 +663,29 @@ local function record_signal(job_desc, req)
   end
 end
 
+-- srun (no script, a command) starts its first step with its own GPU options, and slurmctld checks them
+-- against the job's per-index GRES record by record: a per-node count over 1 meets a one-GPU record and
+-- a GPU type meets none, so the step is refused after the wait for placement (recorded:
+-- tests/fixtures/slurm/srun_step_gres.txt). --gpus=N and salloc's inner plain srun start.
+local function check_srun_step(job_desc, found)
+  if get(job_desc, "script") ~= nil or (get(job_desc, "argc") or 0) < 1 then
+    return
+  end
+  for f, items in pairs(found) do
+    for _, item in ipairs(items) do
+      local what = nil
+      if item.name == "gpu" and item.type ~= nil then
+        what = "a GPU type (" .. item.type .. ")"
+      elseif item.name == "gpu" and f == "tres_per_node" and item.count > 1 then
+        what = "a per-node GPU count (" .. item.count .. " per node)"
+      end
+      if what ~= nil then
+        fail("srun cannot start its own step with " .. what .. " on hivebatch's per-GPU pins: ask srun for the job's GPUs as --gpus=N, or get them with salloc and run a plain srun inside")
+      end
+    end
+  end
+end
+
 local function submit(job_desc, part_list, submit_uid)
   NOTES = {}
   if is_operator(submit_uid) then
@@ -691,6 +714,7 @@ local function submit(job_desc, part_list, submit_uid)
     return slurm.SUCCESS
   end
   local req = M.request(job_desc, found, exclusive)
+  check_srun_step(job_desc, found)
   check_limits(get(job_desc, "user_name"), get(job_desc, "user_id"), req.vc, req.qos)
   if get(job_desc, "priority") == 0 then
     req.user_hold = 1

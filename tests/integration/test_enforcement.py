@@ -165,6 +165,24 @@ def test_srun_and_salloc_gpu_jobs_are_held_for_the_cells(slurm_lab, lab_jobs):
             p.wait()
 
 
+@pytest.mark.parametrize(
+    ("opts", "what"),
+    [
+        (["--gres=gpu:2"], "a per-node GPU count (2 per node)"),
+        (["--gpus-per-node=2"], "a per-node GPU count (2 per node)"),
+        (["--gres=gpu:v100:1"], "a GPU type (v100)"),
+    ],
+)
+def test_an_srun_whose_own_step_slurm_would_refuse_is_refused_at_once(slurm_lab, opts, what):
+    # on per-GPU pins slurmctld refuses such a step after the wait (tests/fixtures/slurm/srun_step_gres.txt)
+    out = run_as("alice", ["srun", *opts, "-t", "5", "hostname"], timeout=60)
+    assert out.returncode != 0
+    assert out.stderr.splitlines()[0] == (
+        f"srun: error: hivebatch: srun cannot start its own step with {what} on hivebatch's per-GPU pins: "
+        "ask srun for the job's GPUs as --gpus=N, or get them with salloc and run a plain srun inside"
+    )
+
+
 def test_the_operator_and_cpu_jobs_pass_untouched(slurm_lab, lab_jobs):
     cpu = _sbatch(slurm_lab, "alice", "-J", "cpu-only")
     lab_jobs.append(cpu)

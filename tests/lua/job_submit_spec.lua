@@ -137,6 +137,35 @@ describe("slurm_job_submit", function()
     assert.are.equal(1, #slurm.user_msgs)
   end)
 
+  it("refuses an srun whose own step Slurm would refuse on per-GPU pins, saying what starts", function()
+    local function srun(fields)
+      local d = desc(fields)
+      d.script, d.argc, d.argv = nil, 1, { "python" }
+      return d
+    end
+    for _, f in ipairs({ { tres_per_node = "gres:gpu:2" }, { tres_per_node = "gres:gpu:v100:1" },
+                         { tres_per_job = "gres:gpu:v100:2" } }) do
+      slurm.user_msgs = {}
+      assert.are.equal(slurm.ERROR, slurm_job_submit(srun(f), {}, 1001))
+      assert.matches("srun cannot start its own step with a ", slurm.user_msgs[1], 1, true)
+      assert.matches("ask srun for the job's GPUs as --gpus=N, or get them with salloc and run a plain srun inside", slurm.user_msgs[1], 1, true)
+    end
+    assert.matches("a per-node GPU count (2 per node)", (function()
+      slurm.user_msgs = {}
+      slurm_job_submit(srun({ tres_per_node = "gres:gpu:2" }), {}, 1001)
+      return slurm.user_msgs[1]
+    end)(), 1, true)
+    for _, f in ipairs({ { tres_per_job = "gres:gpu:2" }, { tres_per_node = "gres:gpu:1" },
+                         { tres_per_task = "gres:gpu:2" }, { tres_per_node = "gres:shard:8" } }) do
+      assert.are.equal(slurm.SUCCESS, slurm_job_submit(srun(f), {}, 1001))
+    end
+    -- salloc (no command) and sbatch keep every form
+    local salloc = desc({ tres_per_node = "gres:gpu:2" })
+    salloc.script = nil
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(salloc, {}, 1001))
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(desc({ tres_per_node = "gres:gpu:v100:2" }), {}, 1001))
+  end)
+
   it("tells the owner of an opportunistic job that may not be requeued that preemption ends it", function()
     local d = desc({ tres_per_node = "gres:gpu:1", qos = "opportunistic", requeue = 0 })
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
