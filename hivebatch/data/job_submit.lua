@@ -78,7 +78,9 @@ end
 local function split_gpu(text)
   local gpu, rest = {}, {}
   for _, item in ipairs(M.parse_tres(text)) do
-    if is_gpu(item) then
+    -- Slurm takes a zero count (--gres=gpu:0, --gpus=0, as job templates write "no GPU") as no GPU at
+    -- all (recorded: tests/fixtures/slurm/zero_gpus_accepted.txt): such a job is a CPU job here too
+    if is_gpu(item) and item.count > 0 then
       gpu[#gpu + 1] = item
     else
       rest[#rest + 1] = item.text

@@ -210,6 +210,15 @@ def test_the_operator_and_cpu_jobs_pass_untouched(slurm_lab, lab_jobs):
     assert job.admin_comment == "" and "gpu:g2:1" in job.tres_per_node
 
 
+@pytest.mark.parametrize("opts", [["--gres=gpu:0"], ["--gpus=0"], ["-n", "2", "--gpus-per-task=0"]])
+def test_a_zero_gpu_count_runs_as_a_cpu_job_as_under_plain_slurm(slurm_lab, lab_jobs, opts):
+    # job templates write "no GPU" this way; plain Slurm runs it without GPUs (zero_gpus_accepted.txt)
+    jid = _sbatch(slurm_lab, "alice", *opts)
+    lab_jobs.append(jid)
+    job = slurm_lab.wait_for(jid, {"RUNNING", "COMPLETED"})
+    assert job.admin_comment == "" and job.gpus == {}
+
+
 TAMPER = [
     ["Gres=gpu:4"],
     ["TresPerJob=gres:gpu:4"],

@@ -137,6 +137,19 @@ describe("slurm_job_submit", function()
     assert.are.equal(1, #slurm.user_msgs)
   end)
 
+  it("passes a zero GPU count untouched, as Slurm runs it without GPUs", function()
+    for _, f in ipairs({ { tres_per_node = "gres:gpu:0" }, { tres_per_job = "gres:gpu:0" },
+                         { tres_per_task = "gres:gpu:0", num_tasks = 2 } }) do
+      local d = desc(f)
+      assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+      assert.is_nil(d.admin_comment)
+      assert.are_not.equal(0, d.priority) -- not held: Slurm's own business
+    end
+    local mixed = desc({ tres_per_node = "gres:gpu:0,gres:gpu:2" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(mixed, {}, 1001))
+    assert.are.equal(2, request_of(mixed).gpus)
+  end)
+
   it("refuses an srun whose own step Slurm would refuse on per-GPU pins, saying what starts", function()
     local function srun(fields)
       local d = desc(fields)
