@@ -190,6 +190,9 @@ def _settings(
         "SelectTypeParameters=CR_Core_Memory",
         # every GPU ask goes through hivebatch's job_submit.lua (written next to slurm.conf)
         "JobSubmitPlugins=lua",
+        # srun's own GPU options in forms its steps can start with on per-GPU pins (cli_filter.lua,
+        # next to slurm.conf on every host users run srun on)
+        "CliFilterPlugins=cli_filter/lua",
         f"GresTypes={'gpu,shard' if uses_shards(layout, shards) else 'gpu'}",
         # an srun inside a --mem-per-gpu job needs it (the script says why); on every compute node
         f"TaskProlog={task_prolog}",
@@ -438,6 +441,18 @@ def merge_into(site: str, generated: str) -> tuple[str, list[str]]:
                 "(an srun inside a --mem-per-gpu job needs them)"
             )
             out.append(line)
+        elif setting and setting[0] == "clifilterplugins" and setting[0] in settings:
+            # cli_filter plugins stack: the site's stay, hivebatch's joins them
+            seen_settings.add(setting[0])
+            plugins = [p.strip() for p in setting[1].split(",") if p.strip()]
+            if "cli_filter/lua" in plugins:
+                warnings.append(
+                    "CliFilterPlugins: you run a cli_filter.lua already; one runs per host, so add "
+                    "hivebatch's rules (the cli_filter.lua written here) to yours"
+                )
+                out.append(line)
+            else:
+                out.append(f"CliFilterPlugins={','.join([*plugins, 'cli_filter/lua'])}")
         elif setting and setting[0] in settings:
             seen_settings.add(setting[0])
             out.append(settings[setting[0]][0] if setting[1] != settings[setting[0]][1] else line)

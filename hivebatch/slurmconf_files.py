@@ -92,6 +92,10 @@ def config_files(data: Mapping[str, Any], opts: ConfigOptions) -> dict[str, tupl
         "gres.conf": (gres_conf(layout, hw, shards=opts.shards, device_dir=devices), 0o644),
         "accounts.sh": (accounting_script(plan), 0o755),
         "job_submit.lua": (job_submit_lua(data, opts.operators, opts.conf_dir), 0o644),
+        "cli_filter.lua": (
+            resources.files("hivebatch").joinpath("data/cli_filter.lua").read_text(encoding="utf-8"),
+            0o644,
+        ),
         TASK_PROLOG: (
             resources.files("hivebatch").joinpath("data/task_prolog.sh").read_text(encoding="utf-8"),
             0o755,

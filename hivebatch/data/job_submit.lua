@@ -668,7 +668,8 @@ end
 -- srun (no script, a command) starts its first step with its own GPU options, and slurmctld checks them
 -- against the job's per-index GRES record by record: a per-node count over 1 meets a one-GPU record and
 -- a GPU type meets none, so the step is refused after the wait for placement (recorded:
--- tests/fixtures/slurm/srun_step_gres.txt). --gpus=N and salloc's inner plain srun start.
+-- tests/fixtures/slurm/srun_step_gres.txt). --gpus=N and salloc's inner plain srun start; cli_filter.lua
+-- rewrites such an ask on one node, and this refuses what it leaves (or a client without the filter).
 local function check_srun_step(job_desc, found)
   if get(job_desc, "script") ~= nil or (get(job_desc, "argc") or 0) < 1 then
     return

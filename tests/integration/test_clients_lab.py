@@ -106,6 +106,50 @@ def test_srun_gets_cell_placed_gpus_within_seconds(ctl: Ctl, loop: Loop) -> None
     assert waited < 30, f"srun waited {waited:.0f} s for a free GPU"
 
 
+def test_srun_asking_gpus_per_node_runs_through_the_cli_filter(ctl: Ctl, loop: Loop) -> None:
+    # on per-GPU pins Slurm refused srun's own step for --gres=gpu:2 (srun_step_gres.txt);
+    # cli_filter.lua asks for the same GPUs per step on one node
+    for opt in ("--gres=gpu:2", "--gpus-per-node=2"):
+        name = f"{ctl.tag}-srun{opt[2:6]}"
+        proc = popen_as("alice", ["srun", "-J", name, opt, "-t", "5",
+                                  "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
+        jid = _adopt(ctl, name)
+        out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+        host, cvd = out.split("gpus ", 1)[1].split()[:2]
+        placed = _placed(ctl, jid)
+        assert _gpus_line(host, cvd) == placed and len(placed[host]) == 2
+
+
+def test_a_batch_jobs_srun_may_repeat_its_gpu_ask(ctl: Ctl, loop: Loop) -> None:
+    # `#SBATCH --gres=gpu:4` then `srun --gres=gpu:4 python train.py`: the step was refused on per-GPU
+    # pins; through the cli_filter it gets the GPUs it asks for, as under plain Slurm
+    jid, tasks = _sbatch_steps(ctl, "bob", f"{ctl.tag}-repeat", "--gres=gpu:4")
+    assert [ln.split()[3] for ln in tasks]  # the plain step ran
+    name = f"{ctl.tag}-repeat2"
+    out = ctl.jobs_dir / f"{name}.out"
+    steps = "; ".join(
+        f'srun {opt} bash -c "echo {tag} \\$CUDA_VISIBLE_DEVICES"'
+        for tag, opt in (
+            ("all4", "--gres=gpu:4"),
+            ("two", "--gres=gpu:2"),
+            ("typed", "--gres=gpu:v100:1"),
+            ("pernode", "--gpus-per-node=2"),
+        )  # fmt: skip
+    )
+    proc = run_as("bob", ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", "--gres=gpu:4",
+                          "--wrap", f"{steps}; echo steps-done"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    text = _output(ctl, jid, out, "steps-done")
+    seen = {ln.split()[0]: ln.split()[1].split(",") for ln in text.splitlines() if len(ln.split()) == 2}
+    (gpus,) = _placed(ctl, jid).values()
+    assert sorted(int(g) for g in seen["all4"]) == gpus, text
+    assert [len(seen[k]) for k in ("two", "typed", "pernode")] == [2, 1, 2], text
+    assert all(int(g) in gpus for k in seen for g in seen[k])
+
+
 def test_salloc_allocation_and_its_own_srun_use_the_cells_gpus(ctl: Ctl, loop: Loop) -> None:
     name = f"{ctl.tag}-salloc"
     proc = popen_as("carol", ["salloc", "-J", name, "--gres=gpu:2", "-t", "5",

@@ -308,3 +308,12 @@ def test_a_failed_dependency_is_said_and_holds_no_cells(env: Env) -> None:
     env.cycle()
     job = env.job(jid)
     assert job.state == "queued" and "can never be met" in job.reason and not job.placement
+
+
+def test_a_zero_gpu_item_beside_the_ask_is_no_gpu_the_job_asks_slurm_for(env: Env) -> None:
+    # what cli_filter.lua leaves of srun's --gres=gpu:2 when it asks for the GPUs per step instead
+    jid = env.submit("alice", "cv", 2, extra=["--gres=gpu:0"])
+    assert "gpu:0" in env.slurm.job(jid).tres_per_node
+    env.cycle()
+    job = env.job(jid)
+    assert job.state in ("placed", "running") and sum(len(g) for g in job.placement.values()) == 2

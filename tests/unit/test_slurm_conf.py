@@ -163,6 +163,7 @@ def test_cli_writes_files_once(tmp_path):
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in out.iterdir()) == [
         "accounts.sh",
+        "cli_filter.lua",
         "gres.conf",
         "hivebatch-task-prolog.sh",
         "job_submit.lua",
@@ -282,3 +283,16 @@ def test_merging_keeps_a_sites_own_task_prolog_and_says_what_to_add():
     ]
     merged, warnings = merge_into("ClusterName=x\n", generated)
     assert f"TaskProlog={PROLOG}" in merged and warnings == []
+
+
+def test_merging_stacks_hivebatchs_cli_filter_on_the_sites_own():
+    from hivebatch.slurmconf import merge_into
+
+    generated = "CliFilterPlugins=cli_filter/lua\nJobSubmitPlugins=lua\n"
+    merged, warnings = merge_into("CliFilterPlugins=cli_filter/syslog\nClusterName=x\n", generated)
+    assert "CliFilterPlugins=cli_filter/syslog,cli_filter/lua" in merged.splitlines() and warnings == []
+    merged, warnings = merge_into("CliFilterPlugins=cli_filter/lua\n", generated)
+    assert merged.splitlines()[0] == "CliFilterPlugins=cli_filter/lua"
+    assert warnings and "add hivebatch's rules" in warnings[0]
+    merged, _ = merge_into("ClusterName=x\n", generated)
+    assert "CliFilterPlugins=cli_filter/lua" in merged.splitlines()

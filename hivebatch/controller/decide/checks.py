@@ -21,6 +21,8 @@ def _slurm_mismatch(job: Job, req: JobRequest, sj: SlurmJob) -> str | None:
     if "gpu" in tres.lower():
         from hivebatch.slurm.parse import split_gres, typed_request
 
+        if all(c == 0 for name, _kind, c, _ in split_gres(tres) if name == "gpu"):
+            return None  # gpu:0 asks for none (cli_filter.lua writes it where srun's --gres meant GPUs)
         asked, _shards = typed_request(tres)
         granted = sorted(int(g.split(":")[1][1:]) for g in (job.gres or "").split(",") if g.count(":") == 2)
         count = untyped_count(job.gres)

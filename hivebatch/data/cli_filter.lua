@@ -1,0 +1,133 @@
+-- hivebatch's cli_filter for srun, next to slurm.conf on every host users run srun on
+-- (`hadmin slurm-config` writes it and sets CliFilterPlugins=cli_filter/lua).
+--
+-- hivebatch pins a job's GPUs as one GRES type per GPU index (gpu:g0:1,gpu:g1:1). srun starts its
+-- steps with its own GPU options, and slurmctld checks them against the job's GRES one record at a
+-- time: a per-node count over 1 meets a one-GPU record, and a GPU type meets none, so
+-- `srun --gres=gpu:2 python train.py` was refused after the job had been placed, inside a batch job
+-- as well as on its own (recorded: tests/fixtures/slurm/srun_step_gres.txt). A per-step count
+-- (--gpus=N) starts on one node, so on one node this filter asks srun for the same GPUs that way:
+--
+--   * inside a job (SLURM_JOB_ID set), a step on one node: --gres=gpu[:TYPE]:N or --gpus-per-node=N
+--     becomes --gpus=N (the job's GPUs are all of one type, the one it was placed by);
+--   * a new job (srun on a login node) with no node count, or one node: --gres=gpu:N or
+--     --gpus-per-node=N becomes --gpus=N -N 1, which the job_submit plugin reads as N GPUs on one node.
+--
+-- Anything else is left to the job_submit plugin, which refuses what cannot start with a line that
+-- says what does. The filter only rewrites a user's own options; it trusts nothing and enforces
+-- nothing (a user could skip it), the plugin does.
+
+local M = {}
+
+-- the GPU count of an option value with one untyped or typed GPU item ("gres:gpu:2", "gpu:v100:2",
+-- "2"), with its type and the option's other items; nil when it has no such item
+function M.gpu_item(value)
+  if value == nil or value == "" then
+    return nil
+  end
+  local count, typ, others = nil, nil, {}
+  for part in string.gmatch(value, "[^,]+") do
+    local body = part:gsub("^gres[:/]", "")
+    local f = {}
+    for x in string.gmatch(body, "[^:]+") do
+      f[#f + 1] = x
+    end
+    if #f == 1 and f[1]:match("^%d+$") then
+      count = tonumber(f[1])
+    elseif f[1] == "gpu" and #f == 2 and f[2]:match("^%d+$") then
+      count = tonumber(f[2])
+    elseif f[1] == "gpu" and #f == 3 and f[3]:match("^%d+$") then
+      count, typ = tonumber(f[3]), f[2]
+    elseif f[1] == "gpu" then
+      return nil -- "gpu" alone or a form srun itself will explain
+    else
+      others[#others + 1] = body
+    end
+  end
+  if count == nil then
+    return nil
+  end
+  return count, typ, others
+end
+
+-- srun's node count option ("1-0" when not given, "2", "2-3") as its minimum and maximum
+local function node_range(value)
+  local lo, hi = string.match(value or "", "^(%d+)%-?(%d*)$")
+  return tonumber(lo or "1"), tonumber(hi ~= "" and hi or lo or "0")
+end
+
+-- whether the step or job srun is about to start lies on one node
+function M.one_node(nodes, in_job, job_nodes)
+  local lo, hi = node_range(nodes)
+  if lo > 1 or hi > 1 then
+    return false
+  end
+  if in_job and hi == 0 then
+    return job_nodes == "1" -- a step spans the whole allocation unless told otherwise
+  end
+  return true
+end
+
+-- the options to set (name -> value) for srun's GPU ask, or nil to leave it as given
+function M.rewrite(get, env)
+  if get("type") ~= "srun" or (get("gpus") or "") ~= "" then
+    return nil
+  end
+  local in_job = env("SLURM_JOB_ID") ~= nil
+  local count, typ, others, field = nil, nil, nil, nil
+  for _, name in ipairs({ "gres", "gpus-per-node" }) do
+    local c, t, o = M.gpu_item(get(name))
+    if c ~= nil then
+      if count ~= nil then
+        return nil -- asked twice: Slurm's own message is the clearest
+      end
+      count, typ, others, field = c, t, o, name
+    end
+  end
+  if count == nil or count < 1 then
+    return nil
+  end
+  if typ ~= nil and not in_job then
+    return nil -- a new job's GPU type is its owner's choice; the plugin says what to do
+  end
+  if count == 1 and typ == nil then
+    return nil -- a one-GPU record holds it
+  end
+  if not M.one_node(get("nodes"), in_job, env("SLURM_JOB_NUM_NODES")) then
+    return nil
+  end
+  local set = { gpus = tostring(count) }
+  if field == "gres" then
+    -- a zero count asks for none: it keeps srun's other GRES and takes the GPUs out of the per-node ask
+    table.insert(others, 1, "gpu:0")
+    set.gres = table.concat(others, ",")
+  else
+    set["gpus-per-node"] = "0"
+  end
+  if not in_job then
+    set.nodes = "1"
+  end
+  return set
+end
+
+function slurm_cli_setup_defaults(options, early_pass)
+  return slurm.SUCCESS
+end
+
+function slurm_cli_pre_submit(options, offset)
+  local ok, set = pcall(M.rewrite, function(name)
+    return options[name]
+  end, os.getenv)
+  if ok and set ~= nil then
+    for name, value in pairs(set) do
+      options[name] = value
+    end
+  end
+  return slurm.SUCCESS
+end
+
+function slurm_cli_post_submit(offset, job_id, step_id)
+  return slurm.SUCCESS
+end
+
+HIVEBATCH_CLI_FILTER = M

@@ -1,0 +1,70 @@
+-- Unit tests of hivebatch's cli_filter for srun, run with Lua 5.1 and busted:
+--   lua5.1 /usr/bin/busted tests/lua
+-- Option values are what srun 22.05 hands the filter (seen on the lab: --gres=gpu:2 reads
+-- "gres:gpu:2", no -N reads nodes "1-0").
+
+local function load_filter()
+  dofile("tests/lua/fake_slurm.lua")
+  dofile("hivebatch/data/cli_filter.lua")
+  return HIVEBATCH_CLI_FILTER
+end
+
+-- M.rewrite for srun options and an environment, both plain tables
+local function rewrite(options, env)
+  local M = load_filter()
+  options.type = options.type or "srun"
+  options.nodes = options.nodes or "1-0"
+  return M.rewrite(function(name) return options[name] end, function(name) return (env or {})[name] end)
+end
+
+local IN_JOB = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "1" }
+
+describe("srun's own GPU ask", function()
+  it("asks a new job on one node for its GPUs per step", function()
+    assert.are.same({ gres = "gpu:0", gpus = "2", nodes = "1" }, rewrite({ gres = "gres:gpu:2" }))
+    assert.are.same({ ["gpus-per-node"] = "0", gpus = "2", nodes = "1" }, rewrite({ ["gpus-per-node"] = "2" }))
+    assert.are.same({ gres = "gpu:0", gpus = "4", nodes = "1" }, rewrite({ gres = "gres:gpu:4", nodes = "1" }))
+  end)
+
+  it("keeps srun's other GRES", function()
+    assert.are.same({ gres = "gpu:0,tmpdisk:10", gpus = "2", nodes = "1" },
+                    rewrite({ gres = "gres:gpu:2,gres:tmpdisk:10" }))
+  end)
+
+  it("drops the type of a step's ask inside a job, whose GPUs are of one type", function()
+    assert.are.same({ gres = "gpu:0", gpus = "1" }, rewrite({ gres = "gres:gpu:v100:1" }, IN_JOB))
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, rewrite({ gres = "gres:gpu:2" }, IN_JOB))
+  end)
+
+  it("leaves what starts as it is, and what it cannot rewrite to the plugin", function()
+    assert.is_nil(rewrite({ gres = "gres:gpu:1" }))                        -- a one-GPU record holds it
+    assert.is_nil(rewrite({ gpus = "2" }))                                 -- per step already
+    assert.is_nil(rewrite({ gres = "gres:gpu:v100:2" }))                   -- a new job's type is its owner's
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2" }))          -- several nodes
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1-2" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", ["gpus-per-node"] = "2" })) -- asked twice
+    assert.is_nil(rewrite({ gres = "gres:gpu:0" }))
+    assert.is_nil(rewrite({ gres = "gres:tmpdisk:10" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", type = "sbatch" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", type = "salloc" }))
+  end)
+
+  it("reads a step on one node of a larger job as one node", function()
+    assert.are.same({ gres = "gpu:0", gpus = "2" },
+                    rewrite({ gres = "gres:gpu:2", nodes = "1" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }))
+  end)
+
+  it("sets what it rewrites on srun's options and never fails srun", function()
+    load_filter()
+    local set = {}
+    local options = setmetatable({}, {
+      __index = function(_, k) return ({ type = "srun", gres = "gres:gpu:2", nodes = "1-0" })[k] end,
+      __newindex = function(_, k, v) set[k] = v end,
+    })
+    assert.are.equal(slurm.SUCCESS, slurm_cli_pre_submit(options, 0))
+    assert.are.same({ gres = "gpu:0", gpus = "2", nodes = "1" }, set)
+    local broken = setmetatable({}, { __index = function() error("no such option") end })
+    assert.are.equal(slurm.SUCCESS, slurm_cli_pre_submit(broken, 0))
+  end)
+end)
