@@ -291,6 +291,7 @@ def _node_needs(job: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "features": str(job.get("features") or ""),
         "cpus_per_node": cpus,
+        "cpus_total": _num(job.get("cpus")) or 0,
         "mem_per_node_mb": mem,
         "reservation": str(job.get("resv_name") or ""),
         "excluded_nodes": expand_hostlist(str(job.get("excluded_nodes") or "")),

@@ -138,6 +138,7 @@ class SlurmJob:
     # job where Slurm could not start it
     features: str = ""
     cpus_per_node: int = 0
+    cpus_total: int = 0  # all its tasks' CPUs (-n 32: 32), which must fit on the nodes it is pinned to
     mem_per_node_mb: int = 0
     reservation: str = ""
     excluded_nodes: list[str] = field(default_factory=list)
