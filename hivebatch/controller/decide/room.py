@@ -104,13 +104,15 @@ def _to_round(r: Round, job: Job, req: JobRequest, sj: SlurmJob) -> None:
     r.reqs[task.job_id] = (job, req)
 
 
-def _too_many_cpus(r: Round, req: JobRequest, sj: SlurmJob, of_type: list[str]) -> str | None:
+def _too_many_cpus(r: Round, req: JobRequest, sj: SlurmJob) -> str | None:
     """Why the job's CPUs can never fit on the nodes it is pinned to (NumNodes=k-k), when k is fixed.
     Slurm would spread `-n 32 --gres=gpu:2` over more nodes; pinned to one it found the job "never
     runnable" and held it, and the controller placed it again every cycle."""
     nodes = req.nodes or (1 if req.gpus_per_node and req.gpus <= req.gpus_per_node else None)
-    cpus = max((n.cpus for name, n in r.ledger.nodes.items() if name in of_type), default=0)
-    if not nodes or not cpus or -(-sj.cpus_total // nodes) <= cpus:
+    if not nodes or sj.cpus_total <= nodes:
+        return None  # a CPU per node always fits: no need to look at the nodes
+    cpus = r.most_cpus(req.gpu_type)
+    if not cpus or -(-sj.cpus_total // nodes) <= cpus:
         return None
     return (
         f"its {sj.cpus_total} CPUs do not fit on {nodes} node(s) of at most {cpus} CPUs each;"
@@ -129,7 +131,7 @@ def _screen_one(
     unfit = r.unfit_for(job, sj)
     of_type = [n.name for n in r.ctx.spec.nodes if req.gpu_type in (None, n.gpu_type)]
     need = req.nodes or 1
-    crowded = _too_many_cpus(r, req, sj, of_type)
+    crowded = _too_many_cpus(r, req, sj)
     if crowded:
         r.out.waits.append(Wait(job, f"can never run as asked: {crowded}", rejected=True))
         return

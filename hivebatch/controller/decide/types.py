@@ -99,6 +99,8 @@ class Round:
     # the nodes jobs of these needs (and --nodelist) can never use: a rejected job is judged every cycle
     never_by_needs: dict[tuple[Needs, str], dict[str, str]] = field(default_factory=dict)
     class_notes: dict[int, str] = field(default_factory=dict)  # slurm id -> why it runs in a lower class
+    # GPU type (None: any) -> the most CPUs one of its nodes has, asked for each waiting job
+    cpus_by_type: dict[str | None, int] = field(default_factory=dict)
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
 
     @functools.cached_property
@@ -118,6 +120,14 @@ class Round:
             gmap=alloc.gpu_map(),
             by_sid={str(j.slurm_job_id): j for j in ledger.jobs.values()},
         )
+
+    def most_cpus(self, gpu_type: str | None) -> int:
+        """The most CPUs a node with GPUs of ``gpu_type`` (None: any) has, as Slurm reports it (0: unknown)."""
+        if gpu_type not in self.cpus_by_type:
+            names = {n.name for n in self.ctx.spec.nodes if gpu_type in (None, n.gpu_type)}
+            seen = (n.cpus for name, n in self.ledger.nodes.items() if name in names)
+            self.cpus_by_type[gpu_type] = max(seen, default=0)
+        return self.cpus_by_type[gpu_type]
 
     def unfit_for(self, job: Job, sj: SlurmJob) -> dict[str, str]:
         """The nodes ``job`` cannot use now (its needs besides GPUs, nodes Slurm did not start it on,
