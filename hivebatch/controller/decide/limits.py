@@ -21,7 +21,7 @@ def within_limits(r: Round, job: Job, req: JobRequest) -> JobRequest:
     user = job.user or ""
     cls, why = class_within(limits, r.ledger.strict_use, user, req.vc, req.qos)
     if why is not None:
-        r.class_notes[job.slurm_job_id] = f"runs as {cls}: {why}"
+        r.add_note(job.slurm_job_id, f"runs as {cls}: {why}")
         req = replace(req, qos=cls)
         r.out.classes[job.slurm_job_id] = cls
     if cls in STRICT_CLASSES:

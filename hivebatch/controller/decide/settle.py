@@ -62,7 +62,7 @@ def attach_notes(r: Round) -> None:
     """What the profile store said about a job's model reaches its owner: the placed job's reason,
     or after a waiting job's reason."""
     notes = dict(r.builder.notes)
-    for sid, why in r.class_notes.items():
+    for sid, why in r.run_notes.items():
         notes[sid] = f"{why}; {notes[sid]}" if sid in notes else why
     if not notes:
         return

@@ -98,7 +98,9 @@ class Round:
     unfit_by_needs: dict[tuple[Needs, frozenset[str], str], dict[str, str]] = field(default_factory=dict)
     # the nodes jobs of these needs (and --nodelist) can never use: a rejected job is judged every cycle
     never_by_needs: dict[tuple[Needs, str], dict[str, str]] = field(default_factory=dict)
-    class_notes: dict[int, str] = field(default_factory=dict)  # slurm id -> why it runs in a lower class
+    run_notes: dict[int, str] = field(
+        default_factory=dict
+    )  # slurm id -> how it runs otherwise than asked (a lower class, more nodes)
     # GPU type (None: any) -> the most CPUs one of its nodes has, asked for each waiting job
     cpus_by_type: dict[str | None, int] = field(default_factory=dict)
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
@@ -120,6 +122,11 @@ class Round:
             gmap=alloc.gpu_map(),
             by_sid={str(j.slurm_job_id): j for j in ledger.jobs.values()},
         )
+
+    def add_note(self, slurm_id: int, note: str) -> None:
+        """Tell the job's owner how it runs otherwise than asked (after its reason)."""
+        old = self.run_notes.get(slurm_id)
+        self.run_notes[slurm_id] = f"{old}; {note}" if old else note
 
     def most_cpus(self, gpu_type: str | None) -> int:
         """The most CPUs a node with GPUs of ``gpu_type`` (None: any) has, as Slurm reports it (0: unknown)."""
