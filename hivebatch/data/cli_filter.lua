@@ -11,7 +11,9 @@
 --   * inside a job (SLURM_JOB_ID set), a step on one node: --gres=gpu[:TYPE]:N or --gpus-per-node=N
 --     becomes --gpus=N (the job's GPUs are all of one type, the one it was placed by);
 --   * a new job (srun on a login node) with no node count, or one node: --gres=gpu:N or
---     --gpus-per-node=N becomes --gpus=N -N 1, which the job_submit plugin reads as N GPUs on one node.
+--     --gpus-per-node=N becomes --gpus=N. hivebatch places it on one node, unless its tasks need
+--     more (srun -n 32 on 16-CPU nodes): then, as Slurm spreads it, on as many as they need, with the
+--     N GPUs split evenly over them.
 --
 -- Anything else is left to the job_submit plugin, which refuses what cannot start with a line that
 -- says what does. The filter only rewrites a user's own options; it trusts nothing and enforces
@@ -103,9 +105,6 @@ function M.rewrite(get, env)
     set.gres = table.concat(others, ",")
   else
     set["gpus-per-node"] = "0"
-  end
-  if not in_job then
-    set.nodes = "1"
   end
   return set
 end

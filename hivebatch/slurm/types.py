@@ -139,6 +139,11 @@ class SlurmJob:
     features: str = ""
     cpus_per_node: int = 0
     cpus_total: int = 0  # all its tasks' CPUs (-n 32: 32), which must fit on the nodes it is pinned to
+    tasks: int = 0  # -n
+    tasks_per_node: int = 0  # --ntasks-per-node (0: not given), with -n a most per node
+    # the most nodes its owner allows (-N 2, -N 1-3; 0: no count given, Slurm spreads the tasks
+    # over as many nodes as they need)
+    max_nodes: int = 0
     mem_per_node_mb: int = 0
     reservation: str = ""
     excluded_nodes: list[str] = field(default_factory=list)

@@ -235,6 +235,35 @@ def test_gpus_that_do_not_split_evenly_over_the_nodes_run_as_the_same_gpus_on_ea
     assert _by_host((h, [int(x) for x in cvd.split(",")]) for h, cvd in seen) == placed
 
 
+def test_tasks_more_than_one_node_holds_are_spread_over_nodes_as_slurm_does(ctl: Ctl, loop: Loop) -> None:
+    # plain Slurm ran `-n 32 --gres=gpu:1` on 16-CPU nodes over several nodes with a GPU on each
+    # (tests/fixtures/slurm/tasks_spread_over_nodes.txt); pinned to one node it was held again and
+    # placed again every cycle. (Only idle GPUs span two nodes in this controller's config.)
+    jid, tasks = _sbatch_steps(
+        ctl, "bob", f"{ctl.tag}-spread", "-n", "32", "--gres=gpu:1", "-q", "opportunistic"
+    )
+    placed = _placed(ctl, jid)
+    assert len(placed) == 2 and all(len(g) == 1 for g in placed.values())
+    seen = {(ln.split()[2], ln.split()[3]) for ln in tasks}
+    assert len(tasks) == 32 and _by_host((h, [int(c)]) for h, c in seen) == placed
+    assert "runs on 2 nodes with 1 GPU(s) each: its 32 CPUs need 2 nodes of at most 16 CPUs each" in (
+        ctl.job(jid).reason or ""
+    )
+
+
+def test_an_srun_whose_tasks_need_two_nodes_runs_on_both(ctl: Ctl, loop: Loop) -> None:
+    # the cli_filter once asked such an srun for one node, where it was rejected
+    name = f"{ctl.tag}-srunspread"
+    proc = popen_as("bob", ["srun", "-J", name, "-n", "32", "--gres=gpu:2", "-q", "opportunistic", "-t", "5",
+                            "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
+    jid = _adopt(ctl, name)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    seen = {tuple(ln.split()[1:3]) for ln in out.splitlines() if ln.startswith("gpus ")}
+    placed = _placed(ctl, jid)
+    assert len(placed) == 2 and _by_host((h, [int(c) for c in cvd.split(",")]) for h, cvd in seen) == placed
+
+
 def test_gpus_per_socket_run_packed_together_as_the_note_says(ctl: Ctl, loop: Loop) -> None:
     # plain Slurm gives GPUs 0 and 4, one per socket (tests/fixtures/slurm/gpus_per_socket_spread.txt)
     name = f"{ctl.tag}-socket"

@@ -21,13 +21,14 @@ local IN_JOB = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "1" }
 
 describe("srun's own GPU ask", function()
   it("asks a new job on one node for its GPUs per step", function()
-    assert.are.same({ gres = "gpu:0", gpus = "2", nodes = "1" }, rewrite({ gres = "gres:gpu:2" }))
-    assert.are.same({ ["gpus-per-node"] = "0", gpus = "2", nodes = "1" }, rewrite({ ["gpus-per-node"] = "2" }))
-    assert.are.same({ gres = "gpu:0", gpus = "4", nodes = "1" }, rewrite({ gres = "gres:gpu:4", nodes = "1" }))
+    -- no node count is set: a job whose tasks need more nodes than one is spread as Slurm does
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, rewrite({ gres = "gres:gpu:2" }))
+    assert.are.same({ ["gpus-per-node"] = "0", gpus = "2" }, rewrite({ ["gpus-per-node"] = "2" }))
+    assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:4", nodes = "1" }))
   end)
 
   it("keeps srun's other GRES", function()
-    assert.are.same({ gres = "gpu:0,tmpdisk:10", gpus = "2", nodes = "1" },
+    assert.are.same({ gres = "gpu:0,tmpdisk:10", gpus = "2" },
                     rewrite({ gres = "gres:gpu:2,gres:tmpdisk:10" }))
   end)
 
@@ -63,7 +64,7 @@ describe("srun's own GPU ask", function()
       __newindex = function(_, k, v) set[k] = v end,
     })
     assert.are.equal(slurm.SUCCESS, slurm_cli_pre_submit(options, 0))
-    assert.are.same({ gres = "gpu:0", gpus = "2", nodes = "1" }, set)
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, set)
     local broken = setmetatable({}, { __index = function() error("no such option") end })
     assert.are.equal(slurm.SUCCESS, slurm_cli_pre_submit(broken, 0))
   end)

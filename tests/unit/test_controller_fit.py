@@ -210,23 +210,6 @@ def test_taken_back_job_is_placed_again_on_other_nodes(tmp_path):
     assert env.job(jid).state == "running" and env.ctl.job(jid).gpus == again
 
 
-def test_tasks_whose_cpus_no_pinned_node_count_holds_are_rejected(ctx) -> None:  # type: ignore[no-untyped-def]
-    # `-N 1 -n 32` (or srun -n 32 --gres=gpu:2, which the cli_filter asks on one node): Slurm found the
-    # pinned job never runnable and held it, and it was placed again every cycle
-    nodes = {n: _node(n) for n in NODES}  # 16 CPUs each
-    r = _screened(ctx, JobRequest(vc="cv", gpus=2, gpus_per_node=2, nodes=1), nodes, cpus_total=32)
-    (wait,) = r.out.waits
-    assert wait.rejected and wait.reason == (
-        "can never run as asked: its 32 CPUs do not fit on 1 node(s) of at most 16 CPUs each; cancel it"
-        " and submit it again on more nodes (-N) or with fewer tasks or CPUs"
-    )
-    # on two nodes they fit; a GPU count whose shape the policy chooses is left to it
-    r = _screened(ctx, JobRequest(vc="nlp", gpus=2, gpus_per_node=1, nodes=2), nodes, cpus_total=32)
-    assert not any(w.rejected for w in r.out.waits)
-    r = _screened(ctx, JobRequest(vc="nlp", gpus=4), nodes, cpus_total=32)
-    assert not any(w.rejected for w in r.out.waits)
-
-
 def test_squeue_gives_the_cpus_of_all_the_tasks(slurm_fixture) -> None:  # type: ignore[no-untyped-def]
     from hivebatch.slurm.parse import parse_squeue_json
 

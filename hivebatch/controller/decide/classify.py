@@ -9,6 +9,7 @@ from hivebatch.controller.decide.checks import check_request
 from hivebatch.controller.decide.eligible import not_eligible
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.limits import within_limits
+from hivebatch.controller.decide.spread import spread_over_nodes
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.db.models import Job
 from hivebatch.sharing.integration import is_slice
@@ -76,6 +77,11 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
     req, problem = check_request(job, sj, spec, r.ctx.limits)
     if req is not None:
         req = within_limits(r, job, req)
+        req, note, never = spread_over_nodes(req, sj, r.most_cpus(req.gpu_type), spec)
+        if never:
+            req, problem = None, f"can never run as asked: {never}"
+        elif note:
+            r.add_note(job.slurm_job_id, note)
     if req is None:
         r.out.waits.append(Wait(job, problem or "invalid request", rejected=True))
     elif req.gpus == 0:

@@ -104,22 +104,6 @@ def _to_round(r: Round, job: Job, req: JobRequest, sj: SlurmJob) -> None:
     r.reqs[task.job_id] = (job, req)
 
 
-def _too_many_cpus(r: Round, req: JobRequest, sj: SlurmJob) -> str | None:
-    """Why the job's CPUs can never fit on the nodes it is pinned to (NumNodes=k-k), when k is fixed.
-    Slurm would spread `-n 32 --gres=gpu:2` over more nodes; pinned to one it found the job "never
-    runnable" and held it, and the controller placed it again every cycle."""
-    nodes = req.nodes or (1 if req.gpus_per_node and req.gpus <= req.gpus_per_node else None)
-    if not nodes or sj.cpus_total <= nodes:
-        return None  # a CPU per node always fits: no need to look at the nodes
-    cpus = r.most_cpus(req.gpu_type)
-    if not cpus or -(-sj.cpus_total // nodes) <= cpus:
-        return None
-    return (
-        f"its {sj.cpus_total} CPUs do not fit on {nodes} node(s) of at most {cpus} CPUs each;"
-        " cancel it and submit it again on more nodes (-N) or with fewer tasks or CPUs"
-    )
-
-
 def _screen_one(
     r: Round,
     room: Room,
@@ -131,10 +115,6 @@ def _screen_one(
     unfit = r.unfit_for(job, sj)
     of_type = [n.name for n in r.ctx.spec.nodes if req.gpu_type in (None, n.gpu_type)]
     need = req.nodes or 1
-    crowded = _too_many_cpus(r, req, sj)
-    if crowded:
-        r.out.waits.append(Wait(job, f"can never run as asked: {crowded}", rejected=True))
-        return
     if sum(n not in unfit for n in of_type) < need:
         never = r.never_for(job, sj)
         if sum(n not in never for n in of_type) < need:

@@ -1,0 +1,142 @@
+"""A job on as many nodes as its tasks need, as Slurm spreads it (hivebatch.controller.decide.spread)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from decide_support import context, make_round, row
+
+from hivebatch.controller.decide.classify import classify
+from hivebatch.controller.decide.policy_round import run_policy_round
+from hivebatch.controller.decide.room import screen_hopeless
+from hivebatch.controller.decide.settle import attach_notes
+from hivebatch.controller.decide.spread import nodes_for_tasks, spread_over_nodes
+from hivebatch.request import JobRequest
+from hivebatch.slurm.parse import parse_squeue_json
+from hivebatch.slurm.types import SlurmJob, SlurmNode
+
+NODES = ("node1", "node2", "node3", "node4")
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory: pytest.TempPathFactory):
+    return context(tmp_path_factory.mktemp("spread"))
+
+
+def _decided(ctx, req: JobRequest, **asks: object):  # type: ignore[no-untyped-def]
+    """One held job through classify, the screen and the policy round, on four idle 16-CPU nodes."""
+    job = row(1, req)
+    r = make_round(ctx, [job])
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], **asks)
+    r.ledger.nodes = {
+        n: SlurmNode(
+            name=n,
+            state="IDLE",
+            bad=False,
+            gpu_indices=list(range(8)),
+            partitions=["gpu"],
+            features=["v100"],
+            cpus=16,
+            cpus_free=16,
+            mem_mb=64000,
+            mem_free_mb=64000,
+        )  # fmt: skip
+        for n in NODES
+    }
+    classify(r)
+    screen_hopeless(r)
+    run_policy_round(r)
+    attach_notes(r)
+    return r
+
+
+def test_a_per_node_ask_without_a_node_count_runs_on_the_nodes_its_cpus_need(ctx) -> None:  # type: ignore[no-untyped-def]
+    # `sbatch -n 32 --gres=gpu:2`: plain Slurm ran it on several nodes with 2 GPUs on each; pinned to
+    # one node it was found never runnable, held again and placed again every cycle
+    r = _decided(ctx, JobRequest(vc="nlp", gpus=2, gpus_per_node=2, nodes=1), cpus_total=32, tasks=32)
+    (place,) = r.out.places
+    assert sorted(len(g) for g in place.placement.values()) == [2, 2] and place.shape == (2, 2)
+    assert place.note == (
+        "runs on 2 nodes with 2 GPU(s) each: its 32 CPUs need 2 nodes of at most 16 CPUs each, as Slurm spreads it"
+    )
+
+
+def test_tasks_per_node_spread_the_job_as_slurm_does(ctx) -> None:  # type: ignore[no-untyped-def]
+    # `-n 8 --ntasks-per-node=4 --gres=gpu:1`: 8 CPUs fit on one node, but at most 4 tasks go on each
+    r = _decided(
+        ctx, JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1), cpus_total=8, tasks=8, tasks_per_node=4
+    )
+    (place,) = r.out.places
+    assert place.shape == (2, 1) and len(place.placement) == 2
+    assert "its 8 tasks, at most 4 on a node (--ntasks-per-node), need 2 nodes" in (place.note or "")
+
+
+def test_a_per_job_count_is_split_evenly_over_the_nodes(ctx) -> None:  # type: ignore[no-untyped-def]
+    r = _decided(ctx, JobRequest(vc="nlp", gpus=4), cpus_total=32, tasks=32)
+    (place,) = r.out.places
+    assert place.shape == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("req", "asks", "why"),
+    [
+        # the owner's own node count cannot hold the tasks (Slurm refuses `-N 1 -n 32` at submit)
+        (
+            JobRequest(vc="nlp", gpus=2, gpus_per_node=2, nodes=1),
+            {"cpus_total": 32, "max_nodes": 1},
+            "its 32 CPUs need 2 nodes of at most 16 CPUs each, and it asks for at most 1 (-N): cancel it and"
+            " submit it again with -N 2 or with fewer tasks or CPUs",
+        ),
+        # cv has one whole-node cell: a job on two nodes never fits in its cells
+        (
+            JobRequest(vc="cv", gpus=2, gpus_per_node=2, nodes=1),
+            {"cpus_total": 32},
+            "its 32 CPUs need 2 nodes of at most 16 CPUs each, and a job on several nodes runs in whole-node"
+            " cells, of which virtual cluster cv has 1: ask for fewer tasks or CPUs (-n, -c, --ntasks-per-node), or"
+            " submit it with --qos=opportunistic to run on idle GPUs",
+        ),
+        (
+            JobRequest(vc="nlp", gpus=3),
+            {"cpus_total": 32, "max_nodes": 2},  # -N 1-2
+            "its 32 CPUs need 2 nodes of at most 16 CPUs each, and its 3 GPUs do not split evenly over them:"
+            " ask for a GPU count per node (--gpus-per-node) instead",
+        ),
+        (
+            JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1),
+            {"cpus_total": 48, "tasks": 48},
+            "its 48 CPUs need 3 nodes of at most 16 CPUs each, and a job on several nodes runs in whole-node"
+            " cells, of which virtual cluster nlp has 2: ask for fewer tasks or CPUs (-n, -c, --ntasks-per-node), or"
+            " submit it with --qos=opportunistic to run on idle GPUs",
+        ),
+    ],
+)
+def test_a_job_whose_tasks_its_nodes_cannot_hold_is_rejected_saying_what_to_change(
+    ctx, req, asks, why
+) -> None:  # type: ignore[no-untyped-def]
+    r = _decided(ctx, req, **asks)
+    (wait,) = r.out.waits
+    assert wait.rejected and wait.reason == f"can never run as asked: {why}"
+    assert not r.out.places
+
+
+def test_a_job_whose_tasks_fit_is_left_as_asked(ctx) -> None:  # type: ignore[no-untyped-def]
+    spec = ctx.spec
+    sj = SlurmJob(
+        job_id=1, name="j", user="u", account="nlp", qos="normal", state="PENDING", reason="", cpus_total=16
+    )
+    req = JobRequest(vc="nlp", gpus=2, gpus_per_node=2, nodes=1)
+    assert spread_over_nodes(req, sj, 16, spec) == (req, None, None)
+    assert spread_over_nodes(req, replace(sj, cpus_total=32), 0, spec) == (req, None, None)  # CPUs unknown
+    # an owner's range allows more nodes: `-N 1-3 -n 32`
+    wide, note, never = spread_over_nodes(req, replace(sj, cpus_total=32, max_nodes=3), 16, spec)
+    assert never is None and (wide.nodes, wide.gpus) == (2, 4) and note
+
+
+def test_squeue_gives_tasks_per_node_and_the_owners_node_bound(slurm_fixture) -> None:  # type: ignore[no-untyped-def]
+    jobs = {j.job_id: j for j in parse_squeue_json(slurm_fixture("squeue_tasks_spread.json"))}
+    loose, per_node, fixed = jobs[3702], jobs[3703], jobs[3704]  # recorded on the lab, held
+    assert (loose.tasks, loose.cpus_total, loose.max_nodes) == (32, 32, 0)
+    assert nodes_for_tasks(loose, 16)[0] == 2
+    assert (per_node.tasks, per_node.tasks_per_node) == (16, 4) and nodes_for_tasks(per_node, 16)[0] == 4
+    assert fixed.max_nodes == 1
