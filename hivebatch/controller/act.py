@@ -16,12 +16,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_indices
+from hivebatch.controller.decide.spread import PerGpu
 from hivebatch.controller.notice import send_notice, write_notice
 from hivebatch.controller.observe import phase
 from hivebatch.controller.preemption import book_preemption, preemptor, resume_reason
 from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import Job
-from hivebatch.request import CLASS_PRIORITY
+from hivebatch.request import CLASS_PRIORITY, plugin_extras
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import SlurmError, SlurmJob
 
@@ -132,16 +133,43 @@ def preempt(
     session.commit()
 
 
+def _share_per_node(placement: dict[str, list[int]], sj: SlurmJob | None) -> tuple[int | None, int | None]:
+    """MinCPUsNode and MinMemoryNode for a job asking CPUs or memory per GPU and placed with fewer
+    GPUs on a node than the job_submit plugin counted them for (all on one); None: leave as it is."""
+    if sj is None or not placement:
+        return None, None
+    per_gpu = PerGpu.of(plugin_extras(sj))
+    share = per_gpu.needs(sj, len(next(iter(placement.values()))))  # placements are symmetric
+    cpus = share.cpus_per_node if share.cpus_per_node != sj.cpus_per_node else None
+    mem = share.mem_per_node_mb if share.mem_per_node_mb != sj.mem_per_node_mb else None
+    return cpus, mem
+
+
 def place(
-    session: Session, rec: Recorder, backend: SlurmBackend, job: Job, result: ActResult, redo: bool = False
+    session: Session,
+    rec: Recorder,
+    backend: SlurmBackend,
+    job: Job,
+    result: ActResult,
+    redo: bool = False,
+    sj: SlurmJob | None = None,
 ) -> None:
-    """Pin a held job to its placement (nodes, node count, typed gres) and release it."""
+    """Pin a held job to its placement (nodes, node count, typed gres, its CPUs and memory per node
+    where it asked them per GPU) and release it."""
     placement = job.placement or {}
     nodes = sorted(placement)
     try:
         if placement:
             gres = job.gres or gres_for(symmetric_indices(placement) or [])
-            backend.update_pending(job.slurm_job_id, nodelist=nodes, num_nodes=len(nodes), gres=gres)
+            cpus, mem = _share_per_node(placement, sj)
+            backend.update_pending(
+                job.slurm_job_id,
+                nodelist=nodes,
+                num_nodes=len(nodes),
+                gres=gres,
+                min_cpus_per_node=cpus,
+                min_mem_per_node_mb=mem,
+            )
         backend.release(job.slurm_job_id)
     except SlurmError as exc:
         alive = _still_pending(backend, job.slurm_job_id)
@@ -199,12 +227,12 @@ def act(
         if victim is not None and victim.intent == "preempt":
             preempt(session, rec, backend, victim, by, result)
     for job in redo_place:
-        place(session, rec, backend, job, result, redo=True)
+        place(session, rec, backend, job, result, redo=True, sj=slurm.get(job.slurm_job_id))
     for job, why in decisions.take_backs:
         take_back(session, rec, backend, job, why, result)
     for p in decisions.places:
         if p.job.intent == "place":
-            place(session, rec, backend, p.job, result)
+            place(session, rec, backend, p.job, result, sj=slurm.get(p.job.slurm_job_id))
     split_arrays(backend, decisions.splits, result)
     return result
 

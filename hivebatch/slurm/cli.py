@@ -120,6 +120,8 @@ class CliBackend(SlurmBackend):
         nodelist: list[str] | None = None,
         num_nodes: int | None = None,
         gres: str | None = None,
+        min_cpus_per_node: int | None = None,
+        min_mem_per_node_mb: int | None = None,
     ) -> None:
         args = ["scontrol", "update", f"JobId={self._name(job_id)}"]
         if gres is not None:
@@ -129,6 +131,10 @@ class CliBackend(SlurmBackend):
         if num_nodes is not None:
             # NumNodes=N only sets a minimum; N-N pins the count
             args.append(f"NumNodes={int(num_nodes)}-{int(num_nodes)}")
+        if min_cpus_per_node is not None:
+            args.append(f"MinCPUsNode={int(min_cpus_per_node)}")
+        if min_mem_per_node_mb is not None:
+            args.append(f"MinMemoryNode={int(min_mem_per_node_mb)}")
         if len(args) == 3:
             return
         self._run(args)

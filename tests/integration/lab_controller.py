@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from hivebatch.controller.context import load_context
 from hivebatch.controller.cycle import CycleReport, run_cycle
-from hivebatch.db import Job, make_engine, make_sessionmaker, migrate
+from hivebatch.db import Event, Job, make_engine, make_sessionmaker, migrate
 from hivebatch.replay.live import ScopedBackend  # the controller sees only the test's pending jobs
 from hivebatch.request import JobRequest
 from hivebatch.submit.build import gpu_ask_arguments
@@ -76,6 +76,16 @@ class Ctl:
     def job(self, jid: int) -> Job:
         with self.factory() as s:
             return s.scalars(select(Job).where(Job.slurm_job_id == jid)).one()
+
+    def placed_event(self, jid: int) -> str:
+        """What the controller said when it placed the job (its reason is gone once the job runs)."""
+        with self.factory() as s:
+            q = (
+                select(Event.message)
+                .where(Event.slurm_job_id == jid, Event.kind == "placed")
+                .order_by(Event.id)
+            )
+            return str(s.scalars(q).first() or "")
 
     def until(self, check: Callable[[], bool], timeout_s: float = 45.0, what: Any = "") -> None:
         deadline = time.monotonic() + timeout_s

@@ -7,16 +7,18 @@ from dataclasses import replace
 import pytest
 from decide_support import context, make_round, row
 
+from hivebatch.controller.act import _share_per_node
 from hivebatch.controller.decide.classify import classify
 from hivebatch.controller.decide.policy_round import run_policy_round
 from hivebatch.controller.decide.room import screen_hopeless
 from hivebatch.controller.decide.settle import attach_notes
-from hivebatch.controller.decide.spread import nodes_for_tasks, spread_over_nodes
+from hivebatch.controller.decide.spread import NodeSize, nodes_for_tasks, spread_over_nodes
 from hivebatch.request import JobRequest
 from hivebatch.slurm.parse import parse_squeue_json
 from hivebatch.slurm.types import SlurmJob, SlurmNode
 
 NODES = ("node1", "node2", "node3", "node4")
+SIXTEEN = NodeSize(cpus=16, mem_mb=64000)
 
 
 @pytest.fixture(scope="module")
@@ -126,10 +128,14 @@ def test_a_job_whose_tasks_fit_is_left_as_asked(ctx) -> None:  # type: ignore[no
         job_id=1, name="j", user="u", account="nlp", qos="normal", state="PENDING", reason="", cpus_total=16
     )
     req = JobRequest(vc="nlp", gpus=2, gpus_per_node=2, nodes=1)
-    assert spread_over_nodes(req, sj, 16, spec) == (req, None, None)
-    assert spread_over_nodes(req, replace(sj, cpus_total=32), 0, spec) == (req, None, None)  # CPUs unknown
+    assert spread_over_nodes(req, sj, SIXTEEN, spec) == (req, None, None)
+    assert spread_over_nodes(req, replace(sj, cpus_total=32), NodeSize(), spec) == (
+        req,
+        None,
+        None,
+    )  # CPUs unknown
     # an owner's range allows more nodes: `-N 1-3 -n 32`
-    wide, note, never = spread_over_nodes(req, replace(sj, cpus_total=32, max_nodes=3), 16, spec)
+    wide, note, never = spread_over_nodes(req, replace(sj, cpus_total=32, max_nodes=3), SIXTEEN, spec)
     assert never is None and (wide.nodes, wide.gpus) == (2, 4) and note
 
 
@@ -137,6 +143,38 @@ def test_squeue_gives_tasks_per_node_and_the_owners_node_bound(slurm_fixture) ->
     jobs = {j.job_id: j for j in parse_squeue_json(slurm_fixture("squeue_tasks_spread.json"))}
     loose, per_node, fixed = jobs[3702], jobs[3703], jobs[3704]  # recorded on the lab, held
     assert (loose.tasks, loose.cpus_total, loose.max_nodes) == (32, 32, 0)
-    assert nodes_for_tasks(loose, 16)[0] == 2
-    assert (per_node.tasks, per_node.tasks_per_node) == (16, 4) and nodes_for_tasks(per_node, 16)[0] == 4
+    assert nodes_for_tasks(loose, SIXTEEN)[0] == 2
+    assert (per_node.tasks, per_node.tasks_per_node) == (16, 4) and nodes_for_tasks(per_node, SIXTEEN)[0] == 4
     assert fixed.max_nodes == 1
+
+
+GPUS_WITH_CPUS = 'hivebatch:v2:{"cpus_per_gpu":12,"gpus":2,"qos":"normal","vc":"nlp"}'
+
+
+def test_cpus_asked_per_gpu_spread_a_per_job_count_with_its_share_on_each_node(ctx) -> None:  # type: ignore[no-untyped-def]
+    # `--gpus=2 --cpus-per-gpu=12` on 16-CPU nodes: plain Slurm ran a GPU and 12 CPUs on each of two
+    # nodes; the plugin had asked 24 CPUs on one node (MinCPUsNode), which no node has
+    r = _decided(ctx, JobRequest(vc="nlp", gpus=2), cpus_per_node=24, admin_comment=GPUS_WITH_CPUS)
+    (place,) = r.out.places
+    assert place.shape == (2, 1)
+    assert "the CPUs and memory it asks per GPU fit 1 of its 2 GPUs on a node" in (place.note or "")
+
+
+def test_the_pin_gives_each_node_its_share_of_the_cpus_asked_per_gpu() -> None:
+    sj = SlurmJob(job_id=1, name="j", user="u", account="nlp", qos="normal", state="PENDING", reason="",
+                  cpus_per_node=24, admin_comment=GPUS_WITH_CPUS)  # fmt: skip
+    assert _share_per_node({"node1": [0], "node2": [0]}, sj) == (12, None)
+    assert _share_per_node({"node1": [0, 1]}, sj) == (None, None)  # as the plugin counted it
+    assert _share_per_node({"node1": [0]}, replace(sj, admin_comment="")) == (None, None)
+
+
+def test_scontrol_sets_the_cpus_and_memory_of_each_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hivebatch.slurm.cli import CliBackend
+
+    calls: list[list[str]] = []
+    backend = CliBackend()
+    monkeypatch.setattr(backend, "_run", lambda args, **kw: calls.append(args) or "")
+    backend.update_pending(7, nodelist=["node1", "node2"], num_nodes=2, gres="gpu:g0:1", min_cpus_per_node=12,
+                           min_mem_per_node_mb=4000)  # fmt: skip
+    assert calls == [["scontrol", "update", "JobId=7", "Gres=gpu:g0:1", "NodeList=node1,node2", "NumNodes=2-2",
+                      "MinCPUsNode=12", "MinMemoryNode=4000"]]  # fmt: skip

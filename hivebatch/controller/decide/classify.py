@@ -9,10 +9,12 @@ from hivebatch.controller.decide.checks import check_request
 from hivebatch.controller.decide.eligible import not_eligible
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.limits import within_limits
-from hivebatch.controller.decide.spread import spread_over_nodes
+from hivebatch.controller.decide.spread import PerGpu, spread_over_nodes
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.db.models import Job
+from hivebatch.request import JobRequest, plugin_extras
 from hivebatch.sharing.integration import is_slice
+from hivebatch.slurm.types import SlurmJob
 
 
 def classify(r: Round) -> None:
@@ -76,12 +78,7 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
         return
     req, problem = check_request(job, sj, spec, r.ctx.limits)
     if req is not None:
-        req = within_limits(r, job, req)
-        req, note, never = spread_over_nodes(req, sj, r.most_cpus(req.gpu_type), spec)
-        if never:
-            req, problem = None, f"can never run as asked: {never}"
-        elif note:
-            r.add_note(job.slurm_job_id, note)
+        req, sj, problem = _on_enough_nodes(r, job, within_limits(r, job, req), sj)
     if req is None:
         r.out.waits.append(Wait(job, problem or "invalid request", rejected=True))
     elif req.gpus == 0:
@@ -92,3 +89,19 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
         r.requeued.append((job, req))
     else:
         r.fresh.append((job, req, sj))
+
+
+def _on_enough_nodes(
+    r: Round, job: Job, req: JobRequest, sj: SlurmJob
+) -> tuple[JobRequest | None, SlurmJob, str | None]:
+    """The request on the nodes its tasks need, with the job's per-node needs for its share of GPUs
+    there; or why it can never run."""
+    per_gpu = PerGpu.of(plugin_extras(sj))
+    wide, note, never = spread_over_nodes(req, sj, r.node_size(req.gpu_type), r.ctx.spec, per_gpu)
+    if never:
+        return None, sj, f"can never run as asked: {never}"
+    if note:
+        r.add_note(job.slurm_job_id, note)
+        if not req.gpus_per_node and wide.gpus_per_node:
+            sj = per_gpu.needs(sj, wide.gpus_per_node)  # its share of CPUs and memory on each node
+    return wide, sj, None

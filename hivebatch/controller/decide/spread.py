@@ -1,17 +1,19 @@
 """A job on as many nodes as its tasks need, as Slurm spreads it.
 
 Slurm puts a job whose owner fixed no node count on as many nodes as its tasks need: on 16-CPU
-nodes `sbatch -n 32 --gres=gpu:2` ran on 2 nodes with 2 GPUs each, and `-n 16 --ntasks-per-node=4
---gres=gpu:1` on 4 nodes with 1 each (tests/fixtures/slurm/tasks_spread_over_nodes.txt). Pinned to
-fewer nodes, Slurm finds the job never runnable and holds it again, and it was placed again every
-cycle. So such a job is planned on that many nodes, with its GPUs per node as asked (a per-job
-count split evenly over them); a job whose owner's node count cannot hold its tasks is rejected
-with what to change.
+nodes `sbatch -n 32 --gres=gpu:2` ran on 2 nodes with 2 GPUs each, `-n 16 --ntasks-per-node=4
+--gres=gpu:1` on 4 nodes with 1 each, and `--gpus=2 --cpus-per-gpu=12` on 2 nodes with a GPU and 12
+CPUs each (tests/fixtures/slurm/tasks_spread_over_nodes.txt). Pinned to fewer nodes, Slurm finds the
+job never runnable and holds it again, and it was placed again every cycle. So such a job is planned
+on that many nodes, with its GPUs per node as asked (a per-job count split evenly over them, each
+node's CPUs and memory per GPU following its share); a job whose owner's node count cannot hold its
+tasks is rejected with what to change.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from hivebatch.cells import ClusterSpec
 from hivebatch.controller.decide.tasks import gpus_per_node
@@ -21,17 +23,64 @@ from hivebatch.slurm.types import SlurmJob
 Spread = tuple[JobRequest, str | None, str | None]  # (request, note when widened, why it can never run)
 
 
-def nodes_for_tasks(sj: SlurmJob, most_cpus: int) -> tuple[int, str]:
-    """The fewest nodes Slurm runs the job's tasks on, and why ("" when one does)."""
+@dataclass(frozen=True)
+class NodeSize:
+    """The most CPUs and memory a node of a GPU type has, as Slurm reports them (0: unknown)."""
+
+    cpus: int = 0
+    mem_mb: int = 0
+
+
+@dataclass(frozen=True)
+class PerGpu:
+    """The job's --cpus-per-gpu and --mem-per-gpu, which the job_submit plugin turned into per-node
+    minimums for all its GPUs on one node (0: not asked)."""
+
+    cpus: int = 0
+    mem_mb: int = 0
+
+    @classmethod
+    def of(cls, extras: dict[str, Any]) -> PerGpu:
+        return cls(int(extras.get("cpus_per_gpu") or 0), int(extras.get("mem_per_gpu_mb") or 0))
+
+    def fit(self, node: NodeSize) -> int | None:
+        """The most GPUs whose CPUs and memory one node holds (None: no per-GPU ask, or sizes unknown)."""
+        caps = [
+            have // each
+            for have, each in ((node.cpus, self.cpus), (node.mem_mb, self.mem_mb))
+            if have and each
+        ]
+        return min(caps) if caps else None
+
+    def needs(self, sj: SlurmJob, gpus_on_node: int) -> SlurmJob:
+        """``sj``'s per-node CPUs and memory for ``gpus_on_node`` GPUs, where it asked per GPU."""
+        return replace(
+            sj,
+            cpus_per_node=self.cpus * gpus_on_node if self.cpus else sj.cpus_per_node,
+            mem_per_node_mb=self.mem_mb * gpus_on_node if self.mem_mb else sj.mem_per_node_mb,
+        )
+
+
+def nodes_for_tasks(
+    sj: SlurmJob, node: NodeSize, gpus: int = 0, per_gpu: PerGpu = PerGpu()
+) -> tuple[int, str]:
+    """The fewest nodes Slurm runs the job on, and why ("" when one does): its tasks' CPUs,
+    ``--ntasks-per-node``, and the CPUs and memory of ``gpus`` GPUs asked per GPU."""
     need, why = 1, ""
-    if most_cpus and sj.cpus_total > most_cpus:
-        need = -(-sj.cpus_total // most_cpus)
-        why = f"its {sj.cpus_total} CPUs need {need} nodes of at most {most_cpus} CPUs each"
+    if node.cpus and sj.cpus_total > node.cpus:
+        need = -(-sj.cpus_total // node.cpus)
+        why = f"its {sj.cpus_total} CPUs need {need} nodes of at most {node.cpus} CPUs each"
     if sj.tasks_per_node and sj.tasks > sj.tasks_per_node:
         by_tasks = -(-sj.tasks // sj.tasks_per_node)
         if by_tasks > need:
             need = by_tasks
             why = f"its {sj.tasks} tasks, at most {sj.tasks_per_node} on a node (--ntasks-per-node), need {need} nodes"
+    cap = per_gpu.fit(node)
+    if gpus and cap and gpus > cap:
+        by_gpu = -(-gpus // cap)
+        if by_gpu > need:
+            need = by_gpu
+            why = f"the CPUs and memory it asks per GPU fit {cap} of its {gpus} GPUs on a node"
     return need, why
 
 
@@ -49,9 +98,9 @@ def _vc_nodes(spec: ClusterSpec, req: JobRequest) -> int:
     return max(spec.vc_whole_nodes(req.vc, t) for t in types)
 
 
-def _widened(req: JobRequest, need: int, most: int, spec: ClusterSpec) -> JobRequest | str:
-    """``req`` on ``need`` nodes or more (at most ``most``, 0: any), or what stops it, to follow its
-    tasks' reason."""
+def _widened(req: JobRequest, need: int, most: int, gpn: int, spec: ClusterSpec) -> JobRequest | str:
+    """``req`` on ``need`` nodes or more (at most ``most``, 0: any; at most ``gpn`` GPUs on each), or
+    what stops it, to follow its reason."""
     whole = _vc_nodes(spec, req)
     if need > whole:
         where = "the cluster" if req.priority < 0 else f"virtual cluster {req.vc}"
@@ -65,7 +114,7 @@ def _widened(req: JobRequest, need: int, most: int, spec: ClusterSpec) -> JobReq
     if req.gpus_per_node:
         wide = replace(req, nodes=need, gpus=req.gpus_per_node * need)
     else:
-        n = _even_split(req.gpus, need, min(most or whole, whole), gpus_per_node(spec, req.gpu_type))
+        n = _even_split(req.gpus, need, min(most or whole, whole), gpn)
         if n is None:
             return f"its {req.gpus} GPUs do not split evenly over them: ask for a GPU count per node (--gpus-per-node) instead"
         wide = replace(req, nodes=n, gpus_per_node=req.gpus // n)
@@ -75,14 +124,18 @@ def _widened(req: JobRequest, need: int, most: int, spec: ClusterSpec) -> JobReq
     return wide
 
 
-def spread_over_nodes(req: JobRequest, sj: SlurmJob, most_cpus: int, spec: ClusterSpec) -> Spread:
+def spread_over_nodes(
+    req: JobRequest, sj: SlurmJob, node: NodeSize, spec: ClusterSpec, per_gpu: PerGpu = PerGpu()
+) -> Spread:
     """``req`` on the nodes its tasks need: unchanged when it has them, widened when its owner gave
     no node count or a range that allows it (a GPU count per node stays per node), else why not."""
-    need, why = nodes_for_tasks(sj, most_cpus)
+    per_job = not req.gpus_per_node
+    need, why = nodes_for_tasks(sj, node, req.gpus if per_job else 0, per_gpu)
     now = req.nodes or (req.gpus // req.gpus_per_node if req.gpus_per_node else 1)
     if need <= now:
         return req, None, None
-    wide = _widened(req, need, sj.max_nodes, spec)
+    gpn = min(gpus_per_node(spec, req.gpu_type), per_gpu.fit(node) or req.gpus)
+    wide = _widened(req, need, sj.max_nodes, gpn, spec)
     if isinstance(wide, str):
         return req, None, f"{why}, and {wide}"
     return (

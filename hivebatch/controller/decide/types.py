@@ -10,6 +10,7 @@ from hivebatch.cells import CellAllocator, GpuUse
 from hivebatch.controller.context import ControllerContext
 from hivebatch.controller.decide.dependency import Listing
 from hivebatch.controller.decide.fit import Needs, needs_of, unfit_nodes
+from hivebatch.controller.decide.spread import NodeSize
 from hivebatch.controller.decide.tasks import TaskBuilder
 from hivebatch.controller.ledger import Ledger
 from hivebatch.db.models import Job
@@ -101,8 +102,8 @@ class Round:
     run_notes: dict[int, str] = field(
         default_factory=dict
     )  # slurm id -> how it runs otherwise than asked (a lower class, more nodes)
-    # GPU type (None: any) -> the most CPUs one of its nodes has, asked for each waiting job
-    cpus_by_type: dict[str | None, int] = field(default_factory=dict)
+    # GPU type (None: any) -> the most CPUs and memory one of its nodes has, asked for each waiting job
+    size_by_type: dict[str | None, NodeSize] = field(default_factory=dict)
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
 
     @functools.cached_property
@@ -128,13 +129,15 @@ class Round:
         old = self.run_notes.get(slurm_id)
         self.run_notes[slurm_id] = f"{old}; {note}" if old else note
 
-    def most_cpus(self, gpu_type: str | None) -> int:
-        """The most CPUs a node with GPUs of ``gpu_type`` (None: any) has, as Slurm reports it (0: unknown)."""
-        if gpu_type not in self.cpus_by_type:
+    def node_size(self, gpu_type: str | None) -> NodeSize:
+        """The most CPUs and memory a node with GPUs of ``gpu_type`` (None: any) has, as Slurm reports them."""
+        if gpu_type not in self.size_by_type:
             names = {n.name for n in self.ctx.spec.nodes if gpu_type in (None, n.gpu_type)}
-            seen = (n.cpus for name, n in self.ledger.nodes.items() if name in names)
-            self.cpus_by_type[gpu_type] = max(seen, default=0)
-        return self.cpus_by_type[gpu_type]
+            seen = [n for name, n in self.ledger.nodes.items() if name in names]
+            self.size_by_type[gpu_type] = NodeSize(
+                max((n.cpus for n in seen), default=0), max((n.mem_mb for n in seen), default=0)
+            )
+        return self.size_by_type[gpu_type]
 
     def unfit_for(self, job: Job, sj: SlurmJob) -> dict[str, str]:
         """The nodes ``job`` cannot use now (its needs besides GPUs, nodes Slurm did not start it on,

@@ -246,8 +246,11 @@ class FakeSlurm(SlurmBackend):
         nodelist: list[str] | None = None,
         num_nodes: int | None = None,
         gres: str | None = None,
+        min_cpus_per_node: int | None = None,
+        min_mem_per_node_mb: int | None = None,
     ) -> None:
-        self._log("update_pending", (job_id, nodelist, num_nodes, gres))
+        per_node = (min_cpus_per_node, min_mem_per_node_mb)
+        self._log("update_pending", (job_id, nodelist, num_nodes, gres, *(per_node if any(per_node) else ())))
         cmd = ["scontrol", "update", f"JobId={job_id}"]
         j = self._touchable(job_id, cmd)
         if j.state != "PENDING":
@@ -260,6 +263,10 @@ class FakeSlurm(SlurmBackend):
             j.required_nodes = list(nodelist)
         if num_nodes is not None:
             j.num_nodes = int(num_nodes)
+        if min_cpus_per_node is not None:
+            j.cpus_per_node = int(min_cpus_per_node)
+        if min_mem_per_node_mb is not None:
+            j.mem_per_node_mb = int(min_mem_per_node_mb)
         if j.required_nodes and len(j.required_nodes) > j.num_nodes:
             # Slurm accepts it, and the job can never start
             j.reason = "BadConstraints" if not j.held else j.reason

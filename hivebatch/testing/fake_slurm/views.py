@@ -35,6 +35,8 @@ def squeue_view(state: State, j: Job) -> SlurmJob:
         end_time=j.end_time if j.state in FINISHED_STATES else None,
         time_limit_s=j.time_limit_s,
         num_nodes=j.num_nodes,
+        cpus_per_node=j.cpus_per_node,
+        mem_per_node_mb=j.mem_per_node_mb,
         held=j.held,
         exit_code=j.exit_code if j.state in FINISHED_STATES else None,
         tres_per_node=j.tres_per_node,
