@@ -9,7 +9,11 @@
 -- (--gpus=N) starts on one node, so on one node this filter asks srun for the same GPUs that way:
 --
 --   * inside a job (SLURM_JOB_ID set), a step on one node: --gres=gpu[:TYPE]:N or --gpus-per-node=N
---     becomes --gpus=N (the job's GPUs are all of one type, the one it was placed by);
+--     becomes --gpus=N (the job's GPUs are all of one type, the one it was placed by); a step over
+--     all the job's K nodes asking all the GPUs of each (N = SLURM_GPUS_ON_NODE, or in salloc's shell
+--     the job's own SLURM_GPUS_PER_NODE) becomes --gpus=N*K,
+--     which can only be taken N from each node. This is how an srun inside `sbatch -N 2
+--     --gpus-per-node=4` starts: it reads SLURM_GPUS_PER_NODE=4 from the job's environment;
 --   * a new job (srun on a login node) with no node count, or one node: --gres=gpu:N or
 --     --gpus-per-node=N becomes --gpus=N. hivebatch places it on one node, unless its tasks need
 --     more (srun -n 32 on 16-CPU nodes): then, as Slurm spreads it, on as many as they need, with the
@@ -70,6 +74,19 @@ function M.one_node(nodes, in_job, job_nodes)
   return true
 end
 
+-- the number of nodes of a step that spans its whole job (nil: not inside a job, or fewer nodes)
+function M.whole_job(nodes, in_job, job_nodes)
+  local n = tonumber(job_nodes or "")
+  if not in_job or n == nil then
+    return nil
+  end
+  local lo, hi = node_range(nodes)
+  if hi == 0 or (lo == n and hi == n) then
+    return n
+  end
+  return nil
+end
+
 -- the options to set (name -> value) for srun's GPU ask, or nil to leave it as given
 function M.rewrite(get, env)
   if get("type") ~= "srun" or (get("gpus") or "") ~= "" then
@@ -95,10 +112,17 @@ function M.rewrite(get, env)
   if count == 1 and typ == nil then
     return nil -- a one-GPU record holds it
   end
+  local total = count
   if not M.one_node(get("nodes"), in_job, env("SLURM_JOB_NUM_NODES")) then
-    return nil
+    local nodes = M.whole_job(get("nodes"), in_job, env("SLURM_JOB_NUM_NODES"))
+    -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has its own ask
+    local held = env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")
+    if nodes == nil or tostring(count) ~= held then
+      return nil
+    end
+    total = count * nodes -- every GPU of the job: each node gives all of its own
   end
-  local set = { gpus = tostring(count) }
+  local set = { gpus = tostring(total) }
   if field == "gres" then
     -- a zero count asks for none: it keeps srun's other GRES and takes the GPUs out of the per-node ask
     table.insert(others, 1, "gpu:0")

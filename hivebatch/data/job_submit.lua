@@ -25,6 +25,8 @@ local NO_VAL16 = 65534
 local M = {}
 -- what the submission changed that its owner should know, told once it is accepted
 local NOTES = {}
+-- the --gpus total round_up raised to the same GPUs on every node, while a submission is checked
+local ROUNDED = nil
 
 local function is_set(n)
   return n ~= nil and n ~= NO_VAL and n ~= INFINITE and n ~= NO_VAL16 and n ~= 65535
@@ -350,6 +352,7 @@ local function round_up(req, total, nodes)
     return -- an exact split exists, or nothing holds it: check_size and check_nodes say why
   end
   req.nodes, req.gpus_per_node, req.gpus = best_n, best_per, best_n * best_per
+  ROUNDED = req.gpus
   local how = total .. " GPUs run as " .. best_per .. " on each of " .. best_n .. " nodes"
   local vc = SITE.vcs[req.vc]
   if vc ~= nil and req.qos ~= SITE.opportunistic and req.gpus > vc.gpus then
@@ -486,29 +489,23 @@ local function translate_per_gpu(job_desc, req)
   end
 end
 
--- sbatch copies its GPU options into the job's environment (SLURM_GPUS_PER_NODE=2 for --gpus-per-node=2),
--- and an srun inside the job reads them back as its step's ask; against the per-index GRES the
--- controller grants (gpu:g0:1,gpu:g1:1), Slurm 22.05 refuses "gpu:2 per node" for the step (recorded on
--- the lab). An empty value makes the step take the job's GPUs, as a plain srun does. Batch jobs only:
--- srun and salloc keep their environment on the client. SLURM_GPUS_PER_TASK stays: a step asking GPUs
--- per task is granted them from the per-index GRES, each task its own, as under plain Slurm, while an
--- empty value left every task without a GPU (tests/fixtures/slurm/step_gpus_per_task.txt).
-local GPU_ENV = { "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_SOCKET" }
-
-local function clear_gpu_env(job_desc)
+-- sbatch copies --gpus=3 into the job's environment as SLURM_GPUS=3; scripts read it, and the job's
+-- own srun reads it back as its step's total. A total round_up raised (-N 2 --gpus=3 runs as 2 + 2)
+-- is written back as the job's, so its steps take all the GPUs it is charged for
+-- (tests/fixtures/slurm/step_gpu_env.txt). srun and salloc keep their environment on the client.
+local function sync_gpus_env(job_desc)
   local ok, env = pcall(function()
     return job_desc.environment
   end)
-  if not ok or env == nil then
+  if ROUNDED == nil or not ok or env == nil then
     return
   end
-  for _, name in ipairs(GPU_ENV) do
-    local has, value = pcall(function()
-      return env[name]
-    end)
-    if has and value ~= nil and value ~= "" then
-      env[name] = ""
-    end
+  local has, value = pcall(function()
+    return env.SLURM_GPUS
+  end)
+  local prefix = has and type(value) == "string" and string.match(value, "^(.-)%d+$")
+  if prefix then
+    env.SLURM_GPUS = prefix .. ROUNDED
   end
 end
 
@@ -691,6 +688,7 @@ end
 
 local function submit(job_desc, part_list, submit_uid)
   NOTES = {}
+  ROUNDED = nil
   if is_operator(submit_uid) then
     return slurm.SUCCESS
   end
@@ -748,7 +746,7 @@ local function submit(job_desc, part_list, submit_uid)
   for f, kept in pairs(rest) do
     job_desc[f] = kept
   end
-  clear_gpu_env(job_desc)
+  sync_gpus_env(job_desc)
   job_desc.admin_comment = admin_comment
   job_desc.priority = 0
   slurm.log_info("hivebatch: %s's GPU job held for placement: %s", tostring(get(job_desc, "user_name")), admin_comment)

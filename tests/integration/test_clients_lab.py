@@ -259,6 +259,25 @@ def test_a_job_one_node_cannot_hold_is_spread_over_nodes_as_slurm_does(
     assert f"runs on 2 nodes with 1 GPU(s) each: {why}" in ctl.placed_event(jid)
 
 
+def test_a_jobs_gpu_variables_stay_and_its_srun_takes_every_gpu_of_its_nodes(ctl: Ctl, loop: Loop) -> None:
+    # torchrun --nproc_per_node=$SLURM_GPUS_PER_NODE read an emptied variable; the inner srun reads
+    # it back as --gpus-per-node=2 over two nodes, which the cli_filter asks as --gpus=4
+    # (tests/fixtures/slurm/step_gpu_env.txt)
+    name = f"{ctl.tag}-gpuenv"
+    out = ctl.jobs_dir / f"{name}.out"
+    step = 'srun bash -c "echo task \\$SLURM_PROCID \\$(hostname) \\$CUDA_VISIBLE_DEVICES"'
+    script = f'echo "per-node $SLURM_GPUS_PER_NODE"; {step} && echo steps-ok || echo steps-failed'
+    proc = run_as("bob", ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", "-N", "2",
+                          "--gpus-per-node=2", "-q", "opportunistic", "--wrap", script])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    text = _output(ctl, jid, out, "steps-")
+    assert "per-node 2" in text and "steps-ok" in text, text
+    tasks = [ln.split()[2:] for ln in text.splitlines() if ln.startswith("task ")]
+    assert _by_host((h, [int(c) for c in cvd.split(",")]) for h, cvd in tasks) == _placed(ctl, jid)
+
+
 def test_an_srun_whose_tasks_need_two_nodes_runs_on_both(ctl: Ctl, loop: Loop) -> None:
     # the cli_filter once asked such an srun for one node, where it was rejected
     name = f"{ctl.tag}-srunspread"

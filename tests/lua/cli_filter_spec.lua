@@ -27,6 +27,18 @@ describe("srun's own GPU ask", function()
     assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:4", nodes = "1" }))
   end)
 
+  it("asks a step over all of a job's nodes for every GPU of each as one total", function()
+    -- an srun inside `sbatch -N 2 --gpus-per-node=4` reads SLURM_GPUS_PER_NODE=4 back as its ask
+    local batch = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2", SLURM_GPUS_ON_NODE = "4" }
+    assert.are.same({ ["gpus-per-node"] = "0", gpus = "8" }, rewrite({ ["gpus-per-node"] = "4" }, batch))
+    assert.are.same({ gres = "gpu:0", gpus = "8" }, rewrite({ gres = "gres:gpu:4", nodes = "2" }, batch))
+    -- salloc's shell: no SLURM_GPUS_ON_NODE, the job's own ask instead
+    local shell = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2", SLURM_GPUS_PER_NODE = "2" }
+    assert.are.same({ ["gpus-per-node"] = "0", gpus = "4" }, rewrite({ ["gpus-per-node"] = "2" }, shell))
+    assert.is_nil(rewrite({ ["gpus-per-node"] = "4", nodes = "1-2" }, batch))  -- maybe not every node
+    assert.is_nil(rewrite({ ["gpus-per-node"] = "4" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }))
+  end)
+
   it("keeps srun's other GRES", function()
     assert.are.same({ gres = "gpu:0,tmpdisk:10", gpus = "2" },
                     rewrite({ gres = "gres:gpu:2,gres:tmpdisk:10" }))
@@ -43,7 +55,8 @@ describe("srun's own GPU ask", function()
     assert.is_nil(rewrite({ gres = "gres:gpu:v100:2" }))                   -- a new job's type is its owner's
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2" }))          -- several nodes
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1-2" }))
-    assert.is_nil(rewrite({ gres = "gres:gpu:2" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2",
+                                                      SLURM_GPUS_ON_NODE = "4" }))  -- fewer than each node holds
     assert.is_nil(rewrite({ gres = "gres:gpu:2", ["gpus-per-node"] = "2" })) -- asked twice
     assert.is_nil(rewrite({ gres = "gres:gpu:0" }))
     assert.is_nil(rewrite({ gres = "gres:tmpdisk:10" }))

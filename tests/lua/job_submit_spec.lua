@@ -393,25 +393,26 @@ end)
 describe("the job's GPU environment", function()
   before_each(load_plugin)
 
-  it("empties the GPU variables sbatch copied into a batch job, so its own srun takes the job's GPUs", function()
-    local d = desc({ tres_per_node = "gres:gpu:2", environment = { SLURM_GPUS_PER_NODE = "2", HOME = "/home/a" } })
+  -- scripts read it (torchrun --nproc_per_node=$SLURM_GPUS_PER_NODE), and an srun inside reads it back
+  -- as its step's ask, which cli_filter.lua turns into one the per-index pins start
+  -- (tests/fixtures/slurm/step_gpu_env.txt)
+  it("keeps the GPU variables sbatch copied into a batch job", function()
+    local env = { SLURM_GPUS_PER_NODE = "2", SLURM_GPUS = "4", SLURM_GPUS_PER_TASK = "2", HOME = "/home/a" }
+    local d = desc({ tres_per_node = "gres:gpu:2", environment = env })
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
-    assert.are.equal("", d.environment.SLURM_GPUS_PER_NODE)
-    assert.are.equal("/home/a", d.environment.HOME)
-    assert.is_nil(d.environment.SLURM_GPUS)
+    assert.are.same({ SLURM_GPUS_PER_NODE = "2", SLURM_GPUS = "4", SLURM_GPUS_PER_TASK = "2", HOME = "/home/a" },
+                    d.environment)
   end)
 
-  it("keeps SLURM_GPUS_PER_TASK, so each task of an srun inside gets GPUs of its own", function()
-    local d = desc({ tres_per_task = "gres:gpu:2", num_tasks = 2,
-                     environment = { SLURM_GPUS_PER_TASK = "2", SLURM_GPUS = "4" } })
+  it("gives a --gpus total it raised to the same GPUs on every node back to the job", function()
+    local d = desc({ tres_per_job = "gres:gpu:3", min_nodes = 2, max_nodes = 2, qos = "opportunistic",
+                     environment = { SLURM_GPUS = "3" } })
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
-    assert.are.equal("2", d.environment.SLURM_GPUS_PER_TASK)
-    assert.are.equal("", d.environment.SLURM_GPUS)
-  end)
-
-  it("leaves interactive jobs, which have no environment on the controller, alone", function()
-    local d = desc({ tres_per_job = "gres:gpu:1" })
-    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    assert.are.equal("4", d.environment.SLURM_GPUS)
+    local typed = desc({ tres_per_job = "gres:gpu:v100:3", min_nodes = 2, max_nodes = 2, qos = "opportunistic",
+                         environment = { SLURM_GPUS = "v100:3" } })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(typed, {}, 1001))
+    assert.are.equal("v100:4", typed.environment.SLURM_GPUS)
   end)
 end)
 
