@@ -489,23 +489,32 @@ local function translate_per_gpu(job_desc, req)
   end
 end
 
--- sbatch copies --gpus=3 into the job's environment as SLURM_GPUS=3; scripts read it, and the job's
--- own srun reads it back as its step's total. A total round_up raised (-N 2 --gpus=3 runs as 2 + 2)
--- is written back as the job's, so its steps take all the GPUs it is charged for
--- (tests/fixtures/slurm/step_gpu_env.txt). srun and salloc keep their environment on the client.
-local function sync_gpus_env(job_desc)
+-- sbatch copies --gpus=3 into the job's environment as SLURM_GPUS=3 (--gpus-per-node=2 as
+-- SLURM_GPUS_PER_NODE=2); scripts read them, and the job's own srun reads them back as its step's ask.
+-- Where the job holds more than asked they are written back as what it holds, so its steps take all
+-- the GPUs it is charged for: a --gpus total round_up raised (-N 2 --gpus=3 runs as 2 + 2), and the
+-- GPUs per node of a whole-node job (tests/fixtures/slurm/step_gpu_env.txt). srun and salloc keep
+-- their environment on the client.
+local function set_count(env, name, count)
+  local has, value = pcall(function()
+    return env[name]
+  end)
+  local prefix = has and type(value) == "string" and string.match(value, "^(.-)%d+$")
+  if prefix and count ~= nil then
+    env[name] = prefix .. count
+  end
+end
+
+local function sync_gpus_env(job_desc, req)
   local ok, env = pcall(function()
     return job_desc.environment
   end)
-  if ROUNDED == nil or not ok or env == nil then
+  if not ok or env == nil then
     return
   end
-  local has, value = pcall(function()
-    return env.SLURM_GPUS
-  end)
-  local prefix = has and type(value) == "string" and string.match(value, "^(.-)%d+$")
-  if prefix then
-    env.SLURM_GPUS = prefix .. ROUNDED
+  set_count(env, "SLURM_GPUS", ROUNDED)
+  if req.exclusive then
+    set_count(env, "SLURM_GPUS_PER_NODE", req.gpus_per_node)
   end
 end
 
@@ -746,7 +755,7 @@ local function submit(job_desc, part_list, submit_uid)
   for f, kept in pairs(rest) do
     job_desc[f] = kept
   end
-  sync_gpus_env(job_desc)
+  sync_gpus_env(job_desc, req)
   job_desc.admin_comment = admin_comment
   job_desc.priority = 0
   slurm.log_info("hivebatch: %s's GPU job held for placement: %s", tostring(get(job_desc, "user_name")), admin_comment)

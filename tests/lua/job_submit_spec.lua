@@ -414,6 +414,15 @@ describe("the job's GPU environment", function()
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(typed, {}, 1001))
     assert.are.equal("v100:4", typed.environment.SLURM_GPUS)
   end)
+
+  it("gives a whole-node job's GPUs per node back to the job", function()
+    HIVEBATCH_SITE.gpu_nodes = { node1 = "v100", node2 = "v100" }
+    local parts = { gpu = { name = "gpu", nodes = "node[1-2]", flag_default = 1 } }
+    local d = desc({ shared = 0, tres_per_node = "gres:gpu:2", user_name = "bob", default_account = "nlp",
+                     environment = { SLURM_GPUS_PER_NODE = "2" } })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, parts, 1001))
+    assert.are.equal("8", d.environment.SLURM_GPUS_PER_NODE)
+  end)
 end)
 
 describe("reservations", function()
