@@ -46,6 +46,8 @@ PLUGIN_EXTRAS = (
     "exclusive",
     # the owner's -w/--nodelist (a hostlist): the job is placed on those nodes only
     "nodelist",
+    # --gpus-per-task with -n: on several nodes each holds whole tasks' GPUs
+    "gpus_per_task",
 )
 CLASSES = ("urgent", "prior", "normal", "opportunistic")
 #: cell-core priority of each class: opportunistic work is -1, guaranteed classes rank urgent > prior > normal

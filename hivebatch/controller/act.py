@@ -133,16 +133,31 @@ def preempt(
     session.commit()
 
 
-def _share_per_node(placement: dict[str, list[int]], sj: SlurmJob | None) -> tuple[int | None, int | None]:
-    """MinCPUsNode and MinMemoryNode for a job asking CPUs or memory per GPU and placed with fewer
-    GPUs on a node than the job_submit plugin counted them for (all on one); None: leave as it is."""
+@dataclass(frozen=True)
+class NodeShare:
+    """What a pin sets besides GPUs where the job_submit plugin counted a job's asks for one node:
+    MinCPUsNode and MinMemoryNode for its share of CPUs and memory asked per GPU, and TasksPerNode
+    so that each node holds whole tasks of a job asking GPUs per task (None: leave as it is)."""
+
+    cpus: int | None = None
+    mem_mb: int | None = None
+    tasks: int | None = None
+
+
+def node_share(placement: dict[str, list[int]], sj: SlurmJob | None) -> NodeShare:
     if sj is None or not placement:
-        return None, None
-    per_gpu = PerGpu.of(plugin_extras(sj))
-    share = per_gpu.needs(sj, len(next(iter(placement.values()))))  # placements are symmetric
-    cpus = share.cpus_per_node if share.cpus_per_node != sj.cpus_per_node else None
-    mem = share.mem_per_node_mb if share.mem_per_node_mb != sj.mem_per_node_mb else None
-    return cpus, mem
+        return NodeShare()
+    extras = plugin_extras(sj)
+    share = PerGpu.of(extras).needs(sj, len(next(iter(placement.values()))))  # placements are symmetric
+    tasks = None
+    if extras.get("gpus_per_task") and len(placement) > 1 and sj.tasks > 1:
+        # Slurm fills the first node with tasks (-N 2 -n 16: 15 + 1), more than its GPUs serve
+        tasks = -(-sj.tasks // len(placement))
+    return NodeShare(
+        share.cpus_per_node if share.cpus_per_node != sj.cpus_per_node else None,
+        share.mem_per_node_mb if share.mem_per_node_mb != sj.mem_per_node_mb else None,
+        tasks if tasks != sj.tasks_per_node else None,
+    )
 
 
 def place(
@@ -154,21 +169,22 @@ def place(
     redo: bool = False,
     sj: SlurmJob | None = None,
 ) -> None:
-    """Pin a held job to its placement (nodes, node count, typed gres, its CPUs and memory per node
-    where it asked them per GPU) and release it."""
+    """Pin a held job to its placement (nodes, node count, typed gres, and its ``node_share``) and
+    release it."""
     placement = job.placement or {}
     nodes = sorted(placement)
     try:
         if placement:
             gres = job.gres or gres_for(symmetric_indices(placement) or [])
-            cpus, mem = _share_per_node(placement, sj)
+            share = node_share(placement, sj)
             backend.update_pending(
                 job.slurm_job_id,
                 nodelist=nodes,
                 num_nodes=len(nodes),
                 gres=gres,
-                min_cpus_per_node=cpus,
-                min_mem_per_node_mb=mem,
+                min_cpus_per_node=share.cpus,
+                min_mem_per_node_mb=share.mem_mb,
+                tasks_per_node=share.tasks,
             )
         backend.release(job.slurm_job_id)
     except SlurmError as exc:

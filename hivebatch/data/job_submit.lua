@@ -27,6 +27,8 @@ local M = {}
 local NOTES = {}
 -- the --gpus total round_up raised to the same GPUs on every node, while a submission is checked
 local ROUNDED = nil
+-- the job's task count when it asks GPUs per task, while a submission is checked
+local TASKS = nil
 
 local function is_set(n)
   return n ~= nil and n ~= NO_VAL and n ~= INFINITE and n ~= NO_VAL16 and n ~= 65535
@@ -181,6 +183,11 @@ local function shape(job_desc, found, req)
       per_node = g * per_node_tasks
     elseif g ~= nil and is_set(ntasks) then
       total = g * ntasks
+      if ntasks > 1 then
+        -- on several nodes each holds whole tasks: the controller and round_up keep to that
+        req.gpus_per_task = g
+        TASKS = ntasks
+      end
     elseif g ~= nil then
       total = g
     end
@@ -338,22 +345,30 @@ end
 -- --gpus=11 as 7 + 4: tests/fixtures/slurm/uneven_gpus_over_nodes.txt) runs on the smallest one
 -- that holds it, fewest nodes on a tie, and its owner is told; a total that some node count splits
 -- evenly keeps its shape open for the controller.
+--
+-- GPUs asked per task go to nodes with whole tasks: Slurm spreads -n 5 over two nodes as 3 + 2 tasks,
+-- so --gpus-per-task=2 needs 6 GPUs on each (plain Slurm gave 8 + 2; as 5 + 5 the job's srun failed:
+-- tests/fixtures/slurm/gpus_per_task_over_nodes.txt).
 local function round_up(req, total, nodes)
   local per_node = type_of(req).max_per_node
   local lo = nodes or math.max(1, math.ceil(total / per_node))
   local best_n, best_per = nil, nil
   for n = lo, nodes or math.max(lo, node_room(req)) do
-    local per = math.ceil(total / n)
+    local per = TASKS and req.gpus_per_task * math.ceil(TASKS / n) or math.ceil(total / n)
     if per <= per_node and (best_n == nil or n * per < best_n * best_per) then
       best_n, best_per = n, per
     end
   end
-  if best_n == nil or (nodes == nil and best_n * best_per == total) then
+  if best_n == nil or (nodes == nil and best_n * best_per == total and not TASKS) then
     return -- an exact split exists, or nothing holds it: check_size and check_nodes say why
   end
   req.nodes, req.gpus_per_node, req.gpus = best_n, best_per, best_n * best_per
+  if req.gpus == total then
+    return
+  end
   ROUNDED = req.gpus
-  local how = total .. " GPUs run as " .. best_per .. " on each of " .. best_n .. " nodes"
+  local per_task = TASKS and (" (" .. TASKS .. " tasks with " .. req.gpus_per_task .. " each)") or ""
+  local how = total .. " GPUs" .. per_task .. " run as " .. best_per .. " on each of " .. best_n .. " nodes"
   local vc = SITE.vcs[req.vc]
   if vc ~= nil and req.qos ~= SITE.opportunistic and req.gpus > vc.gpus then
     fail(how .. " here (a job gets the same GPUs on every node), " .. req.gpus .. " in all, but virtual cluster " .. req.vc .. " has " .. vc.gpus .. ": ask for a count that " .. (nodes and "-N splits evenly" or "fits on equal nodes"))
@@ -431,10 +446,11 @@ function M.request(job_desc, found, exclusive)
     req.gpus = per_node * req.nodes
   else
     req.gpus = total
-    if nodes ~= nil and total % nodes == 0 then
+    local whole_tasks = TASKS and (total > type_of(req).max_per_node or (nodes or 1) > 1)
+    if nodes ~= nil and total % nodes == 0 and not whole_tasks then
       req.nodes = nodes
       req.gpus_per_node = total / nodes
-    elseif total ~= nil then
+    elseif total ~= nil and (nodes ~= nil or total > type_of(req).max_per_node) then
       round_up(req, total, nodes)
     end
   end
@@ -698,6 +714,7 @@ end
 local function submit(job_desc, part_list, submit_uid)
   NOTES = {}
   ROUNDED = nil
+  TASKS = nil
   if is_operator(submit_uid) then
     return slurm.SUCCESS
   end

@@ -26,9 +26,11 @@ class SlurmBackend(ABC):
         gres: str | None = None,
         min_cpus_per_node: int | None = None,
         min_mem_per_node_mb: int | None = None,
+        tasks_per_node: int | None = None,
     ) -> None:
         """Pin a pending job: exact nodes, exactly ``num_nodes`` nodes, typed GRES like gpu:g3:1,gpu:g5:1,
-        and the CPUs and memory it needs on each node (its share of a per-GPU ask)."""
+        the CPUs and memory it needs on each node (its share of a per-GPU ask), and its most tasks on a
+        node (whole tasks' GPUs on each)."""
 
     @abstractmethod
     def release(self, job_id: int) -> None: ...

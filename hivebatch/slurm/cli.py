@@ -122,6 +122,7 @@ class CliBackend(SlurmBackend):
         gres: str | None = None,
         min_cpus_per_node: int | None = None,
         min_mem_per_node_mb: int | None = None,
+        tasks_per_node: int | None = None,
     ) -> None:
         args = ["scontrol", "update", f"JobId={self._name(job_id)}"]
         if gres is not None:
@@ -135,6 +136,8 @@ class CliBackend(SlurmBackend):
             args.append(f"MinCPUsNode={int(min_cpus_per_node)}")
         if min_mem_per_node_mb is not None:
             args.append(f"MinMemoryNode={int(min_mem_per_node_mb)}")
+        if tasks_per_node is not None:
+            args.append(f"TasksPerNode={int(tasks_per_node)}")
         if len(args) == 3:
             return
         self._run(args)

@@ -278,6 +278,19 @@ def test_a_jobs_gpu_variables_stay_and_its_srun_takes_every_gpu_of_its_nodes(ctl
     assert _by_host((h, [int(c) for c in cvd.split(",")]) for h, cvd in tasks) == _placed(ctl, jid)
 
 
+def test_ranks_asking_a_gpu_each_over_two_nodes_run_eight_on_each(ctl: Ctl, loop: Loop) -> None:
+    # `sbatch -n 16 --gpus-per-task=1` (MPI ranks): pinned to 2 x 8 GPUs, Slurm laid out 15 + 1 tasks
+    # and the job's srun failed; TasksPerNode=8 gives each node the tasks its GPUs serve
+    # (tests/fixtures/slurm/gpus_per_task_over_nodes.txt)
+    jid, tasks = _sbatch_steps(
+        ctl, "bob", f"{ctl.tag}-ranks", "-n", "16", "--gpus-per-task=1", "-q", "opportunistic"
+    )
+    placed = _placed(ctl, jid)
+    seen = [(ln.split()[2], [int(ln.split()[3])]) for ln in tasks]
+    assert len(seen) == 16 and len(placed) == 2
+    assert {h: sorted(g) for h, g in _by_host(seen).items()} == placed
+
+
 def test_an_srun_whose_tasks_need_two_nodes_runs_on_both(ctl: Ctl, loop: Loop) -> None:
     # the cli_filter once asked such an srun for one node, where it was rejected
     name = f"{ctl.tag}-srunspread"

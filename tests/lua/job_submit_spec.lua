@@ -223,6 +223,18 @@ describe("slurm_job_submit", function()
     assert.are.same({ vc = "nlp", qos = "normal", gpus = 4, nodes = 2, gpus_per_node = 2 }, request_of(p))
   end)
 
+  it("gives each node whole tasks' GPUs when GPUs per task span nodes", function()
+    -- Slurm spreads -n 5 over two nodes as 3 + 2 tasks: 6 GPUs on each (as 5 + 5 the job's srun failed)
+    local d = desc({ tres_per_task = "gres:gpu:2", num_tasks = 5, account = "nlp" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    assert.are.same({ vc = "nlp", qos = "normal", gpus = 12, nodes = 2, gpus_per_node = 6, gpus_per_task = 2 },
+                    request_of(d))
+    assert.matches("10 GPUs %(5 tasks with 2 each%) run as 6 on each of 2 nodes %(12 in all", slurm.user_msgs[1])
+    local one = desc({ tres_per_task = "gres:gpu:2", num_tasks = 4, account = "nlp" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(one, {}, 1001))
+    assert.are.same({ vc = "nlp", qos = "normal", gpus = 8, gpus_per_task = 2 }, request_of(one))
+  end)
+
   it("counts --gpus-per-socket by sockets per node", function()
     local d = desc({ tres_per_socket = "gres:gpu:2", sockets_per_node = 2 })
     slurm_job_submit(d, {}, 1001)

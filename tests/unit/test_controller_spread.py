@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from decide_support import context, make_round, row
 
-from hivebatch.controller.act import _share_per_node
+from hivebatch.controller.act import NodeShare, node_share
 from hivebatch.controller.decide.classify import classify
 from hivebatch.controller.decide.policy_round import run_policy_round
 from hivebatch.controller.decide.room import screen_hopeless
@@ -163,9 +163,23 @@ def test_cpus_asked_per_gpu_spread_a_per_job_count_with_its_share_on_each_node(c
 def test_the_pin_gives_each_node_its_share_of_the_cpus_asked_per_gpu() -> None:
     sj = SlurmJob(job_id=1, name="j", user="u", account="nlp", qos="normal", state="PENDING", reason="",
                   cpus_per_node=24, admin_comment=GPUS_WITH_CPUS)  # fmt: skip
-    assert _share_per_node({"node1": [0], "node2": [0]}, sj) == (12, None)
-    assert _share_per_node({"node1": [0, 1]}, sj) == (None, None)  # as the plugin counted it
-    assert _share_per_node({"node1": [0]}, replace(sj, admin_comment="")) == (None, None)
+    assert node_share({"node1": [0], "node2": [0]}, sj) == NodeShare(cpus=12)
+    assert node_share({"node1": [0, 1]}, sj) == NodeShare()  # as the plugin counted it
+    assert node_share({"node1": [0]}, replace(sj, admin_comment="")) == NodeShare()
+
+
+def test_the_pin_keeps_whole_tasks_on_each_node_of_a_job_asking_gpus_per_task() -> None:
+    # `-n 16 --gpus-per-task=1` on 2 x 8 GPUs: Slurm laid out 15 + 1 tasks and the job's srun failed
+    # ("More processors requested than permitted"); TasksPerNode=8 lays out 8 + 8
+    comment = (
+        'hivebatch:v2:{"gpus":16,"gpus_per_task":1,"gpus_per_node":8,"nodes":2,"qos":"normal","vc":"nlp"}'
+    )
+    sj = SlurmJob(job_id=1, name="j", user="u", account="nlp", qos="normal", state="PENDING", reason="",
+                  tasks=16, admin_comment=comment)  # fmt: skip
+    two = {"node1": list(range(8)), "node2": list(range(8))}
+    assert node_share(two, sj) == NodeShare(tasks=8)
+    assert node_share(two, replace(sj, tasks_per_node=8)) == NodeShare()  # pinned before
+    assert node_share({"node1": list(range(8))}, sj) == NodeShare()
 
 
 def test_scontrol_sets_the_cpus_and_memory_of_each_node(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,6 +189,16 @@ def test_scontrol_sets_the_cpus_and_memory_of_each_node(monkeypatch: pytest.Monk
     backend = CliBackend()
     monkeypatch.setattr(backend, "_run", lambda args, **kw: calls.append(args) or "")
     backend.update_pending(7, nodelist=["node1", "node2"], num_nodes=2, gres="gpu:g0:1", min_cpus_per_node=12,
-                           min_mem_per_node_mb=4000)  # fmt: skip
+                           min_mem_per_node_mb=4000, tasks_per_node=3)  # fmt: skip
     assert calls == [["scontrol", "update", "JobId=7", "Gres=gpu:g0:1", "NodeList=node1,node2", "NumNodes=2-2",
-                      "MinCPUsNode=12", "MinMemoryNode=4000"]]  # fmt: skip
+                      "MinCPUsNode=12", "MinMemoryNode=4000", "TasksPerNode=3"]]  # fmt: skip
+
+
+def test_gpus_per_task_spread_with_whole_tasks_on_each_node(ctx) -> None:  # type: ignore[no-untyped-def]
+    # `-n 3 -c 8 --gpus-per-task=2` on 16-CPU nodes: Slurm puts 2 + 1 tasks on two nodes, so each
+    # node needs the GPUs of two tasks (as 3 + 3 the job's srun failed: gpus_per_task_over_nodes.txt)
+    comment = 'hivebatch:v2:{"gpus":6,"gpus_per_task":2,"qos":"normal","vc":"nlp"}'
+    r = _decided(ctx, JobRequest(vc="nlp", gpus=6), cpus_total=24, tasks=3, admin_comment=comment)
+    (place,) = r.out.places
+    assert place.shape == (2, 4)
+    assert (place.note or "").startswith("runs on 2 nodes with 4 GPU(s) each: its 24 CPUs need 2 nodes")

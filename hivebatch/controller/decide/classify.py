@@ -96,8 +96,10 @@ def _on_enough_nodes(
 ) -> tuple[JobRequest | None, SlurmJob, str | None]:
     """The request on the nodes its tasks need, with the job's per-node needs for its share of GPUs
     there; or why it can never run."""
-    per_gpu = PerGpu.of(plugin_extras(sj))
-    wide, note, never = spread_over_nodes(req, sj, r.node_size(req.gpu_type), r.ctx.spec, per_gpu)
+    extras = plugin_extras(sj)
+    per_gpu = PerGpu.of(extras)
+    per_task = int(extras.get("gpus_per_task") or 0)
+    wide, note, never = spread_over_nodes(req, sj, r.node_size(req.gpu_type), r.ctx.spec, per_gpu, per_task)
     if never:
         return None, sj, f"can never run as asked: {never}"
     if note:

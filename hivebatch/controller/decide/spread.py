@@ -84,9 +84,21 @@ def nodes_for_tasks(
     return need, why
 
 
-def _even_split(gpus: int, lo: int, hi: int, gpn: int) -> int | None:
-    """The fewest nodes from ``lo`` to ``hi`` that take ``gpus`` in equal shares of at most ``gpn``."""
-    return next((n for n in range(lo, min(hi, gpus) + 1) if gpus % n == 0 and gpus // n <= gpn), None)
+def _split(gpus: int, lo: int, hi: int, gpn: int, per_task: tuple[int, int] | None) -> tuple[int, int] | None:
+    """(nodes, GPUs on each) from ``lo`` to ``hi`` nodes of at most ``gpn``, fewest GPUs and then nodes:
+    ``gpus`` in equal shares, or with ``per_task`` (GPUs per task, tasks) whole tasks on each node, as
+    Slurm spreads -n 3 over two nodes as 2 + 1 tasks."""
+    best: tuple[int, int] | None = None
+    for n in range(lo, hi + 1):
+        if per_task is not None:
+            per = per_task[0] * -(-per_task[1] // n)
+        elif gpus % n == 0:
+            per = gpus // n
+        else:
+            continue
+        if per <= gpn and (best is None or n * per < best[0] * best[1]):
+            best = (n, per)
+    return best
 
 
 def _vc_nodes(spec: ClusterSpec, req: JobRequest) -> int:
@@ -98,9 +110,11 @@ def _vc_nodes(spec: ClusterSpec, req: JobRequest) -> int:
     return max(spec.vc_whole_nodes(req.vc, t) for t in types)
 
 
-def _widened(req: JobRequest, need: int, most: int, gpn: int, spec: ClusterSpec) -> JobRequest | str:
-    """``req`` on ``need`` nodes or more (at most ``most``, 0: any; at most ``gpn`` GPUs on each), or
-    what stops it, to follow its reason."""
+def _widened(
+    req: JobRequest, need: int, most: int, gpn: int, spec: ClusterSpec, per_task: tuple[int, int] | None
+) -> JobRequest | str:
+    """``req`` on ``need`` nodes or more (at most ``most``, 0: any; at most ``gpn`` GPUs on each, whole
+    tasks' with ``per_task``), or what stops it, to follow its reason."""
     whole = _vc_nodes(spec, req)
     if need > whole:
         where = "the cluster" if req.priority < 0 else f"virtual cluster {req.vc}"
@@ -111,13 +125,13 @@ def _widened(req: JobRequest, need: int, most: int, gpn: int, spec: ClusterSpec)
         )
     if most and need > most:
         return f"it asks for at most {most} (-N): cancel it and submit it again with -N {need} or with fewer tasks or CPUs"
-    if req.gpus_per_node:
+    if req.gpus_per_node and per_task is None:
         wide = replace(req, nodes=need, gpus=req.gpus_per_node * need)
     else:
-        n = _even_split(req.gpus, need, min(most or whole, whole), gpn)
-        if n is None:
+        split = _split(req.gpus, need, min(most or whole, whole, req.gpus), gpn, per_task)
+        if split is None:
             return f"its {req.gpus} GPUs do not split evenly over them: ask for a GPU count per node (--gpus-per-node) instead"
-        wide = replace(req, nodes=n, gpus_per_node=req.gpus // n)
+        wide = replace(req, nodes=split[0], gpus_per_node=split[1], gpus=split[0] * split[1])
     held = spec.vc_gpus(req.vc, req.gpu_type)
     if req.priority >= 0 and wide.gpus > held:
         return f"{wide.gpus} GPUs in all, and virtual cluster {req.vc} holds {held}: ask for fewer tasks or CPUs (-n, -c)"
@@ -125,17 +139,24 @@ def _widened(req: JobRequest, need: int, most: int, gpn: int, spec: ClusterSpec)
 
 
 def spread_over_nodes(
-    req: JobRequest, sj: SlurmJob, node: NodeSize, spec: ClusterSpec, per_gpu: PerGpu = PerGpu()
+    req: JobRequest,
+    sj: SlurmJob,
+    node: NodeSize,
+    spec: ClusterSpec,
+    per_gpu: PerGpu = PerGpu(),
+    gpus_per_task: int = 0,
 ) -> Spread:
     """``req`` on the nodes its tasks need: unchanged when it has them, widened when its owner gave
-    no node count or a range that allows it (a GPU count per node stays per node), else why not."""
+    no node count or a range that allows it (a GPU count per node stays per node, GPUs per task stay
+    with whole tasks), else why not."""
     per_job = not req.gpus_per_node
     need, why = nodes_for_tasks(sj, node, req.gpus if per_job else 0, per_gpu)
     now = req.nodes or (req.gpus // req.gpus_per_node if req.gpus_per_node else 1)
     if need <= now:
         return req, None, None
     gpn = min(gpus_per_node(spec, req.gpu_type), per_gpu.fit(node) or req.gpus)
-    wide = _widened(req, need, sj.max_nodes, gpn, spec)
+    per_task = (gpus_per_task, sj.tasks) if gpus_per_task and sj.tasks > 1 else None
+    wide = _widened(req, need, sj.max_nodes, gpn, spec, per_task)
     if isinstance(wide, str):
         return req, None, f"{why}, and {wide}"
     return (

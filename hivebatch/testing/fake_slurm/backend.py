@@ -248,8 +248,9 @@ class FakeSlurm(SlurmBackend):
         gres: str | None = None,
         min_cpus_per_node: int | None = None,
         min_mem_per_node_mb: int | None = None,
+        tasks_per_node: int | None = None,
     ) -> None:
-        per_node = (min_cpus_per_node, min_mem_per_node_mb)
+        per_node = (min_cpus_per_node, min_mem_per_node_mb, tasks_per_node)
         self._log("update_pending", (job_id, nodelist, num_nodes, gres, *(per_node if any(per_node) else ())))
         cmd = ["scontrol", "update", f"JobId={job_id}"]
         j = self._touchable(job_id, cmd)
@@ -267,6 +268,8 @@ class FakeSlurm(SlurmBackend):
             j.cpus_per_node = int(min_cpus_per_node)
         if min_mem_per_node_mb is not None:
             j.mem_per_node_mb = int(min_mem_per_node_mb)
+        if tasks_per_node is not None:
+            j.tasks_per_node = int(tasks_per_node)
         if j.required_nodes and len(j.required_nodes) > j.num_nodes:
             # Slurm accepts it, and the job can never start
             j.reason = "BadConstraints" if not j.held else j.reason

@@ -67,9 +67,10 @@ class Job:
     told: list[str] = field(default_factory=list)  # what scontrol notify printed in that terminal
     past_runs: list[PastRun] = field(default_factory=list)
     kept_gres: str = ""  # typed GPUs a re-typing update did not take away (Slurm grants them still)
-    # MinCPUsNode and MinMemoryNode as an update set them (the fake schedules by GPUs only)
+    # MinCPUsNode, MinMemoryNode and TasksPerNode as an update set them (the fake schedules by GPUs only)
     cpus_per_node: int = 0
     mem_per_node_mb: int = 0
+    tasks_per_node: int = 0
 
     def requeue(self, now: datetime, reason: str) -> None:
         """Back to PENDING without its allocation, as Slurm requeues, and eligible again only after a
