@@ -195,8 +195,8 @@ def _gpu_shape(
         return 1, None, nodes, types
     if gpn is not None:
         if gpus is None:
-            nodes = nodes or 1
-            gpus = nodes * gpn
+            # no -N stays none: Slurm spreads the tasks over the nodes they need, as under sbatch
+            gpus = (nodes or 1) * gpn
         elif nodes is None:
             if gpus % gpn:
                 problems.append(f"--gpus {gpus} is not a multiple of --gpus-per-node {gpn}")
@@ -272,7 +272,7 @@ def gpu_ask_arguments(req: JobRequest) -> list[str]:
         return [f"--gres=shard:{kind}{-(-req.gpu_mem_mib // SHARD_MIB)}"]
     per_node = req.gpus_per_node or (req.gpus // req.nodes if req.nodes else None)
     if per_node:
-        return [f"--nodes={req.nodes or 1}", f"--gres=gpu:{kind}{per_node}"]
+        return [*([f"--nodes={req.nodes}"] if req.nodes else []), f"--gres=gpu:{kind}{per_node}"]
     return [f"--gpus={kind}{req.gpus}"]
 
 

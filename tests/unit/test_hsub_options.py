@@ -116,6 +116,15 @@ def test_without_account_or_qos_slurm_applies_the_users_defaults(tmp_path: Path)
     assert "--nodes=2" in sub.sbatch_args and "--gres=gpu:2" in sub.sbatch_args
 
 
+def test_a_gres_script_without_a_node_count_is_sent_without_one(tmp_path: Path) -> None:
+    # `#SBATCH -n 32` and `--gres=gpu:1`: sbatch leaves the node count to Slurm, which spreads the
+    # tasks over the nodes they need; hsub sent --nodes=1, and the job could never run
+    path = script(tmp_path, "#!/bin/bash\n#SBATCH -n 32\n#SBATCH --gres=gpu:1\nsrun true\n")
+    sub = prep([path], default_vc="nlp")
+    assert "--gres=gpu:1" in sub.sbatch_args and "--ntasks=32" in sub.sbatch_args
+    assert not [a for a in sub.sbatch_args if a.startswith(("--nodes", "-N"))]
+
+
 def test_the_users_comment_follows_the_hints_in_one_comment(tmp_path: Path) -> None:
     path = script(tmp_path, "#!/bin/bash\necho\n")
     sub = prep(["-A", "cv", "--gpus", "1", "--model", "resnet50", "--batch-size", "8", "--iters", "10",
@@ -159,10 +168,10 @@ def test_gpu_env_never_reaches_sbatch() -> None:
         ({"gpus": "4"}, 4, None, None, None),
         ({"gpus": "V100:4"}, 4, None, None, "V100"),
         ({"gpus_per_node": "4", "nodes": "2"}, 8, 2, 4, None),
-        ({"gpus_per_node": "2"}, 2, 1, 2, None),
+        ({"gpus_per_node": "2"}, 2, None, 2, None),  # no -N: as sbatch, Slurm may spread the tasks
         ({"gpus": "8", "gpus_per_node": "4"}, 8, 2, 4, None),
         ({"gres": "gpu:V100:2", "nodes": "2"}, 4, 2, 2, "V100"),
-        ({"gres": "gpu"}, 1, 1, 1, None),
+        ({"gres": "gpu"}, 1, None, 1, None),
         ({"gpus": "2", "gpu_type": "V100"}, 2, None, None, "V100"),
     ],
 )
