@@ -11,9 +11,10 @@
 --   * inside a job (SLURM_JOB_ID set), a step on one node: --gres=gpu[:TYPE]:N or --gpus-per-node=N
 --     becomes --gpus=N (the job's GPUs are all of one type, the one it was placed by); a step over
 --     all the job's K nodes asking all the GPUs of each (N = SLURM_GPUS_ON_NODE, or in salloc's shell
---     the job's own SLURM_GPUS_PER_NODE) becomes --gpus=N*K,
---     which can only be taken N from each node. This is how an srun inside `sbatch -N 2
---     --gpus-per-node=4` starts: it reads SLURM_GPUS_PER_NODE=4 from the job's environment;
+--     the job's own SLURM_GPUS_PER_NODE) becomes --gpus=N*K, which can only be taken N from each
+--     node. This is how an srun inside `sbatch -N 2 --gpus-per-node=4` starts: it reads
+--     SLURM_GPUS_PER_NODE=4 from the job's environment. A step's own --gpus or --gres beside that
+--     read-back ask is what the step gets, as under plain Slurm;
 --   * a new job (srun on a login node) with no node count, or one node: --gres=gpu:N or
 --     --gpus-per-node=N becomes --gpus=N. hivebatch places it on one node, unless its tasks need
 --     more (srun -n 32 on 16-CPU nodes): then, as Slurm spreads it, on as many as they need, with the
@@ -89,17 +90,26 @@ end
 
 -- the options to set (name -> value) for srun's GPU ask, or nil to leave it as given
 function M.rewrite(get, env)
-  if get("type") ~= "srun" or (get("gpus") or "") ~= "" then
+  if get("type") ~= "srun" then
     return nil
   end
   local in_job = env("SLURM_JOB_ID") ~= nil
+  -- a step's own --gpus beside the job's per-node ask srun read from SLURM_GPUS_PER_NODE: plain
+  -- Slurm gave such a step the per-node count (tests/fixtures/slurm/step_gpu_env.txt)
+  local given = get("gpus") or ""
+  local step_total = tonumber(string.match(given, "^[%w_]-:?(%d+)$") or "")
+  if given ~= "" and (step_total == nil or not in_job) then
+    return nil
+  end
   local count, typ, others, field = nil, nil, nil, nil
+  local per_node_too = false
   for _, name in ipairs({ "gres", "gpus-per-node" }) do
     local c, t, o = M.gpu_item(get(name))
-    if c ~= nil then
-      if count ~= nil then
-        return nil -- asked twice: Slurm's own message is the clearest
-      end
+    if c ~= nil and count ~= nil then
+      -- a step's --gres beside the per-node ask srun read from the job's SLURM_GPUS_PER_NODE:
+      -- Slurm goes by the --gres (plain Slurm gave `srun --gres=gpu:1` one GPU there)
+      per_node_too = true
+    elseif c ~= nil then
       count, typ, others, field = c, t, o, name
     end
   end
@@ -122,12 +132,13 @@ function M.rewrite(get, env)
     end
     total = count * nodes -- every GPU of the job: each node gives all of its own
   end
-  local set = { gpus = tostring(total) }
+  local set = { gpus = tostring(math.max(total, step_total or 0)) }
   if field == "gres" then
     -- a zero count asks for none: it keeps srun's other GRES and takes the GPUs out of the per-node ask
     table.insert(others, 1, "gpu:0")
     set.gres = table.concat(others, ",")
-  else
+  end
+  if field == "gpus-per-node" or per_node_too then
     set["gpus-per-node"] = "0"
   end
   return set

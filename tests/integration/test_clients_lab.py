@@ -266,14 +266,16 @@ def test_a_jobs_gpu_variables_stay_and_its_srun_takes_every_gpu_of_its_nodes(ctl
     name = f"{ctl.tag}-gpuenv"
     out = ctl.jobs_dir / f"{name}.out"
     step = 'srun bash -c "echo task \\$SLURM_PROCID \\$(hostname) \\$CUDA_VISIBLE_DEVICES"'
-    script = f'echo "per-node $SLURM_GPUS_PER_NODE"; {step} && echo steps-ok || echo steps-failed'
+    # steps asking for themselves beside the per-node ask they read from the environment
+    own = "srun -N 1 -n 1 --gpus=1 true && srun -N 1 -n 1 --gres=gpu:2 true && echo own-ok || echo own-failed"
+    script = f'echo "per-node $SLURM_GPUS_PER_NODE"; {step} && echo steps-ok || echo steps-failed; {own}'
     proc = run_as("bob", ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", "-N", "2",
                           "--gpus-per-node=2", "-q", "opportunistic", "--wrap", script])  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     jid = int(proc.stdout.strip())
     ctl.mine.add(jid)
-    text = _output(ctl, jid, out, "steps-")
-    assert "per-node 2" in text and "steps-ok" in text, text
+    text = _output(ctl, jid, out, "own-")
+    assert "per-node 2" in text and "steps-ok" in text and "own-ok" in text, text
     tasks = [ln.split()[2:] for ln in text.splitlines() if ln.startswith("task ")]
     assert _by_host((h, [int(c) for c in cvd.split(",")]) for h, cvd in tasks) == _placed(ctl, jid)
 

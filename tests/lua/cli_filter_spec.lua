@@ -39,6 +39,21 @@ describe("srun's own GPU ask", function()
     assert.is_nil(rewrite({ ["gpus-per-node"] = "4" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }))
   end)
 
+  it("joins a step's own --gpus to the per-node ask it read from the job's environment", function()
+    -- srun -N 1 -n 1 --gpus=1 inside sbatch -N 2 --gpus-per-node=2 (SLURM_GPUS_PER_NODE=2)
+    local batch = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2", SLURM_GPUS_ON_NODE = "2" }
+    assert.are.same({ ["gpus-per-node"] = "0", gpus = "2" },
+                    rewrite({ gpus = "1", ["gpus-per-node"] = "2", nodes = "1" }, batch))
+    assert.are.same({ ["gpus-per-node"] = "0", gpus = "4" }, rewrite({ gpus = "v100:1", ["gpus-per-node"] = "2" }, batch))
+    assert.is_nil(rewrite({ gpus = "1", ["gpus-per-node"] = "1" }, batch))  -- a one-GPU record holds it
+  end)
+
+  it("goes by a step's --gres beside the per-node ask it read from the job's environment", function()
+    -- srun --gres=gpu:2 inside sbatch --gpus-per-node=2 (SLURM_GPUS_PER_NODE=2)
+    assert.are.same({ gres = "gpu:0", ["gpus-per-node"] = "0", gpus = "2" },
+                    rewrite({ gres = "gres:gpu:2", ["gpus-per-node"] = "2" }, IN_JOB))
+  end)
+
   it("keeps srun's other GRES", function()
     assert.are.same({ gres = "gpu:0,tmpdisk:10", gpus = "2" },
                     rewrite({ gres = "gres:gpu:2,gres:tmpdisk:10" }))
@@ -52,12 +67,14 @@ describe("srun's own GPU ask", function()
   it("leaves what starts as it is, and what it cannot rewrite to the plugin", function()
     assert.is_nil(rewrite({ gres = "gres:gpu:1" }))                        -- a one-GPU record holds it
     assert.is_nil(rewrite({ gpus = "2" }))                                 -- per step already
+    assert.is_nil(rewrite({ gpus = "2" }, IN_JOB))
+    assert.is_nil(rewrite({ gpus = "1", ["gpus-per-node"] = "2" }))        -- a new job's own contradiction
     assert.is_nil(rewrite({ gres = "gres:gpu:v100:2" }))                   -- a new job's type is its owner's
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2" }))          -- several nodes
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1-2" }))
     assert.is_nil(rewrite({ gres = "gres:gpu:2" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2",
                                                       SLURM_GPUS_ON_NODE = "4" }))  -- fewer than each node holds
-    assert.is_nil(rewrite({ gres = "gres:gpu:2", ["gpus-per-node"] = "2" })) -- asked twice
+    assert.is_nil(rewrite({ gres = "gres:gpu:1", ["gpus-per-node"] = "2" }, IN_JOB)) -- the --gres is one GPU
     assert.is_nil(rewrite({ gres = "gres:gpu:0" }))
     assert.is_nil(rewrite({ gres = "gres:tmpdisk:10" }))
     assert.is_nil(rewrite({ gres = "gres:gpu:2", type = "sbatch" }))
