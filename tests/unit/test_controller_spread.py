@@ -202,3 +202,14 @@ def test_gpus_per_task_spread_with_whole_tasks_on_each_node(ctx) -> None:  # typ
     (place,) = r.out.places
     assert place.shape == (2, 4)
     assert (place.note or "").startswith("runs on 2 nodes with 4 GPU(s) each: its 24 CPUs need 2 nodes")
+
+
+def test_gpus_per_task_spread_so_that_each_nodes_share_of_tasks_fits_its_cpus(ctx) -> None:  # type: ignore[no-untyped-def]
+    # `-n 5 -c 6 --gpus-per-task=2` placed by the plugin as 2 x 6 GPUs: 30 CPUs fit two 16-CPU nodes,
+    # but the pin's TasksPerNode=3 asks 18 on each, and Slurm would hold the job again every cycle
+    comment = 'hivebatch:v2:{"gpus":12,"gpus_per_node":6,"gpus_per_task":2,"nodes":2,"qos":"opportunistic","vc":"nlp"}'
+    req = JobRequest(vc="nlp", qos="opportunistic", gpus=12, nodes=2, gpus_per_node=6)
+    r = _decided(ctx, req, cpus_total=30, tasks=5, admin_comment=comment)
+    (place,) = r.out.places
+    assert place.shape == (3, 4)  # 2 + 2 + 1 tasks, 12 CPUs at most on a node
+    assert "its 5 tasks of 6 CPUs need 3 nodes of at most 16 CPUs each" in (place.note or "")

@@ -62,14 +62,22 @@ class PerGpu:
 
 
 def nodes_for_tasks(
-    sj: SlurmJob, node: NodeSize, gpus: int = 0, per_gpu: PerGpu = PerGpu()
+    sj: SlurmJob, node: NodeSize, gpus: int = 0, per_gpu: PerGpu = PerGpu(), even_tasks: bool = False
 ) -> tuple[int, str]:
     """The fewest nodes Slurm runs the job on, and why ("" when one does): its tasks' CPUs,
-    ``--ntasks-per-node``, and the CPUs and memory of ``gpus`` GPUs asked per GPU."""
+    ``--ntasks-per-node``, and the CPUs and memory of ``gpus`` GPUs asked per GPU. With
+    ``even_tasks`` (the pin sets TasksPerNode) each node must hold the CPUs of its share of tasks."""
     need, why = 1, ""
     if node.cpus and sj.cpus_total > node.cpus:
         need = -(-sj.cpus_total // node.cpus)
         why = f"its {sj.cpus_total} CPUs need {need} nodes of at most {node.cpus} CPUs each"
+    per_task_cpus = sj.cpus_total // sj.tasks if sj.tasks else 0
+    if even_tasks and node.cpus and per_task_cpus and node.cpus >= per_task_cpus:
+        # -n 5 -c 6 on 16-CPU nodes: 30 CPUs fit two nodes, but 3 tasks on each do not
+        by_share = -(-sj.tasks // (node.cpus // per_task_cpus))
+        if by_share > need:
+            need = by_share
+            why = f"its {sj.tasks} tasks of {per_task_cpus} CPUs need {need} nodes of at most {node.cpus} CPUs each"
     if sj.tasks_per_node and sj.tasks > sj.tasks_per_node:
         by_tasks = -(-sj.tasks // sj.tasks_per_node)
         if by_tasks > need:
@@ -150,12 +158,14 @@ def spread_over_nodes(
     no node count or a range that allows it (a GPU count per node stays per node, GPUs per task stay
     with whole tasks), else why not."""
     per_job = not req.gpus_per_node
-    need, why = nodes_for_tasks(sj, node, req.gpus if per_job else 0, per_gpu)
+    per_task = (gpus_per_task, sj.tasks) if gpus_per_task and sj.tasks > 1 else None
+    need, why = nodes_for_tasks(
+        sj, node, req.gpus if per_job else 0, per_gpu, even_tasks=per_task is not None
+    )
     now = req.nodes or (req.gpus // req.gpus_per_node if req.gpus_per_node else 1)
     if need <= now:
         return req, None, None
     gpn = min(gpus_per_node(spec, req.gpu_type), per_gpu.fit(node) or req.gpus)
-    per_task = (gpus_per_task, sj.tasks) if gpus_per_task and sj.tasks > 1 else None
     wide = _widened(req, need, sj.max_nodes, gpn, spec, per_task)
     if isinstance(wide, str):
         return req, None, f"{why}, and {wide}"
