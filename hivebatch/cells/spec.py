@@ -121,6 +121,14 @@ class ClusterSpec:
             if (ct := self.cell_types[type_name]).chain == chain and ct.level >= ch.node_level
         )
 
+    def node_reach(self, vc: str | None, gpu_type: str | None) -> int:
+        """How many nodes one job can span: in VC ``vc``'s whole-node cells, the most of any chain
+        (of ``gpu_type``'s when given); on idle GPUs (``vc`` None), the cluster's nodes of the type."""
+        chains = [gpu_type] if gpu_type else list(self.gpu_types)
+        if vc is None:
+            return sum(1 for n in self.nodes if n.gpu_type in chains)
+        return max(self.vc_whole_nodes(vc, c) for c in chains)
+
     def vc_node_gpus(self, vc: str, chain: str) -> int:
         """The most GPUs a one-node job of the VC can have on ``chain``: its largest cell's, up to a node's."""
         gpn = self.chains[chain].gpus_per_node

@@ -16,13 +16,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_indices
-from hivebatch.controller.decide.spread import PerGpu
+from hivebatch.controller.decide.spread import node_share
 from hivebatch.controller.notice import send_notice, write_notice
 from hivebatch.controller.observe import phase
 from hivebatch.controller.preemption import book_preemption, preemptor, resume_reason
 from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import Job
-from hivebatch.request import CLASS_PRIORITY, plugin_extras
+from hivebatch.request import CLASS_PRIORITY
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import SlurmError, SlurmJob
 
@@ -131,33 +131,6 @@ def preempt(
     job.reason = resume_reason(job, who)
     result.preempted += 1
     session.commit()
-
-
-@dataclass(frozen=True)
-class NodeShare:
-    """What a pin sets besides GPUs where the job_submit plugin counted a job's asks for one node:
-    MinCPUsNode and MinMemoryNode for its share of CPUs and memory asked per GPU, and TasksPerNode
-    so that each node holds whole tasks of a job asking GPUs per task (None: leave as it is)."""
-
-    cpus: int | None = None
-    mem_mb: int | None = None
-    tasks: int | None = None
-
-
-def node_share(placement: dict[str, list[int]], sj: SlurmJob | None) -> NodeShare:
-    if sj is None or not placement:
-        return NodeShare()
-    extras = plugin_extras(sj)
-    share = PerGpu.of(extras).needs(sj, len(next(iter(placement.values()))))  # placements are symmetric
-    tasks = None
-    if extras.get("gpus_per_task") and len(placement) > 1 and sj.tasks > 1:
-        # Slurm fills the first node with tasks (-N 2 -n 16: 15 + 1), more than its GPUs serve
-        tasks = -(-sj.tasks // len(placement))
-    return NodeShare(
-        share.cpus_per_node if share.cpus_per_node != sj.cpus_per_node else None,
-        share.mem_per_node_mb if share.mem_per_node_mb != sj.mem_per_node_mb else None,
-        tasks if tasks != sj.tasks_per_node else None,
-    )
 
 
 def place(

@@ -132,12 +132,12 @@ class CliBackend(SlurmBackend):
         if num_nodes is not None:
             # NumNodes=N only sets a minimum; N-N pins the count
             args.append(f"NumNodes={int(num_nodes)}-{int(num_nodes)}")
-        if min_cpus_per_node is not None:
-            args.append(f"MinCPUsNode={int(min_cpus_per_node)}")
-        if min_mem_per_node_mb is not None:
-            args.append(f"MinMemoryNode={int(min_mem_per_node_mb)}")
-        if tasks_per_node is not None:
-            args.append(f"TasksPerNode={int(tasks_per_node)}")
+        per_node = {
+            "MinCPUsNode": min_cpus_per_node,
+            "MinMemoryNode": min_mem_per_node_mb,
+            "TasksPerNode": tasks_per_node,
+        }
+        args += [f"{key}={int(value)}" for key, value in per_node.items() if value is not None]
         if len(args) == 3:
             return
         self._run(args)

@@ -47,9 +47,8 @@ def _reach(spec: Any, req: JobRequest, gpu_type: str | None) -> tuple[int, int]:
     opportunistic work."""
     chains = [gpu_type] if gpu_type else list(spec.gpu_types)
     per_node = max(spec.gpus_per_node(c) for c in chains)
-    if req.priority < 0:
-        return per_node, sum(1 for n in spec.nodes if gpu_type is None or n.gpu_type == gpu_type)
-    return per_node, max(1, *(spec.vc_whole_nodes(req.vc, c) for c in chains))
+    reach = spec.node_reach(None if req.priority < 0 else req.vc, gpu_type)
+    return per_node, reach if req.priority < 0 else max(1, reach)
 
 
 def check_request(

@@ -7,12 +7,17 @@ from dataclasses import replace
 import pytest
 from decide_support import context, make_round, row
 
-from hivebatch.controller.act import NodeShare, node_share
 from hivebatch.controller.decide.classify import classify
 from hivebatch.controller.decide.policy_round import run_policy_round
 from hivebatch.controller.decide.room import screen_hopeless
 from hivebatch.controller.decide.settle import attach_notes
-from hivebatch.controller.decide.spread import NodeSize, nodes_for_tasks, spread_over_nodes
+from hivebatch.controller.decide.spread import (
+    NodeShare,
+    NodeSize,
+    node_share,
+    nodes_for_tasks,
+    spread_over_nodes,
+)
 from hivebatch.request import JobRequest
 from hivebatch.slurm.parse import parse_squeue_json
 from hivebatch.slurm.types import SlurmJob, SlurmNode

@@ -17,7 +17,7 @@ from typing import Any
 
 from hivebatch.cells import ClusterSpec
 from hivebatch.controller.decide.tasks import gpus_per_node
-from hivebatch.request import JobRequest
+from hivebatch.request import JobRequest, plugin_extras
 from hivebatch.slurm.types import SlurmJob
 
 Spread = tuple[JobRequest, str | None, str | None]  # (request, note when widened, why it can never run)
@@ -109,21 +109,12 @@ def _split(gpus: int, lo: int, hi: int, gpn: int, per_task: tuple[int, int] | No
     return best
 
 
-def _vc_nodes(spec: ClusterSpec, req: JobRequest) -> int:
-    """How many nodes a job of the request can span: its VC's whole-node cells (an opportunistic
-    job's, the cluster's nodes of its type)."""
-    types = [req.gpu_type] if req.gpu_type else list(spec.gpu_types)
-    if req.priority < 0:
-        return sum(1 for n in spec.nodes if n.gpu_type in types)
-    return max(spec.vc_whole_nodes(req.vc, t) for t in types)
-
-
 def _widened(
     req: JobRequest, need: int, most: int, gpn: int, spec: ClusterSpec, per_task: tuple[int, int] | None
 ) -> JobRequest | str:
     """``req`` on ``need`` nodes or more (at most ``most``, 0: any; at most ``gpn`` GPUs on each, whole
     tasks' with ``per_task``), or what stops it, to follow its reason."""
-    whole = _vc_nodes(spec, req)
+    whole = spec.node_reach(None if req.priority < 0 else req.vc, req.gpu_type)
     if need > whole:
         where = "the cluster" if req.priority < 0 else f"virtual cluster {req.vc}"
         also = "" if req.priority < 0 else ", or submit it with --qos=opportunistic to run on idle GPUs"
@@ -173,4 +164,32 @@ def spread_over_nodes(
         wide,
         f"runs on {wide.nodes} nodes with {wide.gpus_per_node} GPU(s) each: {why}, as Slurm spreads it",
         None,
+    )
+
+
+@dataclass(frozen=True)
+class NodeShare:
+    """What a pin sets besides GPUs where the job_submit plugin counted a job's asks for one node:
+    MinCPUsNode and MinMemoryNode for its share of CPUs and memory asked per GPU, and TasksPerNode
+    so that each node holds whole tasks of a job asking GPUs per task (None: leave as it is)."""
+
+    cpus: int | None = None
+    mem_mb: int | None = None
+    tasks: int | None = None
+
+
+def node_share(placement: dict[str, list[int]], sj: SlurmJob | None) -> NodeShare:
+    """What the pin of ``sj`` to ``placement`` sets besides GPUs (the act step calls it as it pins)."""
+    if sj is None or not placement:
+        return NodeShare()
+    extras = plugin_extras(sj)
+    share = PerGpu.of(extras).needs(sj, len(next(iter(placement.values()))))  # placements are symmetric
+    tasks = None
+    if extras.get("gpus_per_task") and len(placement) > 1 and sj.tasks > 1:
+        # Slurm fills the first node with tasks (-N 2 -n 16: 15 + 1), more than its GPUs serve
+        tasks = -(-sj.tasks // len(placement))
+    return NodeShare(
+        share.cpus_per_node if share.cpus_per_node != sj.cpus_per_node else None,
+        share.mem_per_node_mb if share.mem_per_node_mb != sj.mem_per_node_mb else None,
+        tasks if tasks != sj.tasks_per_node else None,
     )

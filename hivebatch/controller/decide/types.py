@@ -99,9 +99,8 @@ class Round:
     unfit_by_needs: dict[tuple[Needs, frozenset[str], str], dict[str, str]] = field(default_factory=dict)
     # the nodes jobs of these needs (and --nodelist) can never use: a rejected job is judged every cycle
     never_by_needs: dict[tuple[Needs, str], dict[str, str]] = field(default_factory=dict)
-    run_notes: dict[int, str] = field(
-        default_factory=dict
-    )  # slurm id -> how it runs otherwise than asked (a lower class, more nodes)
+    # slurm id -> how it runs otherwise than asked (a lower class, more nodes)
+    run_notes: dict[int, str] = field(default_factory=dict)
     # GPU type (None: any) -> the most CPUs and memory one of its nodes has, asked for each waiting job
     size_by_type: dict[str | None, NodeSize] = field(default_factory=dict)
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
