@@ -50,18 +50,18 @@ class _Loader(yaml.SafeLoader):
         out = Lined()
         out.lines = {}
         for key_node, value_node in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call,unused-ignore]
             line = key_node.start_mark.line + 1
             if key in out.lines:
                 raise ConfigError(
                     f"line {line}: duplicate key {key!r} (first given at line {out.lines[key]})"
                 )
             out.lines[key] = line
-            out[key] = self.construct_object(value_node, deep=deep)  # type: ignore[no-untyped-call]
+            out[key] = self.construct_object(value_node, deep=deep)  # type: ignore[no-untyped-call,unused-ignore]
         return out
 
 
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _Loader.construct_mapping)  # type: ignore[arg-type]
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _Loader.construct_mapping)  # type: ignore[arg-type,unused-ignore]
 # a config read here can be written back (tests and tools dump it): as the plain mapping it is
 yaml.SafeDumper.add_representer(Lined, yaml.SafeDumper.represent_dict)
 

@@ -6,7 +6,6 @@ create and upgrade its database.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from alembic import command
@@ -19,12 +18,10 @@ from hivebatch.errors import HivebatchError
 MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
 
 
-def alembic_config(
-    engine: Engine | None = None, url: str | None = None, out: io.TextIOBase | None = None
-) -> Config:
+def alembic_config(engine: Engine | None = None, url: str | None = None) -> Config:
     if not (MIGRATIONS_DIR / "env.py").exists():
         raise HivebatchError(f"the migrations directory {MIGRATIONS_DIR} is missing: reinstall hivebatch")
-    cfg = Config(stdout=out) if out is not None else Config()
+    cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if url is not None:
         cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))

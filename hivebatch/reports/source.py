@@ -99,7 +99,7 @@ def load_jobs(
     if classes is not None:
         alive += [Job.qos.in_(list(classes)), Job.priority >= 0]
     columns = [getattr(Job, name) for name in _JOB_COLUMNS]
-    jobs = list(session.execute(select(*columns).where(*alive).order_by(Job.id)))
+    jobs: list[Any] = list(session.execute(select(*columns).where(*alive).order_by(Job.id)))
     events: dict[int, list[tuple[datetime, str]]] = defaultdict(list)
     if jobs:
         kinds = sorted(START_KINDS | PREEMPT_KINDS | END_KINDS)
@@ -292,10 +292,13 @@ def _with_shares(session: Session, slots: list[GpuSlot]) -> list[GpuSlot]:
         return slots
     out = []
     for slot in slots:
-        g = shares.get((slot.node, slot.index))
-        if g is not None and g.slices:
+        held = shares.get((slot.node, slot.index))
+        if held is not None and held.slices:
             slot = replace(
-                slot, shared=max(slot.shared, len(g.slices)), share=describe_gpu(g), vc=slot.vc or g.vc
+                slot,
+                shared=max(slot.shared, len(held.slices)),
+                share=describe_gpu(held),
+                vc=slot.vc or held.vc,
             )
         out.append(slot)
     return out
