@@ -259,6 +259,22 @@ def test_a_job_one_node_cannot_hold_is_spread_over_nodes_as_slurm_does(
     assert f"runs on 2 nodes with 1 GPU(s) each: {why}" in ctl.placed_event(jid)
 
 
+def test_a_gpu_total_its_tasks_nodes_do_not_split_evenly_runs_on_the_same_gpus_on_each(
+    ctl: Ctl, loop: Loop
+) -> None:
+    # plain Slurm ran -N 1-2 -n 32 --gpus=3 as 2 + 1 GPUs (tests/fixtures/slurm/
+    # tasks_spread_over_nodes.txt); it was rejected here, as "3 GPUs do not split evenly"
+    jid, tasks = _sbatch_steps(
+        ctl, "bob", f"{ctl.tag}-odd", "-N", "1-2", "-n", "32", "--gpus=3", "-q", "opportunistic"
+    )
+    placed = _placed(ctl, jid)
+    assert len(placed) == 2 and all(len(g) == 2 for g in placed.values())
+    assert len(tasks) == 32
+    seen = {(ln.split()[2], ln.split()[3]) for ln in tasks}
+    assert all(set(map(int, cvd.split(","))) <= set(placed[host]) for host, cvd in seen)
+    assert "runs on 2 nodes with 2 GPU(s) each (4 in all for the 3 it asks" in ctl.placed_event(jid)
+
+
 def test_a_jobs_gpu_variables_stay_and_its_srun_takes_every_gpu_of_its_nodes(ctl: Ctl, loop: Loop) -> None:
     # torchrun --nproc_per_node=$SLURM_GPUS_PER_NODE read an emptied variable; the inner srun reads
     # it back as --gpus-per-node=2 over two nodes, which the cli_filter asks as --gpus=4

@@ -85,6 +85,21 @@ def test_a_per_job_count_is_split_evenly_over_the_nodes(ctx) -> None:  # type: i
     assert place.shape == (2, 2)
 
 
+@pytest.mark.parametrize(("gpus", "shape"), [(3, (2, 2)), (1, (2, 1))])
+def test_a_per_job_count_that_does_not_split_evenly_is_rounded_up_as_the_plugin_does(
+    ctx, gpus: int, shape: tuple[int, int]
+) -> None:  # type: ignore[no-untyped-def]
+    # plain Slurm put `-n 32 --gpus=3` on 4 nodes with a GPU each and its srun failed
+    # (tests/fixtures/slurm/tasks_spread_over_nodes.txt); hivebatch runs it on the same GPUs per node
+    r = _decided(ctx, JobRequest(vc="nlp", gpus=gpus), cpus_total=32, tasks=32)
+    (place,) = r.out.places
+    assert place.shape == shape
+    total = shape[0] * shape[1]
+    assert f"runs on 2 nodes with {shape[1]} GPU(s) each ({total} in all for the {gpus} it asks" in (
+        place.note or ""
+    )
+
+
 @pytest.mark.parametrize(
     ("req", "asks", "why"),
     [
@@ -104,10 +119,10 @@ def test_a_per_job_count_is_split_evenly_over_the_nodes(ctx) -> None:  # type: i
             " submit it with --qos=opportunistic to run on idle GPUs",
         ),
         (
-            JobRequest(vc="nlp", gpus=3),
+            JobRequest(vc="nlp", gpus=20, qos="opportunistic"),
             {"cpus_total": 32, "max_nodes": 2},  # -N 1-2
-            "its 32 CPUs need 2 nodes of at most 16 CPUs each, and its 3 GPUs do not split evenly over them:"
-            " ask for a GPU count per node (--gpus-per-node) instead",
+            "its 32 CPUs need 2 nodes of at most 16 CPUs each, and its 20 GPUs on at most 2 nodes need more"
+            " than the 8 a node holds for it: ask for fewer GPUs",
         ),
         (
             JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1),
@@ -206,7 +221,7 @@ def test_gpus_per_task_spread_with_whole_tasks_on_each_node(ctx) -> None:  # typ
     r = _decided(ctx, JobRequest(vc="nlp", gpus=6), cpus_total=24, tasks=3, admin_comment=comment)
     (place,) = r.out.places
     assert place.shape == (2, 4)
-    assert (place.note or "").startswith("runs on 2 nodes with 4 GPU(s) each: its 24 CPUs need 2 nodes")
+    assert (place.note or "").startswith("runs on 2 nodes with 4 GPU(s) each (8 in all for the 6 it asks")
 
 
 def test_gpus_per_task_spread_so_that_each_nodes_share_of_tasks_fits_its_cpus(ctx) -> None:  # type: ignore[no-untyped-def]

@@ -94,16 +94,12 @@ def nodes_for_tasks(
 
 def _split(gpus: int, lo: int, hi: int, gpn: int, per_task: tuple[int, int] | None) -> tuple[int, int] | None:
     """(nodes, GPUs on each) from ``lo`` to ``hi`` nodes of at most ``gpn``, fewest GPUs and then nodes:
-    ``gpus`` in equal shares, or with ``per_task`` (GPUs per task, tasks) whole tasks on each node, as
-    Slurm spreads -n 3 over two nodes as 2 + 1 tasks."""
+    ``gpus`` in equal shares rounded up, as the job_submit plugin runs `-N 2 --gpus=3` as 2 + 2, or
+    with ``per_task`` (GPUs per task, tasks) whole tasks on each node, as Slurm spreads -n 3 over two
+    nodes as 2 + 1 tasks."""
     best: tuple[int, int] | None = None
     for n in range(lo, hi + 1):
-        if per_task is not None:
-            per = per_task[0] * -(-per_task[1] // n)
-        elif gpus % n == 0:
-            per = gpus // n
-        else:
-            continue
+        per = per_task[0] * -(-per_task[1] // n) if per_task is not None else -(-gpus // n)
         if per <= gpn and (best is None or n * per < best[0] * best[1]):
             best = (n, per)
     return best
@@ -127,9 +123,10 @@ def _widened(
     if req.gpus_per_node and per_task is None:
         wide = replace(req, nodes=need, gpus=req.gpus_per_node * need)
     else:
-        split = _split(req.gpus, need, min(most or whole, whole, req.gpus), gpn, per_task)
+        widest = min(most or whole, whole)
+        split = _split(req.gpus, need, widest, gpn, per_task)
         if split is None:
-            return f"its {req.gpus} GPUs do not split evenly over them: ask for a GPU count per node (--gpus-per-node) instead"
+            return f"its {req.gpus} GPUs on at most {widest} nodes need more than the {gpn} a node holds for it: ask for fewer GPUs"
         wide = replace(req, nodes=split[0], gpus_per_node=split[1], gpus=split[0] * split[1])
     held = spec.vc_gpus(req.vc, req.gpu_type)
     if req.priority >= 0 and wide.gpus > held:
@@ -160,9 +157,11 @@ def spread_over_nodes(
     wide = _widened(req, need, sj.max_nodes, gpn, spec, per_task)
     if isinstance(wide, str):
         return req, None, f"{why}, and {wide}"
+    rounded = f" ({wide.gpus} in all for the {req.gpus} it asks: a job gets the same GPUs on every node here)"
     return (
         wide,
-        f"runs on {wide.nodes} nodes with {wide.gpus_per_node} GPU(s) each: {why}, as Slurm spreads it",
+        f"runs on {wide.nodes} nodes with {wide.gpus_per_node} GPU(s) each{rounded if per_job and wide.gpus > req.gpus else ''}:"
+        f" {why}, as Slurm spreads it",
         None,
     )
 
