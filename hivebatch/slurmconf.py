@@ -409,6 +409,35 @@ def _node_names(line: str) -> list[str]:
     return list(NodeSet(first.split("=", 1)[1])) if first.lower().startswith("nodename=") else []
 
 
+def _keeps_users_apart(line: str, gpu_nodes: set[str]) -> str | None:
+    """A warning for a setting that keeps users' jobs off each other's nodes, which the cells do not
+    model: a job of one VC would keep other VCs off GPUs the cells gave them (or wait pinned beside
+    them, as --exclusive=user did on the lab: tests/fixtures/slurm/exclusive_user.txt)."""
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+    setting = _setting(line)
+    if setting and setting[0] == "mcsplugin" and setting[1].lower() not in ("", "mcs/none"):
+        return (
+            f"MCSPlugin={setting[1]}: --exclusive=mcs jobs keep other groups off their GPU nodes, which the"
+            " cells do not model; use mcs/none on a cluster hivebatch runs"
+        )
+    words = dict(w.split("=", 1) for w in line.split("#", 1)[0].split() if "=" in w)
+    keys = {k.lower(): v for k, v in words.items()}
+    if "partitionname" not in keys or keys.get("exclusiveuser", "").lower() != "yes":
+        return None
+    listed = keys.get("nodes", "")
+    try:
+        reach = gpu_nodes if listed.upper() == "ALL" else gpu_nodes & set(NodeSet(listed))
+    except NodeSetParseError:
+        return None
+    if not reach:
+        return None
+    return (
+        f"PartitionName={keys['partitionname']}: ExclusiveUser=YES keeps other users off its GPU nodes, which"
+        " the cells do not model; a job there would hold GPUs of other VCs: drop it for partitions with GPU nodes"
+    )
+
+
 def _with_gres(site_line: str, gres: str) -> str:
     words = [w for w in site_line.split() if not w.lower().startswith("gres=")]
     return " ".join([*words, f"Gres={gres}"])
@@ -416,7 +445,7 @@ def _with_gres(site_line: str, gres: str) -> str:
 
 def merge_into(site: str, generated: str) -> tuple[str, list[str]]:
     """The site's slurm.conf with hivebatch's settings, GPU GRES and partition merged in, and the
-    warnings an administrator must read first (GPUs that get re-typed)."""
+    warnings an administrator must read first (GPUs that get re-typed, users kept apart on GPU nodes)."""
     ours = [ln for ln in generated.splitlines() if ln and not ln.startswith("#")]
     settings = {s[0]: (ln, s[1]) for ln in ours if (s := _setting(ln))}
     nodes = {_node_names(ln)[0]: ln for ln in ours if ln.startswith("NodeName=")}
@@ -473,6 +502,9 @@ def merge_into(site: str, generated: str) -> tuple[str, list[str]]:
                 )
             out.append(_with_gres(line, gres.pop()))
         else:
+            apart = _keeps_users_apart(line, set(nodes))
+            if apart:
+                warnings.append(apart)
             out.append(line)
     added = [settings[k][0] for k in settings if k not in seen_settings]
     added += [ln for n, ln in nodes.items() if n not in seen_nodes]

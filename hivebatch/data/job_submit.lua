@@ -424,7 +424,7 @@ function M.request(job_desc, found, exclusive)
     req.exclusive = 1
     local vc = SITE.vcs[req.vc]
     if vc ~= nil and req.qos ~= SITE.opportunistic and per_node * nodes > vc.gpus then
-      local fix = exclusive == "--exclusive" and "drop --exclusive and ask for the GPUs the job needs"
+      local fix = string.sub(exclusive, 1, 2) == "--" and "drop " .. exclusive .. " and ask for the GPUs the job needs"
         or "submit it to a partition that shares its nodes"
       fail(exclusive .. " takes whole nodes with all their " .. per_node * nodes .. " GPUs, but virtual cluster " .. req.vc .. " has " .. vc.gpus .. ": " .. fix)
     end
@@ -711,6 +711,12 @@ local function check_srun_step(job_desc, found)
   end
 end
 
+-- job_desc.shared values that keep other users' jobs off a job's nodes: on a GPU node that takes
+-- GPUs from every other VC, so such a job holds whole nodes. Slurm kept a --exclusive=user job
+-- pending beside another user's job on the GPUs it was pinned to, while --exclusive=mcs under
+-- MCSPlugin=mcs/none shared the node (tests/fixtures/slurm/exclusive_user.txt)
+local EXCLUSIVE = { [0] = "--exclusive", [2] = "--exclusive=user" }
+
 local function submit(job_desc, part_list, submit_uid)
   NOTES = {}
   ROUNDED = nil
@@ -723,8 +729,11 @@ local function submit(job_desc, part_list, submit_uid)
   local whole = whole_node_partition(job_desc, part_list)
   if whole ~= nil then
     exclusive = "partition " .. whole .. " (OverSubscribe=EXCLUSIVE)"
-  elseif get(job_desc, "shared") == 0 and reaches_gpu_nodes(job_desc, part_list) then
-    exclusive = "--exclusive"
+  elseif EXCLUSIVE[get(job_desc, "shared")] and reaches_gpu_nodes(job_desc, part_list) then
+    exclusive = EXCLUSIVE[get(job_desc, "shared")]
+    if exclusive ~= "--exclusive" then
+      NOTES[#NOTES + 1] = exclusive .. " keeps other users' jobs off the job's nodes, so here it takes them whole, with all their GPUs"
+    end
   end
   if next(found) == nil and not exclusive then
     return slurm.SUCCESS
@@ -819,7 +828,7 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     if next(asked) ~= nil then
       fail("GPUs cannot be added to job " .. tostring(job_rec.job_id) .. " by an update: submit a new job that asks for them")
     end
-    if get(job_desc, "shared") == 0 and reaches_gpu_nodes(job_desc, part_list, job_rec.partition) then
+    if EXCLUSIVE[get(job_desc, "shared")] and reaches_gpu_nodes(job_desc, part_list, job_rec.partition) then
       fail("job " .. tostring(job_rec.job_id) .. " cannot be made --exclusive by an update (it would take the GPUs of its nodes): submit a new job")
     end
     refuse_whole_node_move(job_desc, job_rec, part_list)

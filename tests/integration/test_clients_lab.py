@@ -390,6 +390,25 @@ def test_an_srun_inside_an_exclusive_gpu_job_runs_on_all_its_gpus(ctl: Ctl, loop
     assert _gpus_line(host, cvd) == _placed(ctl, jid) == {host: list(range(8))}
 
 
+def test_an_exclusive_user_job_takes_a_whole_node_and_runs_beside_no_other_users_job(
+    ctl: Ctl, loop: Loop
+) -> None:
+    # Slurm keeps a --exclusive=user job off nodes where other users' jobs run: pinned to one GPU beside
+    # alice's job, it stayed pending on "Resources" (tests/fixtures/slurm/exclusive_user.txt)
+    name = f"{ctl.tag}-other"
+    proc = run_as("alice", ["sbatch", "--parsable", "-J", name, "-o", "/dev/null", "-t", "5", "--gres=gpu:1",
+                            "--wrap", "sleep 60"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    other = int(proc.stdout.strip())
+    ctl.mine.add(other)
+    jid, tasks = _sbatch_steps(ctl, "bob", f"{ctl.tag}-exuser", "--exclusive=user", "--gres=gpu:1")
+    [line] = tasks
+    _, _, host, cvd = line.split()
+    assert _gpus_line(host, cvd) == _placed(ctl, jid) == {host: list(range(8))}
+    assert host not in _placed(ctl, other)
+    run_as("alice", ["scancel", str(other)])
+
+
 def test_a_job_with_a_nodelist_runs_on_the_node_it_lists(ctl: Ctl, loop: Loop) -> None:
     # the pin replaces the job's node list in Slurm, so the plugin keeps the owner's in the request; on
     # an idle lab the cells would choose node1 (seen: `-w node3` ran on node1)

@@ -296,3 +296,26 @@ def test_merging_stacks_hivebatchs_cli_filter_on_the_sites_own():
     assert warnings and "add hivebatch's rules" in warnings[0]
     merged, _ = merge_into("ClusterName=x\n", generated)
     assert "CliFilterPlugins=cli_filter/lua" in merged.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("site", "warned"),
+    [
+        ("PartitionName=mine Nodes=node[1-2] ExclusiveUser=YES\n", "PartitionName=mine: ExclusiveUser=YES"),
+        ("PartitionName=all Nodes=ALL exclusiveuser=yes\n", "PartitionName=all: ExclusiveUser=YES"),
+        ("MCSPlugin=mcs/user\n", "MCSPlugin=mcs/user: --exclusive=mcs jobs keep other groups off"),
+        ("PartitionName=cpu Nodes=cpu[01-04] ExclusiveUser=YES\n", None),  # no GPU node of the cells
+        ("PartitionName=gpu2 Nodes=node[1-2] ExclusiveUser=NO\n", None),
+        ("MCSPlugin=mcs/none\n", None),
+    ],
+)
+def test_merging_warns_of_settings_that_keep_users_apart_on_gpu_nodes(site, warned):
+    from hivebatch.slurmconf import merge_into
+
+    generated = "JobSubmitPlugins=lua\nNodeName=node[1-2] CPUs=16 Gres=gpu:g0:1\n"
+    merged, warnings = merge_into(site, generated)
+    assert site.strip() in merged.splitlines()
+    if warned is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and warnings[0].startswith(warned)
