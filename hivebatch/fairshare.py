@@ -82,6 +82,16 @@ class DecayedUsage:
         return out
 
 
+def _slots(items: Sequence[T], group: Callable[[T], Hashable | None]) -> dict[Hashable, list[int]]:
+    """Each group's positions in ``items`` (items whose group is None belong to none)."""
+    slots: dict[Hashable, list[int]] = {}
+    for i, it in enumerate(items):
+        g = group(it)
+        if g is not None:
+            slots.setdefault(g, []).append(i)
+    return slots
+
+
 def reorder(
     items: Sequence[T],
     group: Callable[[T], Hashable | None],
@@ -92,11 +102,7 @@ def reorder(
 
     Items whose group is None keep their place; a user with no recorded usage counts 0.
     """
-    slots: dict[Hashable, list[int]] = {}
-    for i, it in enumerate(items):
-        g = group(it)
-        if g is not None:
-            slots.setdefault(g, []).append(i)
+    slots = _slots(items, group)
     out = list(items)
     for idx in slots.values():
         members = sorted((items[i] for i in idx), key=lambda it: usage.get(user(it) or "", 0.0))
