@@ -109,3 +109,30 @@ def reorder(
         for i, it in zip(idx, members, strict=True):
             out[i] = it
     return out
+
+
+def by_nice(
+    items: Sequence[T],
+    group: Callable[[T], Hashable | None],
+    user: Callable[[T], str | None],
+    nice: Callable[[T], int],
+) -> list[T]:
+    """``items`` with each group's members in the group's own slots: each user's by their nice, lowest
+    first, then those with a positive nice after all others, as Slurm lowers a job's priority by it
+    (`--nice`, `scontrol update Nice=`, and `scontrol top`, which sets the nice of the owner's other
+    jobs). Otherwise the order stays; items whose group is None keep their place."""
+    slots = _slots(items, group)
+    out = list(items)
+    for idx in slots.values():
+        members = [items[i] for i in idx]
+        by_user: dict[str, list[int]] = {}
+        for k, it in enumerate(members):
+            by_user.setdefault(user(it) or "", []).append(k)
+        ranked = list(members)
+        for pos in by_user.values():
+            for k, it in zip(pos, sorted((members[k] for k in pos), key=nice), strict=True):
+                ranked[k] = it
+        ranked.sort(key=lambda it: nice(it) > 0)
+        for i, it in zip(idx, ranked, strict=True):
+            out[i] = it
+    return out

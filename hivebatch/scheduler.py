@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from hivebatch.fairshare import reorder
+from hivebatch.fairshare import by_nice, reorder
 from hivebatch.reservation import DEFAULT_STARVE_AFTER_S, Forkable, Reservation, Scratch, reserve
 
 if TYPE_CHECKING:
@@ -328,6 +328,17 @@ def _fair(plans: list[Plan], usage: Mapping[str, float], prio: Callable[[Task], 
     )
 
 
+def _niced(plans: list[Plan], prio: Callable[[Task], int]) -> list[Plan]:
+    """Plans of one VC and class (and opportunistic ones together) with Slurm's nice applied in their
+    own slots: the policy still decides which group goes first, the owner which of their jobs."""
+    return by_nice(
+        plans,
+        lambda p: (p.task.vc if prio(p.task) >= 0 else None, p.task.cls, bool(p.shapes), p.meets_qos),
+        lambda p: p.task.user,
+        lambda p: p.task.nice,
+    )
+
+
 def schedule_round(
     tasks: Iterable[Task],
     now: float,
@@ -377,6 +388,8 @@ def schedule_round(
     plans = _plan_in_order(task_list, now, policy, platform, limits, prio, reserving)
     if usage is not None:
         plans = _fair(plans, usage, prio)
+    if any(p.task.nice for p in plans):
+        plans = _niced(plans, prio)
     strict = bool(getattr(policy, "strict_order", False))
     round_ = _Round(alloc, now, platform, prio, ends=dict(ends or {}), found=found)
     reserved, first = round_.heads(plans, starve_after_s) if reserving else ({}, set())

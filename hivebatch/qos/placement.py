@@ -121,6 +121,7 @@ class Task:
     weight: float = 1.0
     avoid_nodes: frozenset[str] = frozenset()  # nodes the task cannot use (passed on to the cells)
     user: str | None = None  # whose job: fairshare orders a VC's jobs of one class by user
+    nice: int = 0  # Slurm's nice: a positive one lets the VC's other jobs of its class go first
 
     def __post_init__(self) -> None:
         if self.model is not None and (

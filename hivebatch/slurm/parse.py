@@ -265,9 +265,17 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         dependency=str(job.get("dependency") or ""),
         priority=priority,
         batch=bool(job.get("batch_flag", True)),
+        nice=_nice(job.get("nice")),
         **_array_fields(job),
         **_node_needs(job),
     )
+
+
+def _nice(value: Any) -> int:
+    """squeue's nice: None for 0, and an admin's negative one as its unsigned 32-bit value
+    (-50 is 4294967246: tests/fixtures/slurm/squeue_nice.json)."""
+    n = _num(value) or 0
+    return n - 2**32 if n >= 2**31 else n
 
 
 def _array_fields(job: Mapping[str, Any]) -> dict[str, Any]:

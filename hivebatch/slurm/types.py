@@ -149,6 +149,8 @@ class SlurmJob:
     excluded_nodes: list[str] = field(default_factory=list)
     # False for an srun or salloc job: its client waits in a terminal (squeue's batch_flag)
     batch: bool = True
+    # --nice or `scontrol update Nice=`: Slurm lowers the job's priority by it; owners may only raise it
+    nice: int = 0
 
     @property
     def array_pending_meta(self) -> bool:

@@ -409,6 +409,29 @@ def test_an_exclusive_user_job_takes_a_whole_node_and_runs_beside_no_other_users
     run_as("alice", ["scancel", str(other)])
 
 
+def test_a_job_its_owner_niced_lets_the_next_one_start_first(ctl: Ctl, loop: Loop) -> None:
+    # plain Slurm started the later of two jobs first when the earlier had --nice=100
+    # (tests/fixtures/slurm/nice_order.txt); the controller started them in arrival order
+    def submit(name: str, *opts: str, run: str) -> tuple[int, Path]:
+        out = ctl.jobs_dir / f"{ctl.tag}-{name}.out"
+        proc = run_as("bob", ["sbatch", "--parsable", "-J", f"{ctl.tag}-{name}", "-o", str(out), "-t", "5",
+                              "--gres=gpu:8", *opts, "--wrap", run])  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        jid = int(proc.stdout.strip())
+        ctl.mine.add(jid)
+        return jid, out
+
+    blocker, _ = submit("blocker", run="sleep 6")
+    ctl.lab.wait_for(blocker, ["RUNNING"], timeout_s=30, held=False)
+    niced, niced_out = submit("niced", "--nice=100", run="date +started=%s.%N")
+    plain, plain_out = submit("plain", run="date +started=%s.%N; sleep 2")
+    started = {
+        jid: float(ctl.lab.wait_for_file(out, "started=").split("started=", 1)[1].split()[0])
+        for jid, out in ((niced, niced_out), (plain, plain_out))
+    }
+    assert started[plain] < started[niced]
+
+
 def test_a_job_with_a_nodelist_runs_on_the_node_it_lists(ctl: Ctl, loop: Loop) -> None:
     # the pin replaces the job's node list in Slurm, so the plugin keeps the owner's in the request; on
     # an idle lab the cells would choose node1 (seen: `-w node3` ran on node1)

@@ -154,3 +154,23 @@ def test_a_task_runs_for_slurms_time_limit_which_its_owner_may_have_lowered(ctx)
     builder = TaskBuilder(ctx, NOW)
     assert builder.task(job, JobRequest(vc="cv", gpus=1, time_limit_s=3600), 600).time_limit_s == 600
     assert builder.task(job, JobRequest(vc="cv", gpus=1, time_limit_s=3600), None).time_limit_s == 3600
+
+
+@pytest.mark.parametrize(("niced", "head"), [(0, 2), (100, 3)])
+def test_a_job_its_owner_niced_lets_the_vcs_next_job_be_the_head(
+    ctx: ControllerContext, niced: int, head: int
+) -> None:
+    # plain Slurm started the later of two such jobs first when the earlier had --nice=100
+    # (tests/fixtures/slurm/nice_order.txt)
+    from dataclasses import replace
+
+    running = row(1, JobRequest(vc="nlp", gpus=8), state="running", predicted_end=NOW + HOUR,
+                  placement={"node2": list(range(8))}, start_time=NOW - HOUR, segment_start=NOW - HOUR)  # fmt: skip
+    first = row(2, JobRequest(vc="nlp", gpus=16, time_limit_s=7200))
+    later = row(3, JobRequest(vc="nlp", gpus=16, time_limit_s=7200))
+    ledger = _ledger(ctx, [first, later], [running])
+    ledger.slurm[2] = replace(ledger.slurm[2], nice=niced)
+    out = decide(ctx, ledger, NOW)
+    waits = {w.job.slurm_job_id: w for w in out.waits}
+    assert waits[head].reason.startswith("reserved: starts by 2026-11-16T10:00:00 on ")
+    assert not waits[5 - head].reason.startswith("reserved")

@@ -233,3 +233,8 @@ def test_gpus_per_task_spread_so_that_each_nodes_share_of_tasks_fits_its_cpus(ct
     (place,) = r.out.places
     assert place.shape == (3, 4)  # 2 + 2 + 1 tasks, 12 CPUs at most on a node
     assert "its 5 tasks of 6 CPUs need 3 nodes of at most 16 CPUs each" in (place.note or "")
+
+
+def test_squeue_gives_the_jobs_nice_an_admins_negative_one_included(slurm_fixture) -> None:  # type: ignore[no-untyped-def]
+    jobs = {j.name: j for j in parse_squeue_json(slurm_fixture("squeue_nice.json"))}
+    assert (jobs["nice100"].nice, jobs["nice0"].nice, jobs["admin"].nice) == (100, 0, -50)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hivebatch.cells import CellAllocator
-from hivebatch.fairshare import Run, decay, decayed_gpu_hours, reorder, usage_by_user
+from hivebatch.fairshare import Run, by_nice, decay, decayed_gpu_hours, reorder, usage_by_user
 from hivebatch.qos import Plan, Platform, Shape, Task
 from hivebatch.scheduler import schedule_round
 from hivebatch.sim import setup
@@ -70,10 +72,11 @@ class ByArrival:
         ]
 
 
-def _task(jid: str, user: str, cls: str, arrival: float, vc: str = "a") -> Task:
+def _task(jid: str, user: str, cls: str, arrival: float, vc: str = "a", nice: int = 0) -> Task:
     return Task(
-        job_id=jid, vc=vc, cls=cls, arrival=arrival, gpus=1, shape=Shape(1, 1), time_limit_s=60.0, user=user
-    )
+        job_id=jid, vc=vc, cls=cls, arrival=arrival, gpus=1, shape=Shape(1, 1), time_limit_s=60.0, user=user,
+        nice=nice,
+    )  # fmt: skip
 
 
 def test_fairshare_reorders_within_vc_and_class_only() -> None:
@@ -93,3 +96,41 @@ def test_fairshare_reorders_within_vc_and_class_only() -> None:
     assert order == ["l1", "l2", "b2", "h1", "h2", "b1"]
     plain = schedule_round(tasks, 0.0, CellAllocator(alloc.spec), ByArrival(), Platform(2, 8))  # type: ignore[arg-type]
     assert [o.job_id for o in plain] == ["h1", "h2", "b1", "l1", "l2", "b2"]
+
+
+def test_by_nice_orders_each_users_jobs_by_nice_and_puts_positive_ones_last_in_their_group() -> None:
+    # (group, user, nice, name)
+    items = [("a", "u", 100, "u1"), ("a", "v", 0, "v1"), ("b", "u", 0, "b1"), ("a", "u", 0, "u2"),
+             ("a", "v", -5, "v2"), ("a", "w", 10, "w1"), (None, "u", 50, "free")]  # fmt: skip
+    out = by_nice(items, lambda it: it[0], lambda it: it[1], lambda it: it[2])
+    # group a holds slots 0, 1, 3, 4, 5: u's own two swap (u2 before u1), v's too (v2 at -5 first);
+    # then the positive ones (u1, w1) go after all others, in that order
+    assert [it[3] for it in out] == ["u2", "v2", "b1", "v1", "u1", "w1", "free"]
+    same = [("a", "u", 0, "x"), ("a", "v", 0, "y")]
+    assert by_nice(same, lambda it: it[0], lambda it: it[1], lambda it: it[2]) == same
+
+
+class WholeNodes(ByArrival):
+    def plan(
+        self, tasks: list[Task], now: float, platform: Platform, limits: dict[str, int] | None
+    ) -> list[Plan]:
+        return [replace(p, shapes=[Shape(1, 8)]) for p in super().plan(tasks, now, platform, limits)]
+
+
+def test_a_niced_job_lets_the_vcs_other_job_of_its_class_take_the_free_gpus() -> None:
+    # plain Slurm started the later job of the two first (tests/fixtures/slurm/nice_order.txt)
+    alloc = CellAllocator(setup.build_spec(setup.node8_config({"a": 1})))
+    tasks = [
+        Task(job_id="niced", vc="a", cls="normal", arrival=1, gpus=8, shape=Shape(1, 8), time_limit_s=60.0,
+             user="bob", nice=100),
+        Task(job_id="later", vc="a", cls="normal", arrival=2, gpus=8, shape=Shape(1, 8), time_limit_s=60.0,
+             user="bob"),
+    ]  # fmt: skip
+    outs = {o.job_id: o for o in schedule_round(tasks, 0.0, alloc, WholeNodes(), Platform(1, 8))}  # type: ignore[arg-type]
+    assert outs["later"].result == "placed" and outs["niced"].result != "placed"
+    plain = [replace(t, nice=0) for t in tasks]
+    outs = {
+        o.job_id: o
+        for o in schedule_round(plain, 0.0, CellAllocator(alloc.spec), WholeNodes(), Platform(1, 8))
+    }  # type: ignore[arg-type]
+    assert outs["niced"].result == "placed" and outs["later"].result != "placed"

@@ -63,7 +63,7 @@ def hopeless_wait(r: Round, room: Room, job: Job, req: JobRequest, sj: SlurmJob)
     ect = job.expected_completion
     if lat is None or ect is None:
         try:
-            task = r.builder.task(job, req, sj.time_limit_s)
+            task = r.builder.task(job, req, sj.time_limit_s, sj.nice)
             spec = r.ctx.spec
             shape = task.shape or Shape(*(plain_shape(req.gpus, gpus_per_node(spec, req.gpu_type)) or (1, 1)))
             lat = float(task_latency(task, shape, r.ctx.platform))
@@ -78,8 +78,8 @@ def hopeless_wait(r: Round, room: Room, job: Job, req: JobRequest, sj: SlurmJob)
 def screen_hopeless(r: Round) -> None:
     """Jobs that may fit become tasks for the policy round; the others wait with the reason why.
 
-    With backfill on, each VC's oldest guaranteed job of the highest priority that cannot fit goes
-    to the round too: it may be its VC's head, and a head needs its reservation even when it cannot
+    With backfill on, each VC's oldest guaranteed job of the highest priority that cannot fit (one
+    its owner did not nice, if any) goes to the round too: it may be its VC's head, and a head needs its reservation even when it cannot
     start (hivebatch.reservation). Only that one: planning every job that cannot start would cost
     the round its time on a long queue, and the others would wait anyway.
     """
@@ -92,13 +92,14 @@ def screen_hopeless(r: Round) -> None:
         isolated(r, job, partial(_to_round, r, job, req, sj))
 
 
-def _head_key(job: Job, req: JobRequest) -> tuple[int, float, int]:
+def _head_key(job: Job, req: JobRequest, sj: SlurmJob) -> tuple[int, bool, float, int]:
+    """Highest priority, then a job its owner did not nice (hivebatch.fairshare.by_nice), then oldest."""
     submitted = job.submit_time.timestamp() if job.submit_time is not None else float("inf")
-    return (-req.priority, submitted, job.slurm_job_id)
+    return (-req.priority, sj.nice > 0, submitted, job.slurm_job_id)
 
 
 def _to_round(r: Round, job: Job, req: JobRequest, sj: SlurmJob) -> None:
-    task = r.builder.task(job, req, sj.time_limit_s)
+    task = r.builder.task(job, req, sj.time_limit_s, sj.nice)
     task.avoid_nodes = frozenset(n for n in r.unfit_for(job, sj) if n in r.alloc.tree.node_cell)
     r.tasks.append(task)
     r.reqs[task.job_id] = (job, req)
@@ -135,7 +136,7 @@ def _screen_one(
         if best is None:
             heads[req.vc] = (job, req, sj)
             return
-        if _head_key(job, req) < _head_key(best[0], best[1]):
+        if _head_key(job, req, sj) < _head_key(*best):
             heads[req.vc] = (job, req, sj)
             job, req, sj = best  # the candidate it replaces waits
     r.out.waits.append(hopeless_wait(r, room, job, req, sj))

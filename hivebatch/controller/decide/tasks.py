@@ -67,8 +67,8 @@ class TaskBuilder:
                 self._profiles[key] = (None, f"{exc}; planned as a plain job")
         return self._profiles[key]
 
-    def task(self, job: Job, req: JobRequest, time_limit_s: int | None) -> Task:
-        """``time_limit_s``: Slurm's limit of the job, else the one the request names."""
+    def task(self, job: Job, req: JobRequest, time_limit_s: int | None, nice: int = 0) -> Task:
+        """``time_limit_s``: Slurm's limit of the job, else the one the request names; ``nice``: Slurm's."""
         spec = self.ctx.spec
         prof, note = self.profile(req)
         if note:
@@ -92,6 +92,7 @@ class TaskBuilder:
             time_limit_s=float(time_limit) if time_limit else None,
             gpu_type=req.gpu_type,
             user=job.user,
+            nice=nice,
         )
 
 
