@@ -95,6 +95,12 @@ class CliBackend(SlurmBackend):
         return CliBackend(self._runner, run_as=user)
 
     def _run(self, argv: Sequence[str], stdin: str | None = None, env: dict[str, str] | None = None) -> str:
+        # scontrol prints some refusals on stderr yet exits 0 for a few operations; they are not errors
+        return self._completed(argv, stdin, env).stdout
+
+    def _completed(
+        self, argv: Sequence[str], stdin: str | None = None, env: dict[str, str] | None = None
+    ) -> Completed:
         cmd = list(argv)
         full = ["runuser", "-u", self.run_as, "--", *cmd] if self.run_as else cmd
         extra = dict(FIXED_ENV)
@@ -103,8 +109,7 @@ class CliBackend(SlurmBackend):
         res = self._runner(full, stdin, extra)
         if res.returncode != 0:
             raise SlurmError(cmd, res.returncode, res.stderr or res.stdout)
-        # scontrol prints some refusals on stderr yet exits 0 for a few operations; they are not errors
-        return res.stdout
+        return res
 
     # --- actions ---------------------------------------------------------------------------------
 
