@@ -17,6 +17,13 @@ class SlurmBackend(ABC):
     def submit(self, script_text: str, sbatch_args: list[str], env: dict[str, str] | None = None) -> int:
         """Submit a batch script (text, not a path); ``sbatch_args`` e.g. ["--hold", "-A", "cv"]."""
 
+    def submit_told(
+        self, script_text: str, sbatch_args: list[str], env: dict[str, str] | None = None
+    ) -> tuple[int, list[str]]:
+        """``submit``, with the lines sbatch showed its user on acceptance (the job_submit plugin's notes,
+        sbatch's warnings), for a front end that stands in for sbatch; none where the backend has none."""
+        return self.submit(script_text, sbatch_args, env), []
+
     @abstractmethod
     def update_pending(
         self,

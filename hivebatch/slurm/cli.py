@@ -114,10 +114,15 @@ class CliBackend(SlurmBackend):
     # --- actions ---------------------------------------------------------------------------------
 
     def submit(self, script_text: str, sbatch_args: list[str], env: dict[str, str] | None = None) -> int:
+        return self.submit_told(script_text, sbatch_args, env)[0]
+
+    def submit_told(
+        self, script_text: str, sbatch_args: list[str], env: dict[str, str] | None = None
+    ) -> tuple[int, list[str]]:
         if not script_text.startswith("#!"):
             raise SlurmError(["sbatch"], 1, "the batch script must start with a #! line")
-        out = self._run(["sbatch", "--parsable", *sbatch_args], stdin=script_text, env=env)
-        return parse_job_id(out)
+        res = self._completed(["sbatch", "--parsable", *sbatch_args], stdin=script_text, env=env)
+        return parse_job_id(res.stdout), [ln for ln in res.stderr.splitlines() if ln.strip()]
 
     def update_pending(
         self,

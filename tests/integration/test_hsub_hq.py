@@ -58,6 +58,20 @@ def test_hsub_job_is_held_by_slurm_with_the_request_in_its_admin_comment(
     assert (req.vc, req.qos, req.gpus, req.time_limit_s) == ("cv", "prior", 2, 300)
 
 
+def test_hsub_shows_the_notes_sbatch_shows_on_acceptance(site: Site, slurm_lab, lab_jobs) -> None:  # type: ignore[no-untyped-def]
+    # sbatch printed the job_submit plugin's note (tests/fixtures/slurm/exclusive_user.txt); hsub kept
+    # sbatch's stderr to itself
+    script = write_script(site)
+    proc = site.as_user("alice", "hsub", "--parsable", "-A", "cv", "--gres=gpu:1", "--exclusive=user", "-t", "5",
+                        "-o", "/dev/null", str(script))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lab_jobs.append(int(proc.stdout.strip()))
+    assert proc.stderr.splitlines() == [
+        "hsub: note: --exclusive=user keeps other users' jobs off the job's nodes, so here it takes them whole,"
+        " with all their GPUs"
+    ]
+
+
 def test_alice_cannot_submit_into_bobs_vc(site: Site, slurm_lab) -> None:  # type: ignore[no-untyped-def]
     script = write_script(site)
     before = {j.job_id for j in slurm_lab.backend().list_jobs()}

@@ -90,14 +90,26 @@ def run(argv: list[str]) -> int:
     for name in [k for k in os.environ if k not in sub.env]:
         del os.environ[name]
     try:
-        job_id = get_backend().submit(script, sub.sbatch_args)
+        job_id, told = get_backend().submit_told(script, sub.sbatch_args)
     except SlurmError as exc:
         raise HivebatchError(slurm_refusal(exc, sub.request.vc, sub.request.qos)) from None
+    relay_told(told, sub.notes)
     if sub.parsable:
         print(job_id)
     else:
         print(f"Submitted batch job {job_id}")
     return 0
+
+
+def relay_told(lines: list[str], said: list[str]) -> None:
+    """What sbatch told its user on acceptance, as sbatch shows it: the job_submit plugin's notes as
+    hsub's own (once: hsub may have said the same before submitting), anything else as sbatch wrote it."""
+    for line in lines:
+        note = line.removeprefix("sbatch: hivebatch: note: ")
+        if note == line:
+            print(line, file=sys.stderr)
+        elif note not in said:
+            print(f"{PROG}: note: {note}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> None:
