@@ -266,6 +266,7 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         priority=priority,
         batch=bool(job.get("batch_flag", True)),
         nice=_nice(job.get("nice")),
+        spread_job="SPREAD_JOB" in (job.get("flags") or []),
         **_array_fields(job),
         **_node_needs(job),
     )

@@ -151,6 +151,8 @@ class SlurmJob:
     batch: bool = True
     # --nice or `scontrol update Nice=`: Slurm lowers the job's priority by it; owners may only raise it
     nice: int = 0
+    # --spread-job: Slurm spreads the job over as many nodes as it may (one task on each, up to -N)
+    spread_job: bool = False
 
     @property
     def array_pending_meta(self) -> bool:

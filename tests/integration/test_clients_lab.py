@@ -275,6 +275,16 @@ def test_a_gpu_total_its_tasks_nodes_do_not_split_evenly_runs_on_the_same_gpus_o
     assert "runs on 2 nodes with 2 GPU(s) each (4 in all for the 3 it asks" in ctl.placed_event(jid)
 
 
+def test_a_spread_job_runs_a_task_on_each_of_as_many_nodes_as_it_may_use(ctl: Ctl, loop: Loop) -> None:
+    # plain Slurm ran -n 4 --gres=gpu:1 --spread-job on 4 nodes with a task and a GPU on each
+    # (tests/fixtures/slurm/spread_job.txt); hivebatch ran it on one node. Idle GPUs reach all 4 here.
+    jid, tasks = _sbatch_steps(ctl, "bob", f"{ctl.tag}-spreadjob", "-n", "4", "--gres=gpu:1", "--spread-job",
+                               "-q", "opportunistic")  # fmt: skip
+    placed = _placed(ctl, jid)
+    assert len(placed) == 4 and all(len(g) == 1 for g in placed.values())
+    assert sorted(ln.split()[2] for ln in tasks) == sorted(placed)
+
+
 def test_a_jobs_gpu_variables_stay_and_its_srun_takes_every_gpu_of_its_nodes(ctl: Ctl, loop: Loop) -> None:
     # torchrun --nproc_per_node=$SLURM_GPUS_PER_NODE read an emptied variable; the inner srun reads
     # it back as --gpus-per-node=2 over two nodes, which the cli_filter asks as --gpus=4

@@ -238,3 +238,36 @@ def test_gpus_per_task_spread_so_that_each_nodes_share_of_tasks_fits_its_cpus(ct
 def test_squeue_gives_the_jobs_nice_an_admins_negative_one_included(slurm_fixture) -> None:  # type: ignore[no-untyped-def]
     jobs = {j.name: j for j in parse_squeue_json(slurm_fixture("squeue_nice.json"))}
     assert (jobs["nice100"].nice, jobs["nice0"].nice, jobs["admin"].nice) == (100, 0, -50)
+
+
+@pytest.mark.parametrize(
+    ("req", "asks", "shape"),
+    [
+        # idle GPUs reach all four nodes: one task on each, as plain Slurm ran it (spread_job.txt)
+        (JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1, qos="opportunistic"), {}, (4, 1)),
+        # nlp spans its two whole-node cells; the owner's -N 1-2 bounds it too
+        (JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1), {}, (2, 1)),
+        (
+            JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1, qos="opportunistic"),
+            {"max_nodes": 2},
+            (2, 1),
+        ),
+        # cv has one whole-node cell: it stays on one node, as Slurm does where one node is all it may use
+        (JobRequest(vc="cv", gpus=1, gpus_per_node=1, nodes=1), {}, (1, 1)),
+        # a --gpus total is split over the nodes as any spread one
+        (JobRequest(vc="nlp", gpus=4, qos="opportunistic"), {}, (4, 1)),
+    ],
+)
+def test_spread_job_runs_on_as_many_nodes_as_it_may_use(ctx, req, asks, shape) -> None:  # type: ignore[no-untyped-def]
+    r = _decided(ctx, req, cpus_total=4, tasks=4, spread_job=True, **{"max_nodes": 4, **asks})
+    (place,) = r.out.places
+    assert place.shape == shape
+    assert ("--spread-job puts its 4 tasks on as many nodes as it may use" in (place.note or "")) == (
+        shape[0] > 1
+    )
+
+
+def test_squeue_says_which_job_asked_to_be_spread(slurm_fixture) -> None:  # type: ignore[no-untyped-def]
+    jobs = {j.name: j for j in parse_squeue_json(slurm_fixture("squeue_spread_job.json"))}
+    assert (jobs["spread"].spread_job, jobs["spread"].max_nodes) == (True, 4)
+    assert (jobs["plain"].spread_job, jobs["plain"].max_nodes) == (False, 0)

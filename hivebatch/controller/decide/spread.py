@@ -7,7 +7,9 @@ CPUs each (tests/fixtures/slurm/tasks_spread_over_nodes.txt). Pinned to fewer no
 job never runnable and holds it again, and it was placed again every cycle. So such a job is planned
 on that many nodes, with its GPUs per node as asked (a per-job count split evenly over them, each
 node's CPUs and memory per GPU following its share); a job whose owner's node count cannot hold its
-tasks is rejected with what to change.
+tasks is rejected with what to change. `--spread-job` asks for as many nodes as the job may use: Slurm
+put `-n 4 --gres=gpu:1 --spread-job` on 4 nodes with a GPU each (tests/fixtures/slurm/spread_job.txt);
+here that is up to one node per task, its -N, and the nodes it can span in its cells.
 """
 
 from __future__ import annotations
@@ -150,6 +152,12 @@ def spread_over_nodes(
     need, why = nodes_for_tasks(
         sj, node, req.gpus if per_job else 0, per_gpu, even_tasks=per_task is not None
     )
+    if sj.spread_job:
+        # as many nodes as the job may use: one per task, up to its -N and the nodes it can span here
+        reach = spec.node_reach(None if req.priority < 0 else req.vc, req.gpu_type)
+        widest = min(sj.tasks or 1, sj.max_nodes or sj.tasks or 1, reach)
+        if widest > need:
+            need, why = widest, f"--spread-job puts its {sj.tasks} tasks on as many nodes as it may use"
     now = req.nodes or (req.gpus // req.gpus_per_node if req.gpus_per_node else 1)
     if need <= now:
         return req, None, None
