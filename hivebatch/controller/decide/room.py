@@ -79,9 +79,10 @@ def screen_hopeless(r: Round) -> None:
     """Jobs that may fit become tasks for the policy round; the others wait with the reason why.
 
     With backfill on, each VC's oldest guaranteed job of the highest priority that cannot fit (one
-    its owner did not nice, if any) goes to the round too: it may be its VC's head, and a head needs its reservation even when it cannot
-    start (hivebatch.reservation). Only that one: planning every job that cannot start would cost
-    the round its time on a long queue, and the others would wait anyway.
+    its owner did not nice, if any) goes to the round too: it may be its VC's head, and a head needs
+    its reservation even when it cannot start (hivebatch.reservation). Only that one: planning every
+    job that cannot start would cost the round its time on a long queue, and the others would wait
+    anyway.
     """
     gmap = r.alloc.gpu_map() if r.requeued or r.slices else r.gmap
     room = Room(r.alloc, r.ctx.spec, gmap)
