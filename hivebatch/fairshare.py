@@ -119,8 +119,8 @@ def by_nice(
 ) -> list[T]:
     """``items`` with each group's members in the group's own slots: each user's by their nice, lowest
     first, then those with a positive nice after all others, as Slurm lowers a job's priority by it
-    (`--nice`, `scontrol update Nice=`, and `scontrol top`, which sets the nice of the owner's other
-    jobs). Otherwise the order stays; items whose group is None keep their place."""
+    (`--nice`, `scontrol update Nice=`). Otherwise the order stays; items whose group is None keep
+    their place."""
     slots = _slots(items, group)
     out = list(items)
     for idx in slots.values():
