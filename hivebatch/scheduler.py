@@ -314,6 +314,12 @@ def _unlimited_order(
     return out
 
 
+def _turns(p: Plan, prio: Callable[[Task], int]) -> tuple[str | None, str, bool, bool]:
+    """The group whose turns in the policy's order a plan shares: its VC (None: opportunistic, on any
+    VC's idle GPUs) and class, and whether it has shapes and can still meet its expected completion."""
+    return (p.task.vc if prio(p.task) >= 0 else None, p.task.cls, bool(p.shapes), p.meets_qos)
+
+
 def _fair(plans: list[Plan], usage: Mapping[str, float], prio: Callable[[Task], int]) -> list[Plan]:
     """Guaranteed plans of one VC and class re-ordered by their users' recent usage, in their own slots.
 
@@ -322,7 +328,7 @@ def _fair(plans: list[Plan], usage: Mapping[str, float], prio: Callable[[Task], 
     """
     return reorder(
         plans,
-        lambda p: (p.task.vc, p.task.cls, bool(p.shapes), p.meets_qos) if prio(p.task) >= 0 else None,
+        lambda p: _turns(p, prio) if prio(p.task) >= 0 else None,
         lambda p: p.task.user,
         usage,
     )
@@ -333,7 +339,7 @@ def _niced(plans: list[Plan], prio: Callable[[Task], int]) -> list[Plan]:
     own slots: the policy still decides which group goes first, the owner which of their jobs."""
     return by_nice(
         plans,
-        lambda p: (p.task.vc if prio(p.task) >= 0 else None, p.task.cls, bool(p.shapes), p.meets_qos),
+        lambda p: _turns(p, prio),
         lambda p: p.task.user,
         lambda p: p.task.nice,
     )

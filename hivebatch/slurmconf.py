@@ -409,20 +409,18 @@ def _node_names(line: str) -> list[str]:
     return list(NodeSet(first.split("=", 1)[1])) if first.lower().startswith("nodename=") else []
 
 
-def _keeps_users_apart(line: str, gpu_nodes: set[str]) -> str | None:
+def _keeps_users_apart(line: str, setting: tuple[str, str] | None, gpu_nodes: set[str]) -> str | None:
     """A warning for a setting that keeps users' jobs off each other's nodes, which the cells do not
     model: a job of one VC would keep other VCs off GPUs the cells gave them (or wait pinned beside
     them, as --exclusive=user did on the lab: tests/fixtures/slurm/exclusive_user.txt)."""
     from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
-    setting = _setting(line)
     if setting and setting[0] == "mcsplugin" and setting[1].lower() not in ("", "mcs/none"):
         return (
             f"MCSPlugin={setting[1]}: --exclusive=mcs jobs keep other groups off their GPU nodes, which the"
             " cells do not model; use mcs/none on a cluster hivebatch runs"
         )
-    words = dict(w.split("=", 1) for w in line.split("#", 1)[0].split() if "=" in w)
-    keys = {k.lower(): v for k, v in words.items()}
+    keys = {k.lower(): v for k, _, v in (w.partition("=") for w in line.split("#", 1)[0].split() if "=" in w)}
     if "partitionname" not in keys or keys.get("exclusiveuser", "").lower() != "yes":
         return None
     listed = keys.get("nodes", "")
@@ -454,6 +452,7 @@ def merge_into(site: str, generated: str) -> tuple[str, list[str]]:
     out: list[str] = []
     seen_settings: set[str] = set()
     seen_nodes: set[str] = set()
+    gpu_nodes = set(nodes)
     for line in site.splitlines():
         setting = _setting(line)
         names = _node_names(line) if line.strip().lower().startswith("nodename=") else []
@@ -502,7 +501,7 @@ def merge_into(site: str, generated: str) -> tuple[str, list[str]]:
                 )
             out.append(_with_gres(line, gres.pop()))
         else:
-            apart = _keeps_users_apart(line, set(nodes))
+            apart = _keeps_users_apart(line, setting, gpu_nodes)
             if apart:
                 warnings.append(apart)
             out.append(line)

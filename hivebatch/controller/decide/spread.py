@@ -107,12 +107,17 @@ def _split(gpus: int, lo: int, hi: int, gpn: int, per_task: tuple[int, int] | No
     return best
 
 
+def _reach(req: JobRequest, spec: ClusterSpec) -> int:
+    """How many nodes the job can span: its VC's whole-node cells, or every node of its type on idle GPUs."""
+    return spec.node_reach(None if req.priority < 0 else req.vc, req.gpu_type)
+
+
 def _widened(
     req: JobRequest, need: int, most: int, gpn: int, spec: ClusterSpec, per_task: tuple[int, int] | None
 ) -> JobRequest | str:
     """``req`` on ``need`` nodes or more (at most ``most``, 0: any; at most ``gpn`` GPUs on each, whole
     tasks' with ``per_task``), or what stops it, to follow its reason."""
-    whole = spec.node_reach(None if req.priority < 0 else req.vc, req.gpu_type)
+    whole = _reach(req, spec)
     if need > whole:
         where = "the cluster" if req.priority < 0 else f"virtual cluster {req.vc}"
         also = "" if req.priority < 0 else ", or submit it with --qos=opportunistic to run on idle GPUs"
@@ -154,8 +159,7 @@ def spread_over_nodes(
     )
     if sj.spread_job:
         # as many nodes as the job may use: one per task, up to its -N and the nodes it can span here
-        reach = spec.node_reach(None if req.priority < 0 else req.vc, req.gpu_type)
-        widest = min(sj.tasks or 1, sj.max_nodes or sj.tasks or 1, reach)
+        widest = min(sj.tasks or 1, sj.max_nodes or sj.tasks or 1, _reach(req, spec))
         if widest > need:
             need, why = widest, f"--spread-job puts its {sj.tasks} tasks on as many nodes as it may use"
     now = req.nodes or (req.gpus // req.gpus_per_node if req.gpus_per_node else 1)
