@@ -1,4 +1,4 @@
--- hivebatch's cli_filter for srun, next to slurm.conf on every host users run srun on
+-- hivebatch's cli_filter for srun (and sbatch's --test-only), next to slurm.conf on every host users run srun on
 -- (`hadmin slurm-config` writes it and sets CliFilterPlugins=cli_filter/lua).
 --
 -- hivebatch pins a job's GPUs as one GRES type per GPU index (gpu:g0:1,gpu:g1:1). srun starts its
@@ -19,6 +19,9 @@
 --     --gpus-per-node=N becomes --gpus=N. hivebatch places it on one node, unless its tasks need
 --     more (srun -n 32 on 16-CPU nodes): then, as Slurm spreads it, on as many as they need, with the
 --     N GPUs split evenly over them.
+--
+-- sbatch's and srun's --test-only with a GPU ask is told that Slurm's answer is not hivebatch's, and
+-- what gives hivebatch's (M.test_only_note).
 --
 -- Anything else is left to the job_submit plugin, which refuses what cannot start with a line that
 -- says what does. The filter only rewrites a user's own options; it trusts nothing and enforces
@@ -144,6 +147,49 @@ function M.rewrite(get, env)
   return set
 end
 
+-- whether an option's value asks for any GPU: --gres items (a GPU-memory slice, shard:8, and a bare
+-- "gpu" count too), or the [type:]count items of --gpus and --gpus-per-*
+local function asks_gpus(name, value)
+  for part in string.gmatch(value or "", "[^,]+") do
+    local item, n = part:gsub("^gres[:/]", ""), nil
+    if name ~= "gres" then
+      n = string.match(item, "(%d+)$")
+    elseif string.match(item, "^gpu") or string.match(item, "^shard") then
+      n = string.match(item, "^%a+$") and "1" or string.match(item, ":(%d+)$")
+    end
+    if tonumber(n or "0") > 0 then
+      return true
+    end
+  end
+  return false
+end
+
+-- what to tell the user of a --test-only that asks for GPUs, or nil. Slurm's answer cannot be
+-- hivebatch's: the plugin keeps the GPU ask off the job until the controller places it, so the
+-- will-run test (it calls the plugin as a submit does, and cannot be told apart) saw no GPUs and
+-- named a node whose GPUs were all busy (recorded: tests/fixtures/slurm/test_only_gpu.txt)
+function M.test_only_note(get)
+  if get("test-only") ~= "set" then
+    return nil
+  end
+  for _, name in ipairs({ "gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket" }) do
+    if asks_gpus(name, get(name)) then
+      return "Slurm's --test-only answer leaves out hivebatch, which places GPU jobs: "
+        .. "'hsub --test-only' with the same options says when and where this job would start"
+    end
+  end
+  return nil
+end
+
+local function say(kind, note)
+  local text = string.format("%s: hivebatch: note: %s\n", tostring(kind), note)
+  if io ~= nil and io.stderr ~= nil then
+    io.stderr:write(text)
+  else
+    slurm.log_info("%s", text)
+  end
+end
+
 function slurm_cli_setup_defaults(options, early_pass)
   return slurm.SUCCESS
 end
@@ -157,6 +203,14 @@ function slurm_cli_pre_submit(options, offset)
       options[name] = value
     end
   end
+  pcall(function()
+    local note = M.test_only_note(function(name)
+      return options[name]
+    end)
+    if note ~= nil then
+      say(options["type"], note)
+    end
+  end)
   return slurm.SUCCESS
 end
 

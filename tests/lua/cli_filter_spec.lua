@@ -99,3 +99,40 @@ describe("srun's own GPU ask", function()
     assert.are.equal(slurm.SUCCESS, slurm_cli_pre_submit(broken, 0))
   end)
 end)
+
+describe("a --test-only that asks for GPUs", function()
+  local function note(options)
+    local M = load_filter()
+    return M.test_only_note(function(name) return options[name] end)
+  end
+
+  it("is told that Slurm's answer is not hivebatch's, and what gives hivebatch's", function()
+    -- option values as sbatch and srun 22.05 hand them to the filter (tests/fixtures/slurm/test_only_gpu.txt)
+    for _, asked in ipairs({ { gres = "gres:gpu:2" }, { gpus = "1" }, { ["gpus-per-node"] = "v100:2" },
+                             { ["gpus-per-task"] = "1" }, { gres = "gres:shard:8" }, { gres = "gres:gpu" } }) do
+      asked["test-only"] = "set"
+      assert.truthy(string.find(note(asked) or "", "'hsub --test-only' with the same options", 1, true), asked)
+    end
+  end)
+
+  it("is not told without --test-only or without GPUs", function()
+    assert.is_nil(note({ ["test-only"] = "unset", gres = "gres:gpu:2" }))
+    assert.is_nil(note({ ["test-only"] = "set" }))
+    assert.is_nil(note({ ["test-only"] = "set", gres = "gres:gpu:0" }))
+    assert.is_nil(note({ ["test-only"] = "set", gpus = "0", gres = "gres:mps:100" }))
+  end)
+
+  it("is written on stderr as sbatch's own notes are, and never fails the command", function()
+    load_filter()
+    local written = {}
+    local real = io.stderr
+    io.stderr = { write = function(_, text) table.insert(written, text) end }
+    local options = { type = "sbatch", ["test-only"] = "set", gres = "gres:gpu:2" }
+    local ok, rc = pcall(slurm_cli_pre_submit, options, 0)
+    io.stderr = real
+    assert.is_true(ok)
+    assert.are.equal(slurm.SUCCESS, rc)
+    assert.are.equal(1, #written)
+    assert.truthy(string.find(written[1], "^sbatch: hivebatch: note: Slurm's %-%-test%-only answer leaves out hivebatch"))
+  end)
+end)
