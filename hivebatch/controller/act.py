@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_indices
 from hivebatch.controller.decide.spread import node_share
+from hivebatch.controller.decide.times import aware
 from hivebatch.controller.notice import send_notice, write_notice
 from hivebatch.controller.observe import phase
 from hivebatch.controller.preemption import book_preemption, preemptor, resume_reason
@@ -219,6 +220,8 @@ def act(
         place(session, rec, backend, job, result, redo=True, sj=slurm.get(job.slurm_job_id))
     for job, why in decisions.take_backs:
         take_back(session, rec, backend, job, why, result)
+    for job, why in decisions.past_deadline:
+        end_past_deadline(session, rec, backend, job, why, result, slurm.get(job.slurm_job_id))
     for p in decisions.places:
         if p.job.intent == "place":
             place(session, rec, backend, p.job, result, sj=slurm.get(p.job.slurm_job_id))
@@ -241,6 +244,31 @@ def take_back(
     job.state = "queued"
     job.reason = f"{why}; placed again on other nodes"
     rec.event(session, job, "taken_back", job.reason, {"placement": job.placement})
+    session.commit()
+
+
+def end_past_deadline(
+    session: Session,
+    rec: Recorder,
+    backend: SlurmBackend,
+    job: Job,
+    why: str,
+    result: ActResult,
+    sj: SlurmJob | None,
+) -> None:
+    """Release a job that can no longer meet its --deadline: Slurm's scheduler ends it as DEADLINE at its
+    next pass, as it ends a late job of its own (it holds no cells and no placement meanwhile)."""
+    try:
+        if sj is not None and sj.eligible_time is not None and sj.eligible_time > aware(rec.now):
+            # the plugin's far begin time on a job its owner released: Slurm schedules only eligible jobs
+            backend.clear_begin_time(job.slurm_job_id)
+        backend.release(job.slurm_job_id)
+    except SlurmError as exc:
+        if _still_pending(backend, job.slurm_job_id) is not False:
+            result.failed.append(f"release of job {job.slurm_job_id} past its deadline: {exc}")
+        return
+    job.reason = why
+    rec.event(session, job, "past_deadline", why)
     session.commit()
 
 

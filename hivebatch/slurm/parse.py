@@ -256,6 +256,8 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         start_time=epoch(job.get("start_time")) if state != "PENDING" else None,
         end_time=epoch(job.get("end_time")) if finished else None,
         time_limit_s=limit_min * 60 if limit_min else None,
+        time_min_s=(_num(job.get("time_minimum")) or 0) * 60 or None,
+        deadline=epoch(job.get("deadline")),
         num_nodes=_num(job.get("node_count")) or 1,
         held=state == "PENDING" and (reason in HELD_REASONS or priority == 0),
         exit_code=exit_code_from_status(job.get("exit_code")) if finished else None,

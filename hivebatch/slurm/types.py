@@ -118,6 +118,9 @@ class SlurmJob:
     start_time: datetime | None = None
     end_time: datetime | None = None
     time_limit_s: int | None = None
+    # --time-min: Slurm judges a --deadline by it when given, else by the time limit
+    time_min_s: int | None = None
+    deadline: datetime | None = None  # --deadline: Slurm ends a job that can no longer finish by it
     num_nodes: int = 1
     held: bool = False
     exit_code: str | None = None

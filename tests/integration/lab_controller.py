@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,9 @@ class Ctl:
     config: Path
     db_url: str
 
-    def submit(self, user: str, vc: str, gpus: int, qos: str = "normal", sleep: int = 120) -> int:
+    def submit(
+        self, user: str, vc: str, gpus: int, qos: str = "normal", sleep: int = 120, extra: Sequence[str] = ()
+    ) -> int:
         req = JobRequest(vc=vc, qos=qos, gpus=gpus, time_limit_s=600)
         name = f"{self.tag}-{user}"
         # as a student would: plain sbatch options, the GPU ask included; the job_submit plugin holds it
@@ -60,6 +62,7 @@ class Ctl:
             str(self.jobs_dir / f"{name}-%j.out"),
             "--open-mode=append",
             *gpu_ask_arguments(req),
+            *extra,  # sbatch takes an option's last value: these may override the ones above
         ]
         jid = self.lab.backend(user).submit(PROBE.format(sleep=sleep), args)
         self.mine.add(jid)

@@ -62,6 +62,23 @@ def test_node_cell_job_runs_while_another_vc_fragments_the_cluster(ctl: Ctl) -> 
     assert node not in small_nodes  # the small jobs were packed away from the node nlp's cell needed
 
 
+def test_a_job_past_its_deadline_ends_as_slurm_ends_it(ctl: Ctl) -> None:
+    # sys's switch cell is its only room for 2 GPUs on one node (tests/fixtures/slurm/deadline_held.txt
+    # shows the same under plain Slurm and, before, a held job Slurm never tested)
+    blocker = ctl.submit("carol", "sys", 2)
+    ctl.cycle()
+    assert ctl.job(blocker).state in ("placed", "running"), ctl.job(blocker).reason
+    late = ctl.submit("carol", "sys", 2, sleep=20, extra=["-t", "1", "--deadline", "now+75seconds"])
+    ctl.cycle()
+    assert ctl.job(late).state == "queued", ctl.job(late).reason
+    # 1 min of limit from now ends after the deadline 15 s from now (plus the 2 s of margin)
+    ctl.until(lambda: ctl.job(late).state == "failed", timeout_s=60, what=lambda: ctl.job(late).reason)
+    (ended,) = ctl.backend.inner.list_jobs([late])
+    assert (ended.state, ended.reason) == ("DEADLINE", "DeadLine")
+    assert ended.start_time is not None and ended.deadline is not None
+    assert ended.start_time <= ended.deadline  # ended before its deadline, not placed after it
+
+
 def test_opportunistic_job_is_preempted_for_the_owner_and_resumes(ctl: Ctl) -> None:
     opp = [ctl.submit("carol", "sys", 8, qos="opportunistic", sleep=300) for _ in range(4)]
     ctl.cycle()

@@ -317,3 +317,23 @@ def test_a_zero_gpu_item_beside_the_ask_is_no_gpu_the_job_asks_slurm_for(env: En
     env.cycle()
     job = env.job(jid)
     assert job.state in ("placed", "running") and sum(len(g) for g in job.placement.values()) == 2
+
+
+def test_a_job_past_its_deadline_is_ended_by_slurm_and_leaves_the_reservation(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the controller's clock follows the fake's, so the deadline can pass
+    monkeypatch.setattr("hivebatch.controller.observe.utcnow", lambda: env.slurm.now().replace(tzinfo=None))
+    env.submit("alice", "cv", 8, extra=["-t", "60"])  # cv's one node cell
+    env.cycle()
+    late = env.submit("alice", "cv", 8, extra=["-t", "10", "--deadline", "now+15minutes"])
+    after = env.submit("alice", "cv", 8, extra=["-t", "10"])
+    env.cycle()
+    assert env.job(late).reason is not None and env.job(late).reason.startswith("reserved: starts by")
+    env.slurm.advance(5 * 60 + 10)  # 10 min of limit from now ends after the deadline
+    env.cycle()
+    assert env.job(late).reason is not None and "can no longer be met" in env.job(late).reason
+    assert env.slurm.job(late).state == "DEADLINE"  # released, and Slurm's scheduler ended it
+    env.cycle()
+    assert env.job(late).state == "failed"
+    assert env.job(after).reason is not None and env.job(after).reason.startswith("reserved: starts by")

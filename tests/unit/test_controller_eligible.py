@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from hivebatch.controller.decide.eligible import not_eligible
+from hivebatch.controller.decide.eligible import not_eligible, past_deadline
 from hivebatch.request import HELD_BEGIN
 from hivebatch.slurm.types import SlurmJob
 
@@ -54,3 +54,23 @@ def test_a_job_its_owner_held_after_submitting_it_waits_for_their_release() -> N
     assert not_eligible(job(8), NOW) is None  # the plugin's own hold alone
     # released: Slurm shows the far begin time without the hold; the controller takes the job back
     assert not_eligible(replace(held, reason="BeginTime"), NOW) is None
+
+
+def test_a_job_past_its_deadline_is_slurms_to_end() -> None:
+    # slurmctld's deadline_ok: now + --time-min (or the time limit) after the deadline
+    # (tests/fixtures/slurm/deadline_held.txt); 2 s of margin for the controller's clock
+    deadline = dt.datetime(2026, 11, 24, 7, 3, tzinfo=dt.UTC)
+    late = job(9, deadline=deadline, time_limit_s=300)
+    assert past_deadline(late, NOW) == (
+        "its deadline 2026-11-24 07:03:00 UTC can no longer be met "
+        "(its time limit of 5 min would end after it): Slurm ends it as DEADLINE"
+    )
+    assert past_deadline(replace(late, time_limit_s=180), NOW) is None  # ends exactly at it
+    assert past_deadline(replace(late, time_limit_s=181), NOW) is None  # inside the margin
+    assert past_deadline(replace(late, time_limit_s=183), NOW) is not None
+    # --time-min is what Slurm judges by when given (it then shortens the limit to fit)
+    assert past_deadline(replace(late, time_min_s=120), NOW) is None
+    assert "its --time-min of 4 min" in (past_deadline(replace(late, time_min_s=240), NOW) or "")
+    # no deadline, or no limit: never late
+    assert past_deadline(replace(late, deadline=None), NOW) is None
+    assert past_deadline(replace(late, time_limit_s=None), NOW) is None

@@ -170,3 +170,11 @@ def test_an_srun_waiting_for_its_allocation_is_no_batch_job(slurm_fixture):
     (waiting,) = parse_squeue_json(slurm_fixture("squeue_pending_srun.json"))
     assert (waiting.name, waiting.state, waiting.batch) == ("waiting-srun", "PENDING", False)
     assert all(j.batch for j in parse_squeue_json(slurm_fixture("squeue.json")))
+
+
+def test_a_deadline_and_time_min_are_read_as_slurm_judges_them(slurm_fixture):
+    jobs = {j.name: j for j in parse_squeue_json(slurm_fixture("squeue_deadline.json"))}
+    assert jobs["dlmin"].deadline == datetime(2026, 11, 27, 23, 0, tzinfo=UTC)
+    assert (jobs["dlmin"].time_min_s, jobs["dlmin"].time_limit_s) == (120, 300)
+    assert jobs["nodl"].deadline is None and jobs["nodl"].time_min_s is None
+    assert jobs["dlbob"].state == "DEADLINE" and jobs["dlbob"].reason == "DeadLine"

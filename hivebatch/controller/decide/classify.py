@@ -6,7 +6,7 @@ from functools import partial
 
 from hivebatch.controller.decide.arrays import ArrayGate
 from hivebatch.controller.decide.checks import check_request
-from hivebatch.controller.decide.eligible import not_eligible
+from hivebatch.controller.decide.eligible import not_eligible, past_deadline
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.limits import within_limits
 from hivebatch.controller.decide.spread import PerGpu, spread_over_nodes
@@ -66,6 +66,11 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
     not_yet = not_eligible(sj, r.now, first_start=first, others=r.listing)
     if not_yet:
         r.out.waits.append(Wait(job, not_yet, not_startable=True))
+        return
+    late = past_deadline(sj, r.now)
+    if late:
+        r.out.waits.append(Wait(job, late, not_startable=True))
+        r.out.past_deadline.append((job, late))
         return
     throttled = gate.admit(sj)
     if throttled:

@@ -1,6 +1,7 @@
 """Only jobs Slurm would start now are placed: a job waiting for its dependency, its begin time or its
 owner's release holds no cells, and its owner reads why (verified on the lab: a held job's squeue record
-keeps ``dependency`` as ``afterok:983(unfulfilled)`` and ``eligible_time`` at its ``--begin``)."""
+keeps ``dependency`` as ``afterok:983(unfulfilled)`` and ``eligible_time`` at its ``--begin``). A job whose
+``--deadline`` can no longer be met is Slurm's to end, as it ends one it schedules itself."""
 
 from __future__ import annotations
 
@@ -33,3 +34,26 @@ def not_eligible(
     if first_start and begin is not None and not released_by_owner(sj) and begin > aware(now):
         return f"waits for its begin time {begin.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC; it holds no GPUs meanwhile"
     return None
+
+
+# slurmctld judges a deadline by its own clock: a job released a moment too early would pass its
+# check and start without the GPUs the plugin keeps off it
+DEADLINE_MARGIN = dt.timedelta(seconds=2)
+
+
+def past_deadline(sj: SlurmJob, now: dt.datetime) -> str | None:
+    """Why the job can no longer finish by its ``--deadline``, or None. Slurm's own test (``deadline_ok``
+    in slurmctld's scheduler): the deadline is before now plus the job's ``--time-min``, or its time
+    limit when it gave none, and a job without a limit is never late. Slurm makes that test only on
+    jobs it would schedule, so a job held for hivebatch is never ended by it (recorded:
+    tests/fixtures/slurm/deadline_held.txt): the controller releases it to be ended."""
+    run_s = sj.time_min_s or sj.time_limit_s
+    if sj.deadline is None or not run_s:
+        return None
+    if aware(now) + dt.timedelta(seconds=run_s) <= sj.deadline + DEADLINE_MARGIN:
+        return None
+    which = "--time-min" if sj.time_min_s else "time limit"
+    return (
+        f"its deadline {sj.deadline.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC can no longer be met "
+        f"(its {which} of {run_s // 60} min would end after it): Slurm ends it as DEADLINE"
+    )

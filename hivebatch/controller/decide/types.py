@@ -68,6 +68,8 @@ class Decisions:
     splits: list[tuple[int, int]] = field(default_factory=list)
     # placed jobs Slurm has not started in time: held again, their cells given back (job, why)
     take_backs: list[tuple[Job, str]] = field(default_factory=list)
+    # waiting jobs past their --deadline: released for Slurm to end them as DEADLINE (job, why)
+    past_deadline: list[tuple[Job, str]] = field(default_factory=list)
     #: the class each waiting job was decided in (its Slurm QOS, or lower when its owner is over a limit)
     classes: dict[int, str] = field(default_factory=dict)
 

@@ -233,6 +233,9 @@ class FakeSlurm(SlurmBackend):
             make_array(j, opts["array"])
         if opts.get("begin", "").startswith("now+"):
             j.eligible_at = self._s.now() + timedelta(seconds=begin_offset_s(opts["begin"]))
+        if opts.get("deadline", "").startswith("now+"):
+            j.deadline = self._s.now() + timedelta(seconds=begin_offset_s(opts["deadline"]))
+        j.time_min_s = time_limit(opts["time_min"]) if opts.get("time_min") else None
         if held:
             # a hold set at submit, by the user or by the job_submit plugin, is a user hold on 22.05
             j.reason = "JobHeldUser" if not self._is_admin() else "JobHeldAdmin"

@@ -43,6 +43,8 @@ OPTS_WITH_VALUE = {
     "--signal": None,
     "--mail-type": None,
     "--begin": "begin",
+    "--deadline": "deadline",
+    "--time-min": "time_min",
     "--dependency": "dependency",
     "-d": "dependency",
     "--wckey": None,

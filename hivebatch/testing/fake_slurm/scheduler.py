@@ -3,6 +3,8 @@ preemption of opportunistic jobs (PreemptMode=REQUEUE)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from hivebatch.slurm.parse import split_gres
 from hivebatch.slurm.types import FINISHED_STATES
 from hivebatch.testing.fake_slurm.state import PREEMPTABLE_QOS, Job, State
@@ -70,6 +72,17 @@ def placement(
     return chosen
 
 
+def past_deadline(state: State, j: Job) -> bool:
+    """slurmctld's deadline_ok on a job it schedules: ended as DEADLINE when its --time-min (or time
+    limit) from now ends after its --deadline (recorded: tests/fixtures/slurm/deadline_held.txt)."""
+    run_s = j.time_min_s or j.time_limit_s
+    if j.deadline is None or not run_s or state.now() + timedelta(seconds=run_s) <= j.deadline:
+        return False
+    j.state, j.reason, j.exit_code = "DEADLINE", "DeadLine", "1:0"
+    j.start_time = j.end_time = state.now()
+    return True
+
+
 def try_start(state: State, j: Job) -> bool:
     if j.required_nodes and len(j.required_nodes) > j.num_nodes:
         j.reason = "BadConstraints"
@@ -78,6 +91,8 @@ def try_start(state: State, j: Job) -> bool:
         j.reason = "BeginTime"
         return False
     status = dependency_status(state, j.dependency)
+    if status == "fulfilled" and past_deadline(state, j):
+        return False
     if status != "fulfilled":
         j.reason = "Dependency" if status == "unfulfilled" else "DependencyNeverSatisfied"
         return False

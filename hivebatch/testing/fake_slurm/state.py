@@ -54,6 +54,8 @@ class Job:
     exit_code: str | None = None
     restarts: int = 0
     eligible_at: datetime | None = None
+    deadline: datetime | None = None
+    time_min_s: int | None = None
     script: str = ""
     env: dict[str, str] = field(default_factory=dict)
     admin_comment: str = ""

@@ -34,6 +34,8 @@ def squeue_view(state: State, j: Job) -> SlurmJob:
         start_time=j.start_time if j.state != "PENDING" else None,
         end_time=j.end_time if j.state in FINISHED_STATES else None,
         time_limit_s=j.time_limit_s,
+        time_min_s=j.time_min_s,
+        deadline=j.deadline,
         num_nodes=j.num_nodes,
         cpus_per_node=j.cpus_per_node,
         mem_per_node_mb=j.mem_per_node_mb,
