@@ -206,7 +206,8 @@ def plugin_extras(job: Any) -> dict[str, Any]:
 
 def owner_holds(job: Any) -> bool:
     """The job's owner held it themselves (sbatch --hold, or scontrol hold later) and has not released it yet."""
-    if getattr(job, "reason", "") != "JobHeldUser":
+    # a job requeued held by someone else carries the same marker (controller/reconcile/machine.py)
+    if getattr(job, "reason", "") not in ("JobHeldUser", "job_requeued_in_held_state"):
         return False
     return _begin_s(job) == HELD_BEGIN or plugin_extras(job).get("user_hold") == 1
 

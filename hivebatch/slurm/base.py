@@ -55,6 +55,11 @@ class SlurmBackend(ABC):
         """Let a pending job start as soon as it is released (drops a --begin or the plugin's far one)."""
 
     @abstractmethod
+    def mark_owner_hold(self, job_id: int) -> None:
+        """Give a held job the begin time the job_submit plugin gives a hold its owner set (2100-01-02), so
+        the owner's ``scontrol release`` leaves it pending for hivebatch instead of letting Slurm start it."""
+
+    @abstractmethod
     def hold(self, job_id: int) -> None: ...
 
     @abstractmethod

@@ -7,8 +7,9 @@ import pwd
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
+from hivebatch.request import HELD_BEGIN
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import (
     SACCT_FIELDS,
@@ -160,6 +161,13 @@ class CliBackend(SlurmBackend):
 
     def clear_begin_time(self, job_id: int) -> None:
         self._run(["scontrol", "update", f"JobId={self._name(job_id)}", "StartTime=now"])
+
+    def mark_owner_hold(self, job_id: int) -> None:
+        # scontrol reads the time in its own time zone: the marker is an instant in UTC
+        when = datetime.fromtimestamp(HELD_BEGIN, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        self._run(
+            ["scontrol", "update", f"JobId={self._name(job_id)}", f"StartTime={when}"], env={"TZ": "UTC"}
+        )
 
     def hold(self, job_id: int) -> None:
         self._run(["scontrol", "hold", self._name(job_id)])

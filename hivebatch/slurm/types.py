@@ -24,7 +24,9 @@ FINISHED_STATES = frozenset(
 #: Pending reasons of a held job, as the lab reports them.
 #: scancel's options for who receives a signal (recorded in tests/fixtures/slurm/scancel_signal_targets.txt)
 SIGNAL_TARGETS: dict[str, tuple[str, ...]] = {"batch": ("--batch",), "steps": (), "all": ("--full",)}
-HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin", "job_requeued_in_held_state"})
+# a job requeued held (scontrol requeuehold): squeue --json says JobHeldUser with this description
+REQUEUED_HELD = "job_requeued_in_held_state"
+HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin", REQUEUED_HELD})
 #: Node state words (base state or flag) that make a node unusable for new work. Besides the broken
 #: states: a maintenance or other reservation (its nodes serve only the reservation's users, outside
 #: the cells), a reboot asked for or under way, and power saving in any phase — each recorded on the

@@ -79,6 +79,26 @@ def test_a_job_past_its_deadline_ends_as_slurm_ends_it(ctl: Ctl) -> None:
     assert ended.start_time <= ended.deadline  # ended before its deadline, not placed after it
 
 
+def test_a_job_its_owner_requeue_holds_waits_until_they_release_it(ctl: Ctl) -> None:
+    # plain Slurm keeps it held until its owner releases it (tests/fixtures/slurm/requeuehold_owner.txt)
+    jid = ctl.submit("alice", "cv", 2)
+    ctl.cycle()
+    ctl.lab.wait_for(jid, {"RUNNING"})
+    ctl.until(lambda: ctl.job(jid).state == "running", what="ledger shows it running")
+    placed = ctl.job(jid).placement
+    ctl.lab.backend("alice").requeue_hold(jid)
+    for _ in range(4):
+        ctl.cycle()
+        time.sleep(1.0)
+    (held,) = ctl.backend.inner.list_jobs([jid])
+    assert held.state == "PENDING" and held.held, held
+    reason = ctl.job(jid).reason or ""
+    assert reason.startswith(f"held by its owner: scontrol release {jid}"), reason
+    ctl.lab.backend("alice").release(jid)
+    ctl.until(lambda: ctl.job(jid).state == "running", what=lambda: ctl.job(jid).reason)
+    assert _running_on(ctl, jid) == placed  # on the GPU indices it kept
+
+
 def test_opportunistic_job_is_preempted_for_the_owner_and_resumes(ctl: Ctl) -> None:
     opp = [ctl.submit("carol", "sys", 8, qos="opportunistic", sleep=300) for _ in range(4)]
     ctl.cycle()

@@ -153,6 +153,27 @@ def test_a_job_its_owner_holds_after_submitting_it_waits_until_they_release_it(e
     assert env.job(jid).placement and env.slurm.job(jid).state == "RUNNING"
 
 
+def test_a_running_job_its_owner_requeue_holds_waits_until_they_release_it(env: Env) -> None:
+    # seen on the lab: plain Slurm kept such a job held; the controller placed it again within a
+    # cycle, and it ran again (tests/fixtures/slurm/requeuehold_owner.txt)
+    jid = env.submit("alice", "cv", 2)
+    env.cycle()
+    placed = env.job(jid).placement
+    assert env.slurm.job(jid).state == "RUNNING"
+    env.slurm.as_user("alice").requeue_hold(jid)
+    env.cycle()
+    env.cycle()
+    job = env.job(jid)
+    assert env.slurm.job(jid).held and env.slurm.job(jid).state == "PENDING"
+    assert job.reason is not None and job.reason.startswith("held by its owner: scontrol release"), job.reason
+    # released: Slurm would start it on the GPU indices it kept; the plugin's owner-hold begin time stops it
+    env.slurm.as_user("alice").release(jid)
+    assert env.slurm.job(jid).state == "PENDING"
+    env.cycle()
+    env.cycle()
+    assert env.slurm.job(jid).state == "RUNNING" and env.job(jid).placement == placed
+
+
 def test_foreign_gpu_job_is_recorded_and_its_gpus_avoided(env: Env) -> None:
     fid = env.slurm.submit(SCRIPT_FOREIGN, ["-A", "nlp", "-w", "node1", "--gres=gpu:g0:1,gpu:g1:1"])
     assert env.slurm.job(fid).state == "RUNNING"

@@ -70,7 +70,7 @@ def test_a_requeued_untyped_job_resumes_on_other_indices_of_another_node(env: En
     (node,) = env.job(four).placement
     left = sorted(set(range(8)) - set(env.job(four).placement[node]) - set(env.job(two).placement[node]))
     assert len(left) == 2 and left != [0, 1]
-    env.ctl.requeue_hold(small)  # as an admin's requeue or a node failure would
+    env.slurm.requeue(small)  # as a node failure or an admin's `scontrol requeue` would
     # an Operator's job (passed by the plugin untouched) takes the two GPUs it had
     env.ctl.submit(SCRIPT, ["-A", "sys", "-w", "node1", "--gres=gpu:2"])
     env.cycle()
@@ -91,7 +91,7 @@ def test_with_the_setting_off_it_is_typed_and_resumes_only_on_its_own_indices(tm
     assert env.job(wide).gres.startswith("gpu:g")
     env.submit("carol", "sys", 6, qos="opportunistic")
     env.cycle()
-    env.ctl.requeue_hold(small)
+    env.slurm.requeue(small)
     env.ctl.submit(SCRIPT, ["-A", "sys", "-w", "node1", "--gres=gpu:2"])
     env.cycle()
     env.cycle()
@@ -102,7 +102,7 @@ def test_with_the_setting_off_it_is_typed_and_resumes_only_on_its_own_indices(tm
 
 def test_with_more_gpus_free_it_holds_them_all_until_slurm_picks(env: Env) -> None:
     wide, small = _node1_with_two_free(env)
-    env.ctl.requeue_hold(small)
+    env.slurm.requeue(small)
     env.slurm.finish(wide)
     env.cycle()
     env.cycle()
@@ -127,7 +127,7 @@ def test_with_more_gpus_free_it_holds_them_all_until_slurm_picks(env: Env) -> No
 
 def test_slurm_picking_outside_what_was_held_is_an_incident(env: Env) -> None:
     wide, small = _node1_with_two_free(env)
-    env.ctl.requeue_hold(small)
+    env.slurm.requeue(small)
     env.cycle()
     env.cycle()
     job = env.job(small)
@@ -145,7 +145,7 @@ def test_slurm_picking_outside_what_was_held_is_an_incident(env: Env) -> None:
 
 def test_an_admin_changing_an_untyped_count_stops_the_job_from_being_placed(env: Env) -> None:
     _wide, small = _node1_with_two_free(env)
-    env.ctl.requeue_hold(small)
+    env.slurm.requeue(small)
     env.ctl.update_pending(small, gres="gpu:3")
     env.cycle()
     env.cycle()

@@ -6,7 +6,9 @@ Every transition writes one event. A job is finished here only on a final state 
 
 from __future__ import annotations
 
+import datetime as dt
 from contextlib import suppress
+from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
@@ -18,9 +20,9 @@ from hivebatch.controller.preemption import book_preemption
 from hivebatch.controller.reconcile.slurm_view import gpus_of
 from hivebatch.controller.record import Recorder, account_run, placement_text
 from hivebatch.db.models import Job
-from hivebatch.request import released_by_owner
+from hivebatch.request import HELD_BEGIN, released_by_owner
 from hivebatch.slurm.base import SlurmBackend
-from hivebatch.slurm.types import AcctRecord, SlurmError, SlurmJob
+from hivebatch.slurm.types import REQUEUED_HELD, AcctRecord, SlurmError, SlurmJob
 
 
 def finish(
@@ -185,23 +187,28 @@ def _follow_waiting(
 
 
 def _follow_placed(
-    session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
+    session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
 ) -> None:
     if ph == "running":
         if granted_kept(session, rec, job, sj, backend):
             start(session, rec, job, sj)
+    elif sj.reason == REQUEUED_HELD:  # it started, and was requeued held before we saw it run
+        _keep_requeue_hold(session, rec, ledger, job, sj, backend)
     elif sj.held:
         job.state = "queued"
         rec.event(session, job, "held", "held again in Slurm after it was placed; its cells are given back")
 
 
 def _follow_running(
-    session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
+    session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
 ) -> None:
     if ph == "running":
         granted_kept(session, rec, job, sj, backend)
         return
     # running → pending: Slurm requeued it (its own preemption, node failure, an admin)
+    if sj.reason == REQUEUED_HELD:
+        _keep_requeue_hold(session, rec, ledger, job, sj, backend)
+        return
     book_preemption(
         session,
         rec,
@@ -212,6 +219,29 @@ def _follow_running(
     )
     if not sj.held:
         hold(session, rec, job, backend)
+
+
+def _keep_requeue_hold(
+    session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, backend: SlurmBackend
+) -> None:
+    """Someone else requeued it held (its owner's or an admin's ``scontrol requeuehold``, Slurm's
+    RequeueExitHold): plain Slurm leaves it held until they release it, so it waits as an owner's hold
+    does. The plugin's owner-hold begin time keeps Slurm from starting it on their release, on the GPU
+    indices it kept, before the controller places it again (tests/fixtures/slurm/requeuehold_owner.txt)."""
+    try:
+        backend.mark_owner_hold(job.slurm_job_id)
+    except SlurmError as exc:
+        rec.event(session, job, "act_failed", f"could not mark its hold as its owner's: {exc}")
+    else:  # this cycle's decisions read the job as Slurm lists it now
+        ledger.slurm[job.slurm_job_id] = replace(
+            sj, eligible_time=dt.datetime.fromtimestamp(HELD_BEGIN, dt.UTC)
+        )
+    # not a preemption: the run ends where they stopped it, and it resumes on the GPU indices it kept
+    account_run(session, job, rec.now)
+    job.intent = None
+    job.state = "queued"
+    job.reason = f"requeued and held by its owner or an admin: scontrol release {job.slurm_job_id} lets hivebatch place it again"
+    rec.event(session, job, "requeued", job.reason)
 
 
 def follow(
@@ -231,9 +261,9 @@ def follow(
     elif job.state in ("queued", "preempted", "rejected"):
         _follow_waiting(session, rec, job, sj, ph, backend)
     elif job.state == "placed":
-        _follow_placed(session, rec, job, sj, ph, backend)
+        _follow_placed(session, rec, ledger, job, sj, ph, backend)
     elif job.state == "running":
-        _follow_running(session, rec, job, sj, ph, backend)
+        _follow_running(session, rec, ledger, job, sj, ph, backend)
 
 
 def follow_foreign(session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str) -> None:

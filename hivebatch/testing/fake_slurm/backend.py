@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+from hivebatch.request import HELD_BEGIN
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import expand_hostlist, split_gres
 from hivebatch.slurm.types import (
@@ -130,6 +131,14 @@ class FakeSlurm(SlurmBackend):
 
     def timeout(self, job_id: int) -> None:
         self._end(job_id, "TIMEOUT", "0:15", reason="TimeLimit")
+
+    def requeue(self, job_id: int) -> None:
+        """Slurm requeues a running job not held (a node failure, an admin's ``scontrol requeue``): back to
+        PENDING behind its short requeue delay, its GRES kept."""
+        j = self._get(job_id, "requeue")
+        if j.state != "RUNNING":
+            raise SlurmError(["requeue", str(job_id)], 1, f"job {job_id} is {j.state}, not RUNNING")
+        j.requeue(self._s.now(), "BeginTime")
 
     def set_node_state(self, node: str, state: str, reason: str = "") -> None:
         """'DOWN' or 'DRAIN' make a node bad (jobs there keep running); 'IDLE'/'RESUME' make it good."""
@@ -306,6 +315,12 @@ class FakeSlurm(SlurmBackend):
         j = self._unfinished("clear_begin_time", job_id, cmd)
         j.eligible_at = None
         self._maybe_schedule()
+
+    def mark_owner_hold(self, job_id: int) -> None:
+        self._log("mark_owner_hold", (job_id,))
+        cmd = ["scontrol", "update", f"JobId={job_id}", "StartTime=2100-01-02T00:00:00"]
+        j = self._unfinished("mark_owner_hold", job_id, cmd)
+        j.eligible_at = datetime.fromtimestamp(HELD_BEGIN, tz=UTC)
 
     def hold(self, job_id: int) -> None:
         cmd = ["scontrol", "hold", str(job_id)]
