@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from hivebatch.errors import HivebatchError
+from hivebatch.slurm.types import REQUEUED_HELD
 
 #: the admin comment the job_submit plugin writes (hivebatch/data/job_submit.lua)
 ADMIN_PREFIX = "hivebatch:v2:"
@@ -205,9 +206,10 @@ def plugin_extras(job: Any) -> dict[str, Any]:
 
 
 def owner_holds(job: Any) -> bool:
-    """The job's owner held it themselves (sbatch --hold, or scontrol hold later) and has not released it yet."""
+    """The job's owner held it themselves (sbatch --hold, scontrol hold or requeuehold later) and has not
+    released it yet."""
     # a job requeued held by someone else carries the same marker (controller/reconcile/machine.py)
-    if getattr(job, "reason", "") not in ("JobHeldUser", "job_requeued_in_held_state"):
+    if getattr(job, "reason", "") not in ("JobHeldUser", REQUEUED_HELD):
         return False
     return _begin_s(job) == HELD_BEGIN or plugin_extras(job).get("user_hold") == 1
 
