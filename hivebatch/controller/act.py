@@ -260,7 +260,8 @@ def end_past_deadline(
     next pass, as it ends a late job of its own (it holds no cells and no placement meanwhile)."""
     try:
         if sj is not None and sj.eligible_time is not None and sj.eligible_time > aware(rec.now):
-            # the plugin's far begin time on a job its owner released: Slurm schedules only eligible jobs
+            # a requeued job's short delay (cred_expire + 1 s: 121 s at Slurm's default): Slurm tests
+            # the deadline only of jobs it may start now
             backend.clear_begin_time(job.slurm_job_id)
         backend.release(job.slurm_job_id)
     except SlurmError as exc:

@@ -181,15 +181,6 @@ function M.test_only_note(get)
   return nil
 end
 
-local function say(kind, note)
-  local text = string.format("%s: hivebatch: note: %s\n", tostring(kind), note)
-  if io ~= nil and io.stderr ~= nil then
-    io.stderr:write(text)
-  else
-    slurm.log_info("%s", text)
-  end
-end
-
 function slurm_cli_setup_defaults(options, early_pass)
   return slurm.SUCCESS
 end
@@ -208,7 +199,8 @@ function slurm_cli_pre_submit(options, offset)
       return options[name]
     end)
     if note ~= nil then
-      say(options["type"], note)
+      -- worded as the plugin's notes, which sbatch and srun print as "<command>: hivebatch: note: …"
+      io.stderr:write(string.format("%s: hivebatch: note: %s\n", tostring(options["type"]), note))
     end
   end)
   return slurm.SUCCESS
