@@ -114,6 +114,7 @@ def job_from_pyslurm(j: Any) -> SlurmJob:
         gpus = {n: list(g) for n in nodes} if g else {}
         shards = {n: dict(s) for n in nodes} if s else {}
     limit = getattr(j, "time_limit", None)
+    time_min = getattr(j, "time_limit_min", None)  # minutes, as squeue's time_minimum
     finished = state in FINISHED_STATES
     exit_code = getattr(j, "exit_code", None)
     return SlurmJob(
@@ -132,6 +133,8 @@ def job_from_pyslurm(j: Any) -> SlurmJob:
         start_time=_dt(getattr(j, "start_time", None)) if state != "PENDING" else None,
         end_time=_dt(getattr(j, "end_time", None)) if finished else None,
         time_limit_s=int(limit) * 60 if isinstance(limit, int) and limit > 0 else None,
+        time_min_s=time_min * 60 if isinstance(time_min, int) and time_min > 0 else None,
+        deadline=_dt(getattr(j, "deadline", None)),
         num_nodes=int(getattr(j, "num_nodes", 1) or 1),
         held=state == "PENDING" and reason in HELD_REASONS,
         exit_code=f"{exit_code}:0" if finished and exit_code is not None else None,

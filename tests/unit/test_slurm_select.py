@@ -116,3 +116,22 @@ def test_pyslurm_mappers_tolerate_missing_attributes():
     job = job_from_pyslurm(types.SimpleNamespace(id=1, state="PENDING", state_reason="JobHeldUser"))
     assert job.held and job.nodes == [] and job.gpus == {}
     assert not node_from_pyslurm(types.SimpleNamespace(name="n", state="IDLE")).bad
+
+
+def test_pyslurm_job_carries_its_deadline_and_time_min():
+    # pyslurm's Job names them deadline (epoch seconds) and time_limit_min (minutes); the controller
+    # releases a waiting job past its deadline by them, as it does from squeue's fields
+    job = job_from_pyslurm(
+        types.SimpleNamespace(
+            id=2,
+            state="PENDING",
+            state_reason="JobHeldUser",
+            time_limit=10,
+            time_limit_min=3,
+            deadline=1_800_000_000,
+        )
+    )
+    assert job.time_limit_s == 600 and job.time_min_s == 180
+    assert job.deadline is not None and job.deadline.timestamp() == 1_800_000_000
+    plain = job_from_pyslurm(types.SimpleNamespace(id=3, state="PENDING", deadline=None, time_limit_min=None))
+    assert plain.deadline is None and plain.time_min_s is None
