@@ -10,6 +10,7 @@ prediction for the user's own job, so a user who edits them changes nothing for 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from dataclasses import asdict, dataclass, fields, replace
@@ -26,6 +27,7 @@ RELEASED_BEGIN = 4102444800
 #: begin time (2100-01-02) the plugin gives a waiting GPU job its owner held after submitting it
 #: (scontrol hold): Slurm shows the plugin's own hold as the same user hold
 HELD_BEGIN = RELEASED_BEGIN + 86400
+HELD_BEGIN_AT = dt.datetime.fromtimestamp(HELD_BEGIN, dt.UTC)
 #: hsub's model hints in the user's comment
 HINTS_PREFIX = "hivebatch:hints:"
 MODEL_HINTS = ("model", "like", "batch_size", "iters", "within")

@@ -7,9 +7,9 @@ import pwd
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
-from hivebatch.request import HELD_BEGIN
+from hivebatch.request import HELD_BEGIN_AT
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import (
     SACCT_FIELDS,
@@ -164,7 +164,7 @@ class CliBackend(SlurmBackend):
 
     def mark_owner_hold(self, job_id: int) -> None:
         # scontrol reads the time in its own time zone: the marker is an instant in UTC
-        when = datetime.fromtimestamp(HELD_BEGIN, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        when = HELD_BEGIN_AT.strftime("%Y-%m-%dT%H:%M:%S")
         self._run(
             ["scontrol", "update", f"JobId={self._name(job_id)}", f"StartTime={when}"], env={"TZ": "UTC"}
         )

@@ -6,7 +6,6 @@ Every transition writes one event. A job is finished here only on a final state 
 
 from __future__ import annotations
 
-import datetime as dt
 from contextlib import suppress
 from dataclasses import replace
 
@@ -20,7 +19,7 @@ from hivebatch.controller.preemption import book_preemption
 from hivebatch.controller.reconcile.slurm_view import gpus_of
 from hivebatch.controller.record import Recorder, account_run, placement_text
 from hivebatch.db.models import Job
-from hivebatch.request import HELD_BEGIN, released_by_owner
+from hivebatch.request import HELD_BEGIN_AT, released_by_owner
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import REQUEUED_HELD, AcctRecord, SlurmError, SlurmJob
 
@@ -233,9 +232,7 @@ def _keep_requeue_hold(
     except SlurmError as exc:
         rec.event(session, job, "act_failed", f"could not mark its hold as its owner's: {exc}")
     else:  # this cycle's decisions read the job as Slurm lists it now
-        ledger.slurm[job.slurm_job_id] = replace(
-            sj, eligible_time=dt.datetime.fromtimestamp(HELD_BEGIN, dt.UTC)
-        )
+        ledger.slurm[job.slurm_job_id] = replace(sj, eligible_time=HELD_BEGIN_AT)
     # not a preemption: the run ends where they stopped it, and it resumes on the GPU indices it kept
     account_run(session, job, rec.now)
     job.intent = None

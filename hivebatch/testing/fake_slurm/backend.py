@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from hivebatch.request import HELD_BEGIN
+from hivebatch.request import HELD_BEGIN_AT
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import expand_hostlist, split_gres
 from hivebatch.slurm.types import (
@@ -318,9 +318,9 @@ class FakeSlurm(SlurmBackend):
 
     def mark_owner_hold(self, job_id: int) -> None:
         self._log("mark_owner_hold", (job_id,))
-        cmd = ["scontrol", "update", f"JobId={job_id}", "StartTime=2100-01-02T00:00:00"]
+        cmd = ["scontrol", "update", f"JobId={job_id}", f"StartTime={HELD_BEGIN_AT:%Y-%m-%dT%H:%M:%S}"]
         j = self._unfinished("mark_owner_hold", job_id, cmd)
-        j.eligible_at = datetime.fromtimestamp(HELD_BEGIN, tz=UTC)
+        j.eligible_at = HELD_BEGIN_AT
 
     def hold(self, job_id: int) -> None:
         cmd = ["scontrol", "hold", str(job_id)]

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from hivebatch.request import HELD_BEGIN, RELEASED_BEGIN
+from hivebatch.request import HELD_BEGIN_AT, RELEASED_BEGIN
 from hivebatch.slurm.types import SlurmError
 from hivebatch.testing.fake_slurm.state import Job
 
@@ -53,4 +53,4 @@ def park_owner_release(j: Job) -> None:
 def mark_owner_hold(j: Job) -> None:
     """job_modify: an owner holding a pending GPU job marks it with the plugin's hold begin time."""
     if j.admin_comment:
-        j.eligible_at = datetime.fromtimestamp(HELD_BEGIN, tz=UTC)
+        j.eligible_at = HELD_BEGIN_AT
