@@ -102,6 +102,19 @@ def default_priority(task: Task, opportunistic_task_ids: Collection[str]) -> int
     return OPPORTUNISTIC_PRIORITY if str(task.job_id) in opportunistic_task_ids else GUARANTEED_PRIORITY
 
 
+def vc_free_gpus(vc_gpus: Mapping[str, int], held: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Each VC's GPUs that its guaranteed jobs do not hold (``held``: VC and GPUs of each such job).
+
+    These are the ``limits`` of a round: what a VC's guaranteed tasks may be planned on now. GPUs of
+    its cells lent to opportunistic jobs count as free, as the cell core takes them back for it.
+    """
+    used = dict.fromkeys(vc_gpus, 0)
+    for vc, gpus in held:
+        if vc in used:
+            used[vc] += gpus
+    return {vc: max(0, n - used[vc]) for vc, n in vc_gpus.items()}
+
+
 @dataclass
 class _Round:
     """What every placement attempt in one round shares: the allocator, the clock and the refusals."""

@@ -25,7 +25,7 @@ from hivebatch.fairshare import DecayedUsage, Run
 from hivebatch.qos import Shape, Task, get_policy, task_ect
 from hivebatch.request import CLASS_PRIORITY
 from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
-from hivebatch.scheduler import Outcome, schedule_round
+from hivebatch.scheduler import Outcome, schedule_round, vc_free_gpus
 from hivebatch.sim.indices import free_gpus, held_back, note_pins, remember
 from hivebatch.sim.notice import SimNotice, progress_kept, told
 from hivebatch.sim.notice import prime as prime_notices
@@ -370,7 +370,7 @@ class Simulation:
         rec.end = now
 
     def _limits(self) -> dict[str, int]:
-        return {vc: max(0, self.vc_gpus[vc] - self.used[vc]) for vc in self.vc_gpus}
+        return vc_free_gpus(self.vc_gpus, self.used.items())
 
     def _schedule(self, now: float, dirty: set[str], freed: bool) -> None:
         for _ in range(100):  # re-plan after preemptions; bounded in case two jobs keep trading GPUs

@@ -9,6 +9,8 @@ from controller_support import Env, make_env
 from sqlalchemy import select
 
 from hivebatch.db import GpuBinding, GpuUsage, Job
+from hivebatch.qos import Platform, Task
+from hivebatch.qos.policies import Plan
 from hivebatch.slurm.types import SlurmError
 
 SCRIPT_FOREIGN = "#!/bin/sh\nsleep 100\n"
@@ -358,3 +360,27 @@ def test_a_job_past_its_deadline_is_ended_by_slurm_and_leaves_the_reservation(
     env.cycle()
     assert env.job(late).state == "failed"
     assert env.job(after).reason is not None and env.job(after).reason.startswith("reserved: starts by")
+
+
+def test_the_policy_is_handed_each_vcs_free_gpus_as_in_the_simulator(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The qos policy's makespan guards and shape lists need them; GPUs lent to opportunistic jobs
+    count as free, as the cells take them back."""
+    env.submit("alice", "cv", 4)
+    env.submit("carol", "sys", 8, qos="opportunistic")
+    env.cycle()
+    seen: list[dict[str, int] | None] = []
+    plan = env.ctx.policy.plan
+
+    def spy(
+        tasks: list[Task], now: float, platform: Platform, limits: dict[str, int] | None = None
+    ) -> list[Plan]:
+        seen.append(None if limits is None else dict(limits))
+        return plan(tasks, now, platform, limits)
+
+    monkeypatch.setattr(env.ctx.policy, "plan", spy)
+    env.submit("bob", "nlp", 2)
+    env.cycle()
+    # cv: 12 GPUs, 4 held; nlp: 16; sys: 4, as its opportunistic job does not count
+    assert seen and seen[0] == {"cv": 8, "nlp": 16, "sys": 4}

@@ -14,7 +14,7 @@ from hivebatch.controller.decide.times import after, epoch, finite, from_epoch
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.victims import take_victims
 from hivebatch.qos import Task
-from hivebatch.scheduler import Outcome, schedule_round
+from hivebatch.scheduler import Outcome, schedule_round, vc_free_gpus
 
 
 def _placed(r: Round, o: Outcome) -> None:
@@ -54,6 +54,14 @@ def _waiting(r: Round, o: Outcome) -> None:
     )
 
 
+def _vc_free(r: Round) -> dict[str, int]:
+    """Each VC's GPUs its guaranteed jobs leave, as the simulator hands them to the policy: the qos
+    policy's makespan guards need them (hivebatch.qos.busy)."""
+    spec = r.ctx.spec
+    held = ((s.vc, s.gpus) for s in r.alloc.jobs().values() if not s.opportunistic)
+    return vc_free_gpus({vc: spec.vc_gpus(vc) for vc in spec.vcs}, held)
+
+
 def _round(r: Round, tasks: list[Task]) -> list[Outcome]:
     settings = r.ctx.settings
     return schedule_round(
@@ -63,6 +71,7 @@ def _round(r: Round, tasks: list[Task]) -> list[Outcome]:
         r.ctx.policy,
         r.ctx.platform,
         {t.job_id for t in tasks if r.reqs[t.job_id][1].priority < 0},
+        limits=_vc_free(r),
         priority_of=lambda t: r.reqs[str(t.job_id)][1].priority,
         ends=running_ends(r) if settings.backfill else None,
         usage=r.ledger.usage,
