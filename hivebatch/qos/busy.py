@@ -1,6 +1,7 @@
-"""Makespan guards of the ``qos`` policy: no straggler on a narrow placement, no GPU left idle.
+"""Makespan guards of the ``qos`` policy: no straggler on a narrow placement, no long run left to the
+end of the queue, no GPU left idle.
 
-Both need the VC's free GPUs (``limits``); without them the policy's choice is left as it is.
+All need the VC's free GPUs (``limits``); without them the policy's choice is left as it is.
 
 * **Stragglers.** With limits, the CER-max choice only sees the GPUs free now, so a task arriving
   while one GPU is free takes that GPU even when its run there is many times longer than on its
@@ -9,6 +10,9 @@ Both need the VC's free GPUs (``limits``); without them the policy's choice is l
   shape on the whole VC, or no longer than the backlog (the waiting work on its least-GPU-time
   shapes spread over all GPUs): under a long queue every GPU stays busy anyway and narrow shapes
   waste least; with a short one the task waits for a wider placement instead.
+* **The drain's tail.** Among the tasks past saving (each has lost its ECT whatever its turn), one
+  whose run is longer than the backlog goes first, longest first: started at its turn in arrival
+  order, it would run on alone after the queue has drained.
 * **Idle GPUs.** When the waiting tasks cannot use all free GPUs, the tasks starting now take the
   rest, longest run first, on faster shapes that still meet their ECT. One node's worth of GPUs is
   kept free for arrivals: a task with a tight ECT that finds everything taken misses it. How many is
@@ -89,6 +93,35 @@ def without_stragglers(
     first = lat[keep[0]]
     end = now + first
     return Choice(keep, first, choice.ect, choice.ect - end, end <= choice.ect)
+
+
+def _past_saving(p: Plan) -> bool:
+    return bool(p.shapes) and not p.meets_qos and p.expected_completion > p.task.arrival
+
+
+def outlasting_first(plans: Sequence[Plan], platform: Platform, backlog: Callable[[], float]) -> list[Plan]:
+    """``plans`` (in the policy's order) with the tasks past saving whose run outlasts the backlog put
+    first among the tasks past saving, longest run first; the others keep their order.
+
+    Such a task ends after the queue has drained unless it starts now; in arrival order it starts
+    near the end of the queue and its run becomes the makespan's tail. Only tasks whose count the
+    policy chooses are moved: their run is the model's, where a fixed task's is its time limit.
+    """
+    block = [i for i, p in enumerate(plans) if _past_saving(p)]
+    if not any(_free_choice(plans[i].task, platform) for i in block):
+        return list(plans)
+    bound = backlog()
+
+    def key(i: int) -> tuple[int, float]:
+        p = plans[i]
+        if _free_choice(p.task, platform) and p.predicted_latency_s > bound:
+            return (0, -p.predicted_latency_s)
+        return (1, 0.0)
+
+    out = list(plans)
+    for slot, i in zip(block, sorted(block, key=key), strict=True):
+        out[slot] = plans[i]
+    return out
 
 
 def _starting(plans: Sequence[Plan], free: dict[str, int]) -> list[int]:

@@ -6,9 +6,10 @@ cell allocator (hivebatch.scheduler), which decides what actually fits now.
 
 * ``qos``         — the paper's method: CER-max placement among those meeting the ECT (fallback:
                     CER-max over all), queue ordered by least slack; with the VCs' free GPUs
-                    known, two makespan guards (hivebatch.qos.busy): no run far slower than the
-                    task's best placement while the queue is short, and GPUs no waiting task
-                    would use go to the tasks starting now.
+                    known, three makespan guards (hivebatch.qos.busy): no run far slower than
+                    the task's best placement while the queue is short, long runs past saving
+                    not left to the queue's end, and GPUs no waiting task would use go to the
+                    tasks starting now.
 * ``fifo``        — arrival order, the user's GPU count, no overtaking inside a VC (strict_order).
 * ``capacity``    — the user's GPU count; VCs take turns, the one using the smallest share of
                     its capacity (limits) in this round goes next, arrival order inside a VC.
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hivebatch.errors import HivebatchError
-from hivebatch.qos.busy import backlog_s, fill_idle_gpus, without_stragglers
+from hivebatch.qos.busy import backlog_s, fill_idle_gpus, outlasting_first, without_stragglers
 from hivebatch.qos.perfmodel import Shape
 from hivebatch.qos.placement import (
     Platform,
@@ -106,6 +107,7 @@ class QosPolicy(Policy):
             plans.append(Plan(t, c.shapes, c.latency_s, c.ect, c.slack, c.meets_qos, c.reason))
         plans.sort(key=self.order_key)
         if guard and limits is not None:
+            plans = outlasting_first(plans, platform, backlog)
             plans = fill_idle_gpus(plans, now, platform, limits)
         return plans
 

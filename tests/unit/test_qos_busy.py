@@ -115,3 +115,44 @@ def test_simulated_lone_job_uses_idle_gpus_and_ends_sooner() -> None:
     assert new.shape is not None and new.shape.gpus == 12  # 3 nodes; one node left for arrivals
     assert new.end is not None and old.end is not None and new.end < old.end
     assert new.met_qos and old.met_qos
+
+
+# Past saving: arrived at 0, now long after its ECT (normal class: 2 x its least-GPU-time run).
+LATE = 100_000.0
+
+
+def _order(tasks: list[Task], free: int | None = 16) -> list[str]:
+    limits = None if free is None else {"cv": free}
+    return [p.task.job_id for p in get_policy("qos").plan(tasks, LATE, P44, limits)]
+
+
+def _past_saving(jid: str, arrival: float, iters: int = 1000) -> Task:
+    return Task(jid, "cv", "normal", arrival, model=PROFILE, batch=256, iters=iters)
+
+
+def test_a_long_run_past_saving_goes_before_the_short_ones_when_it_outlasts_the_queue() -> None:
+    # backlog: (2 x 2560 + 51200 GPU-s) / 16 GPUs = 3520 s; the long task runs 14800 s on 1x4
+    tasks = [_past_saving("short1", 0.0), _past_saving("short2", 1.0), _past_saving("long", 2.0, 20_000)]
+    assert _order(tasks) == ["long", "short1", "short2"]
+    # without the VCs' free GPUs the policy's order is left as it is: arrival order
+    assert _order(tasks, free=None) == ["short1", "short2", "long"]
+
+
+def test_a_long_run_past_saving_keeps_its_turn_while_the_queue_outlasts_it() -> None:
+    # five earlier long tasks: the backlog, 19360 s, is longer than any one run
+    fillers = [_past_saving(f"f{i}", float(i), 20_000) for i in range(5)]
+    tasks = [*fillers, _past_saving("short", 10.0), _past_saving("long", 11.0, 20_000)]
+    assert _order(tasks) == ["f0", "f1", "f2", "f3", "f4", "short", "long"]
+
+
+def test_a_task_that_can_still_meet_its_ect_is_not_passed_by_a_long_one_past_saving() -> None:
+    fresh = Task("fresh", "cv", "normal", LATE, model=PROFILE, batch=256, iters=1000)
+    tasks = [_past_saving("long", 0.0, 20_000), fresh]
+    assert _order(tasks) == ["fresh", "long"]
+
+
+def test_a_fixed_task_past_saving_is_not_moved_by_its_time_limit() -> None:
+    # a plain job's run is its time limit: moving it first would reward the longest limits
+    plain = Task("plain", "cv", "normal", 2.0, gpus=4, shape=Shape(1, 4), time_limit_s=20_000.0)
+    tasks = [_past_saving("short1", 0.0), _past_saving("short2", 1.0), plain]
+    assert _order(tasks) == ["short1", "short2", "plain"]
