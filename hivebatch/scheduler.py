@@ -270,7 +270,8 @@ class _Round:
             else:
                 rejected_error = rejected_error or decision.error or "request can never be placed"
         if not plan.shapes:
-            return Outcome(task, "waiting", reason="no shape fits the VC's limit now", slack=plan.slack)
+            reason = f"waiting for VC {task.vc}'s GPUs: fewer are free now than it needs"
+            return Outcome(task, "waiting", reason=reason, slack=plan.slack)
         if waiting_reason is not None:
             return Outcome(task, "waiting", shape=plan.shapes[0], reason=waiting_reason, slack=plan.slack,
                            leaving=leaving is not None)  # fmt: skip
@@ -290,6 +291,7 @@ def _plan_in_order(
     limits: Mapping[str, int] | None,
     prio: Callable[[Task], int],
     reserving: bool = False,
+    lowest: Mapping[str, int] | None = None,
 ) -> list[Plan]:
     """The policy's plans: guaranteed tasks (under ``limits``) first, then opportunistic ones."""
     guaranteed = [t for t in task_list if prio(t) >= 0]
@@ -304,6 +306,8 @@ def _plan_in_order(
     )
     if reserving and limits is not None and not all(p.shapes for p in plans):
         plans = _unlimited_order(plans, guaranteed, now, policy, platform)
+    elif limits is not None and lowest:
+        plans = _outranking_shapes(plans, guaranteed, now, policy, platform, lowest, prio)
     if opportunistic:
         plans += list(policy.plan(opportunistic, now, platform, None))
     return plans
@@ -325,6 +329,28 @@ def _unlimited_order(
         mine = limited[str(free.task.job_id)]
         out.append(mine if mine.shapes else free)
     return out
+
+
+def _outranking_shapes(
+    plans: list[Plan],
+    guaranteed: list[Task],
+    now: float,
+    policy: Planner,
+    platform: Platform,
+    lowest: Mapping[str, int],
+    prio: Callable[[Task], int],
+) -> list[Plan]:
+    """The plans, each task the limits leave no shape but that ranks above a guaranteed job of its VC
+    given its shapes without limits: the limits count that job's GPUs as taken, and the cell core may
+    give them to the higher class."""
+
+    def outranks(p: Plan) -> bool:
+        return not p.shapes and p.task.vc in lowest and prio(p.task) > lowest[p.task.vc]
+
+    if not any(outranks(p) for p in plans):
+        return plans
+    free = {str(p.task.job_id): p for p in policy.plan(guaranteed, now, platform, None)}
+    return [free[str(p.task.job_id)] if outranks(p) else p for p in plans]
 
 
 def _turns(p: Plan, prio: Callable[[Task], int]) -> tuple[str | None, str, bool, bool]:
@@ -367,6 +393,7 @@ def schedule_round(
     opportunistic_task_ids: Collection[str] = frozenset(),
     *,
     limits: Mapping[str, int] | None = None,
+    lowest: Mapping[str, int] | None = None,
     priority_of: Callable[[Task], int] | None = None,
     ends: Mapping[str, float] | None = None,
     usage: Mapping[str, float] | None = None,
@@ -376,7 +403,9 @@ def schedule_round(
     """Plan the waiting ``tasks`` with ``policy`` and place them on ``alloc``, in the policy's order.
 
     ``limits`` (VC -> GPUs it may use now) is handed to the policy unchanged for guaranteed tasks;
-    opportunistic tasks are planned after them, without limits. ``priority_of`` maps a
+    opportunistic tasks are planned after them, without limits. ``lowest`` (VC -> the lowest cell
+    priority among its guaranteed jobs holding GPUs): a task ranked above it may take that job's GPUs,
+    so it keeps shapes the limits would leave it none of. ``priority_of`` maps a
     task to its cell priority; by default tasks in ``opportunistic_task_ids`` get -1, others 0.
     A policy with ``strict_order = True`` (e.g. FIFO) blocks per VC: once one of a VC's tasks waits,
     that VC's later tasks wait too, so nothing overtakes the head of its queue.
@@ -404,7 +433,7 @@ def schedule_round(
         return default_priority(task, opp_ids)
 
     reserving = ends is not None and isinstance(alloc, Forkable)
-    plans = _plan_in_order(task_list, now, policy, platform, limits, prio, reserving)
+    plans = _plan_in_order(task_list, now, policy, platform, limits, prio, reserving, lowest)
     if usage is not None:
         plans = _fair(plans, usage, prio)
     if any(p.task.nice for p in plans):

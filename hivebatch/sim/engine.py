@@ -419,6 +419,7 @@ class Simulation:
                 self.platform,
                 self.opp_ids,
                 limits=limits,
+                lowest=lowest,
                 priority_of=self.priority_of if self.class_priority else None,
                 ends=self._ends(),
                 usage=self._usage(now),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from controller_support import Env, make_env
+from controller_support import CONFIG, Env, make_env
 from sqlalchemy import select
 
 from hivebatch.db import GpuBinding, GpuUsage, Job
@@ -384,3 +384,19 @@ def test_the_policy_is_handed_each_vcs_free_gpus_as_in_the_simulator(
     env.cycle()
     # cv: 12 GPUs, 4 held; nlp: 16; sys: 4, as its opportunistic job does not count
     assert seen and seen[0] == {"cv": 8, "nlp": 16, "sys": 4}
+
+
+def test_with_backfill_off_a_higher_class_still_takes_its_vcs_gpus_from_a_lower_one(tmp_path: Path) -> None:
+    """The VC's free GPUs count the lower class's as taken; the higher class keeps its shapes."""
+    config = CONFIG.replace("interval_s: 1}", "interval_s: 1, backfill: false}")
+    env = make_env(tmp_path, config)
+    low = env.submit("alice", "cv", 8, qos="normal")
+    env.cycle()
+    env.cycle()
+    high = env.submit("alice", "cv", 8, qos="urgent")
+    env.cycle()
+    assert env.job(low).state == "preempted" and env.job(high).state == "placed"
+    # a new job of the lower class finds 4 of cv's 12 GPUs free and says so
+    other = env.submit("alice", "cv", 8, qos="normal")
+    env.cycle()
+    assert env.job(other).reason == "waiting for VC cv's GPUs: it needs 8 of the VC's 12, fewer are free now"

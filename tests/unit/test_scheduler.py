@@ -104,7 +104,7 @@ def test_preemptions_and_dropped_tasks_are_reported() -> None:
         for o in schedule_round([_task("a"), _task("b"), _task("c")], 0.0, alloc, policy, PLATFORM)
     }
     assert by_id["a"].preempted == ["victim"]
-    assert by_id["b"].result == "waiting" and "no shape" in (by_id["b"].reason or "")
+    assert by_id["b"].result == "waiting" and "fewer are free now" in (by_id["b"].reason or "")
     assert by_id["c"].result == "waiting"
 
 

@@ -324,9 +324,10 @@ def _ranked(jobs: list[SimJob], notice: SimNotice, **kw: Any) -> dict[str, JobRe
     """``jobs`` (without a model: each runs on the shape it asks for, as a replayed trace job does) on
     ONE_VC as the controller runs them: qos, cycles of 30 s, classes ranked, reservations."""
     spec, platform, runtime = _one_vc()
+    kw.setdefault("backfill", True)
     run = Simulation(
         spec, [replace(j, model=None) for j in jobs], "qos", "cells", runtime, platform, notice=notice,
-        cycle_s=30.0, class_priority=True, backfill=True, **kw,
+        cycle_s=30.0, class_priority=True, **kw,
     ).run()  # fmt: skip
     return {r.job.job_id: r for r in run.records}
 
@@ -356,16 +357,18 @@ def test_a_higher_class_takes_its_vc_back_once_with_notice_and_its_victims_wait_
     assert rec["a"].start == rec["b"].start == 240
 
 
-def test_a_higher_class_takes_gpus_back_when_its_vc_has_none_free() -> None:
+@pytest.mark.parametrize("backfill", [True, False])
+def test_a_higher_class_takes_gpus_back_when_its_vc_has_none_free(backfill: bool) -> None:
     # as the controller does (its round plans every waiting job, whatever its VC has free): on the
     # lab replay of the Philly 2271 slice, cv's and sys's prior and urgent jobs waited 0.5-1.6 trace
-    # min, where a simulator that left a full VC's jobs out of the round had them wait 5-7
+    # min, where a simulator that left a full VC's jobs out of the round had them wait 5-7. Without
+    # backfill too: the VC's free GPUs (none) count the lower class's GPUs as taken.
     jobs = [
         _job("a", "x", 0, 4, 1000),
         _job("b", "x", 0, 4, 1000),  # a and b hold both of x's nodes from the cycle at 30
         _job("h", "x", 40, 4, 100, cls="prior"),
     ]
-    rec = _ranked(jobs, SimNotice(notice_s=0))
+    rec = _ranked(jobs, SimNotice(notice_s=0), backfill=backfill)
     assert rec["h"].first_start == 60  # the first cycle after its arrival, not after a's or b's end
     assert rec["a"].preemptions + rec["b"].preemptions == 1
 

@@ -62,6 +62,16 @@ def _vc_free(r: Round) -> dict[str, int]:
     return vc_free_gpus({vc: spec.vc_gpus(vc) for vc in spec.vcs}, held)
 
 
+def _lowest(r: Round) -> dict[str, int]:
+    """VC -> the lowest cell priority among its guaranteed jobs holding GPUs: a higher class may take
+    their GPUs, which the VC's free GPUs count as taken."""
+    out: dict[str, int] = {}
+    for s in r.alloc.jobs().values():
+        if not s.opportunistic:
+            out[s.vc] = min(s.priority, out.get(s.vc, s.priority))
+    return out
+
+
 def _round(r: Round, tasks: list[Task]) -> list[Outcome]:
     settings = r.ctx.settings
     return schedule_round(
@@ -72,6 +82,7 @@ def _round(r: Round, tasks: list[Task]) -> list[Outcome]:
         r.ctx.platform,
         {t.job_id for t in tasks if r.reqs[t.job_id][1].priority < 0},
         limits=_vc_free(r),
+        lowest=_lowest(r),
         priority_of=lambda t: r.reqs[str(t.job_id)][1].priority,
         ends=running_ends(r) if settings.backfill else None,
         usage=r.ledger.usage,
