@@ -147,3 +147,26 @@ def test_job_cancelled_between_observe_and_act_is_not_an_error(env: Env) -> None
     assert report.ok
     env.cycle()
     assert env.job(jid).state == "cancelled"
+
+
+def test_a_resumed_job_is_predicted_to_end_as_a_fresh_one_is(env: Env) -> None:
+    # Without a prediction hq and the backfill reservations fell back to Slurm's end of the job, a
+    # year after its start for a job with no time limit (job_end_time_reset in job_mgr.c).
+    opp = _fill_with_opportunistic(env)
+    fresh = env.job(opp[0])
+    assert fresh.predicted_end is not None and fresh.slack_s is not None
+    run_s = (fresh.predicted_end - fresh.placed_at).total_seconds()
+    env.cycle()
+    owner = env.submit("alice", "cv", 8, qos="prior")
+    env.cycle()
+    (victim,) = [j for j in opp if env.job(j).state == "preempted"]
+    env.cycle()
+    env.slurm.finish(owner)
+    env.cycle()
+    resumed = env.job(victim)
+    assert resumed.state == "placed" and resumed.predicted_end is not None
+    assert (resumed.predicted_end - resumed.placed_at).total_seconds() == pytest.approx(run_s)
+    assert resumed.expected_completion is not None and resumed.slack_s is not None
+    assert resumed.slack_s == pytest.approx(
+        (resumed.expected_completion - resumed.predicted_end).total_seconds()
+    )
