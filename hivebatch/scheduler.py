@@ -212,7 +212,7 @@ class _Round:
         guaranteed = [p for p in plans if p.shapes and self.prio(p.task) >= 0]
         starving = sorted(
             (p for p in guaranteed if self.now - p.task.arrival >= starve_after_s),
-            key=lambda p: (-self.prio(p.task), p.task.arrival, str(p.task.job_id)),
+            key=lambda p: (-self.prio(p.task), p.task.arrival, *p.task.tie),
         )
         decided: set[str] = set()
         reserved: dict[str, Reservation] = {}

@@ -122,6 +122,14 @@ class Task:
     avoid_nodes: frozenset[str] = frozenset()  # nodes the task cannot use (passed on to the cells)
     user: str | None = None  # whose job: fairshare orders a VC's jobs of one class by user
     nice: int = 0  # Slurm's nice: a positive one lets the VC's other jobs of its class go first
+    # Slurm's order among jobs alike in everything else: the array's job id (a plain job's own) and
+    # the task's index, so an array's tasks start in index order (sort_job_queue2 in job_scheduler.c)
+    slurm_order: tuple[int, int] | None = None
+
+    @property
+    def tie(self) -> tuple[int, int, str]:
+        """The last key of every queue order: Slurm's order where known, then the job id."""
+        return (*(self.slurm_order or (0, 0)), self.job_id)
 
     def __post_init__(self) -> None:
         if self.model is not None and (

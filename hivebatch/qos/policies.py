@@ -66,8 +66,8 @@ def _limit(limits: dict[str, int] | None, vc: str) -> int | None:
     return None if limits is None else limits.get(vc)
 
 
-def _arrival_key(t: Task) -> tuple[float, str]:
-    return (t.arrival, t.job_id)
+def _arrival_key(t: Task) -> tuple[float, int, int, str]:
+    return (t.arrival, *t.tie)
 
 
 def _plan_from(task: Task, shapes: list[Shape], now: float, platform: Platform, limit: int | None) -> Plan:
@@ -120,10 +120,10 @@ class QosPolicy(Policy):
         # late under overload: on the paper workload at 20 jobs/h, one VC, 3 seeds, it reached a QoS
         # rate of 19.2%; this order reaches the figure given in the README.
         if p.expected_completion <= p.task.arrival:
-            return (not p.shapes, 0, p.task.arrival, p.slack, p.task.job_id)
+            return (not p.shapes, 0, p.task.arrival, p.slack, *p.task.tie)
         if p.meets_qos:
-            return (not p.shapes, 1, p.slack, p.task.arrival, p.task.job_id)
-        return (not p.shapes, 2, p.task.arrival, p.slack, p.task.job_id)
+            return (not p.shapes, 1, p.slack, p.task.arrival, *p.task.tie)
+        return (not p.shapes, 2, p.task.arrival, p.slack, *p.task.tie)
 
 
 class PaperQosPolicy(QosPolicy):
@@ -135,7 +135,7 @@ class PaperQosPolicy(QosPolicy):
 
     @staticmethod
     def order_key(p: Plan) -> tuple[object, ...]:
-        return (not p.shapes, p.slack, p.task.arrival, p.task.job_id)
+        return (not p.shapes, p.slack, p.task.arrival, *p.task.tie)
 
 
 class _UserShapePolicy(Policy):
@@ -151,7 +151,7 @@ class _UserShapePolicy(Policy):
             _plan_from(t, user_shapes(t, platform, _limit(limits, t.vc)), now, platform, _limit(limits, t.vc))
             for t in tasks
         ]
-        plans.sort(key=lambda p: (not p.shapes, *self.order_key(p.task, p), p.task.arrival, p.task.job_id))
+        plans.sort(key=lambda p: (not p.shapes, *self.order_key(p.task, p), p.task.arrival, *p.task.tie))
         return plans
 
 

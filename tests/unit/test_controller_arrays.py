@@ -108,3 +108,21 @@ def test_hq_shows_array_ids_as_squeue_does_and_expands_them_with_r(slurm_fixture
     rows = collect_rows(jobs, [], Filters(all_states=True))
     assert sorted(r.display_id for r in rows) == ["2333_0", "2333_[1-5%2]"]
     assert sorted(r.display_id for r in expand_arrays(rows)) == [f"2333_{i}" for i in range(6)]
+
+
+def test_an_arrays_tasks_start_in_index_order_as_under_slurm(tmp_path):
+    # Slurm orders jobs alike by their array's job id, then the task index (sort_job_queue2); the
+    # last task keeps the array's own job id, so ordering by job id would start it first
+    env = make_env(tmp_path)
+    blocker = env.submit("bob", "nlp", 16)
+    env.cycle()
+    array = env.submit("bob", "nlp", 8, extra=["--array=0-3"])
+    for _ in range(3):
+        env.cycle()
+    assert [t.state for t in _tasks(env, array)] == ["PENDING"] * 4
+    assert any(t.job_id == array for t in _tasks(env, array))
+    env.slurm.finish(blocker)
+    for _ in range(3):
+        env.cycle()
+    running = [t.array_task_id for t in _tasks(env, array) if t.state == "RUNNING"]
+    assert running == [0, 1]

@@ -124,7 +124,7 @@ def _predicted(r: Round, place: Place, req: JobRequest) -> Place:
     job = place.job
     sj = r.ledger.slurm.get(job.slurm_job_id)
     try:
-        task = r.builder.task(job, req, sj.time_limit_s if sj else None, sj.nice if sj else 0)
+        task = r.builder.task(job, req, sj.time_limit_s if sj else None, sj.nice if sj else 0, sj)
         shape = Shape(*place.shape) if place.shape else task.shape or Shape(1, req.gpus)
         lat = float(task_latency(task, shape, r.ctx.platform))
         ect = job.expected_completion or from_epoch(task_ect(task, r.ctx.platform))

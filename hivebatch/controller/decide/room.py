@@ -7,7 +7,7 @@ from functools import partial
 from hivebatch.cells import CellAllocator, ClusterSpec
 from hivebatch.controller.decide.fit import unfit_text
 from hivebatch.controller.decide.isolate import isolated
-from hivebatch.controller.decide.tasks import gpus_per_node, plain_shape
+from hivebatch.controller.decide.tasks import gpus_per_node, plain_shape, slurm_order
 from hivebatch.controller.decide.times import from_epoch
 from hivebatch.controller.decide.types import GpuMap, Round, Wait
 from hivebatch.db.models import Job
@@ -63,7 +63,7 @@ def hopeless_wait(r: Round, room: Room, job: Job, req: JobRequest, sj: SlurmJob)
     ect = job.expected_completion
     if lat is None or ect is None:
         try:
-            task = r.builder.task(job, req, sj.time_limit_s, sj.nice)
+            task = r.builder.task(job, req, sj.time_limit_s, sj.nice, sj)
             spec = r.ctx.spec
             shape = task.shape or Shape(*(plain_shape(req.gpus, gpus_per_node(spec, req.gpu_type)) or (1, 1)))
             lat = float(task_latency(task, shape, r.ctx.platform))
@@ -93,14 +93,15 @@ def screen_hopeless(r: Round) -> None:
         isolated(r, job, partial(_to_round, r, job, req, sj))
 
 
-def _head_key(job: Job, req: JobRequest, sj: SlurmJob) -> tuple[int, bool, float, int]:
-    """Highest priority, then a job its owner did not nice (hivebatch.fairshare.by_nice), then oldest."""
+def _head_key(job: Job, req: JobRequest, sj: SlurmJob) -> tuple[int, bool, float, int, int]:
+    """Highest priority, then a job its owner did not nice (hivebatch.fairshare.by_nice), then oldest,
+    then in Slurm's order (an array's tasks by index)."""
     submitted = job.submit_time.timestamp() if job.submit_time is not None else float("inf")
-    return (-req.priority, sj.nice > 0, submitted, job.slurm_job_id)
+    return (-req.priority, sj.nice > 0, submitted, *slurm_order(sj))
 
 
 def _to_round(r: Round, job: Job, req: JobRequest, sj: SlurmJob) -> None:
-    task = r.builder.task(job, req, sj.time_limit_s, sj.nice)
+    task = r.builder.task(job, req, sj.time_limit_s, sj.nice, sj)
     task.avoid_nodes = frozenset(n for n in r.unfit_for(job, sj) if n in r.alloc.tree.node_cell)
     r.tasks.append(task)
     r.reqs[task.job_id] = (job, req)

@@ -29,7 +29,7 @@ def slice_prediction(r: Round, job: Job, req: JobRequest, sj: SlurmJob) -> Predi
     plain slice's duration is its time limit (else the platform's default)."""
     platform = r.ctx.platform
     try:
-        task = r.builder.task(job, req, sj.time_limit_s, sj.nice)
+        task = r.builder.task(job, req, sj.time_limit_s, sj.nice, sj)
         lat = float(task_latency(task, Shape(1, 1), platform))
         ect = from_epoch(task_ect(task, platform))
     except Exception:  # noqa: BLE001 - no prediction possible: the slice is still placed, without figures

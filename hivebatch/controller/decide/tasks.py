@@ -13,6 +13,7 @@ from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
 from hivebatch.qos import Profile, Shape, Task
 from hivebatch.request import JobRequest
+from hivebatch.slurm.types import SlurmJob
 
 ProfileHit = tuple[Profile | None, str | None]  # (profile, a note saying what stood in, or why none)
 
@@ -67,8 +68,11 @@ class TaskBuilder:
                 self._profiles[key] = (None, f"{exc}; planned as a plain job")
         return self._profiles[key]
 
-    def task(self, job: Job, req: JobRequest, time_limit_s: int | None, nice: int = 0) -> Task:
-        """``time_limit_s``: Slurm's limit of the job, else the one the request names; ``nice``: Slurm's."""
+    def task(
+        self, job: Job, req: JobRequest, time_limit_s: int | None, nice: int = 0, sj: SlurmJob | None = None
+    ) -> Task:
+        """``time_limit_s``: Slurm's limit of the job, else the one the request names; ``nice``: Slurm's;
+        ``sj``: Slurm's record of it, for its order among jobs alike (an array's tasks by index)."""
         spec = self.ctx.spec
         prof, note = self.profile(req)
         if note:
@@ -93,7 +97,16 @@ class TaskBuilder:
             gpu_type=req.gpu_type,
             user=job.user,
             nice=nice,
+            slurm_order=slurm_order(sj) if sj is not None else (job.slurm_job_id, -1),
         )
+
+
+def slurm_order(sj: SlurmJob) -> tuple[int, int]:
+    """Slurm's order among jobs of equal priority and submit time: the array's job id (a plain
+    job's own), then the task's index."""
+    if sj.array_job_id is not None and sj.array_task_id is not None:
+        return (sj.array_job_id, sj.array_task_id)
+    return (sj.job_id, -1)
 
 
 def predicted_latency(task: Task, shape: Shape | None, ctx: ControllerContext) -> float | None:
