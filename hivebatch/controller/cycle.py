@@ -86,15 +86,30 @@ def sync_vcs(session: Session, spec: ClusterSpec, now: dt.datetime) -> None:
 PREDICTION_TOLERANCE_S = 300.0
 
 
-def _set_moved(job: Job, attr: str, value: dt.datetime | float | None) -> None:
-    old = getattr(job, attr)
+def _moved(old: dt.datetime | float | None, value: dt.datetime | float | None) -> bool:
     if old is None or value is None:
-        if (old is None) != (value is None):
-            setattr(job, attr, value)
-        return
-    delta = (value - old).total_seconds() if isinstance(value, dt.datetime) else float(value - old)
-    if abs(delta) > PREDICTION_TOLERANCE_S:
+        return (old is None) != (value is None)
+    if isinstance(value, dt.datetime) and isinstance(old, dt.datetime):
+        delta = (value - old).total_seconds()
+    elif isinstance(value, float | int) and isinstance(old, float | int):
+        delta = float(value - old)
+    else:
+        return True
+    return abs(delta) > PREDICTION_TOLERANCE_S
+
+
+def _set_moved(job: Job, attr: str, value: dt.datetime | float | None) -> None:
+    if _moved(getattr(job, attr), value):
         setattr(job, attr, value)
+
+
+def _set_prediction(job: Job, w: Wait) -> None:
+    """A waiting job's predicted start, end and slack, all three when one moved noticeably: kept apart,
+    a start that stayed within the tolerance beside an end that moved would show a run of another length."""
+    new = (w.predicted_start, w.predicted_end, w.slack_s)
+    old = (job.predicted_start, job.predicted_end, job.slack_s)
+    if any(_moved(o, v) for o, v in zip(old, new, strict=True)):
+        job.predicted_start, job.predicted_end, job.slack_s = new
 
 
 def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> list[Wait]:
@@ -114,9 +129,7 @@ def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> list[Wai
             job.shape_nodes, job.shape_gpn = w.shape
         # predictions are rewritten only when they move noticeably: 10,000 waiting jobs need not be
         # rewritten every minute just because time passed
-        _set_moved(job, "predicted_start", w.predicted_start)
-        _set_moved(job, "predicted_end", w.predicted_end)
-        _set_moved(job, "slack_s", w.slack_s)
+        _set_prediction(job, w)
         if w.latency_s is not None and job.latency_s != w.latency_s:
             job.latency_s = w.latency_s
         if w.ect is not None:

@@ -126,3 +126,21 @@ def test_an_arrays_tasks_start_in_index_order_as_under_slurm(tmp_path):
         env.cycle()
     running = [t.array_task_id for t in _tasks(env, array) if t.state == "RUNNING"]
     assert running == [0, 1]
+
+
+def test_waiting_tasks_are_predicted_to_start_after_the_reserved_head(tmp_path):
+    # two of the four 8-GPU tasks fit in nlp's 16 GPUs when the blocker ends, the other two when
+    # those end; the head's reservation takes the first GPUs, so it is counted first
+    env = make_env(tmp_path)
+    blocker = env.submit("bob", "nlp", 16, time_limit_s=600)
+    env.cycle()
+    array = env.submit("bob", "nlp", 8, time_limit_s=900, extra=["--array=0-3"])
+    for _ in range(3):
+        env.cycle()
+    end = env.job(blocker).predicted_end
+    starts = {t.array_task_id: env.job(t.job_id).predicted_start for t in _tasks(env, array)}
+    ends = {t.array_task_id: env.job(t.job_id).predicted_end for t in _tasks(env, array)}
+    assert starts[0] == starts[1] == end
+    later = end + (ends[0] - starts[0])
+    assert starts[2] == starts[3] == later
+    assert all((ends[i] - starts[i]).total_seconds() == 900 for i in range(4))

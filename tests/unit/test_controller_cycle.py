@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -400,3 +401,31 @@ def test_with_backfill_off_a_higher_class_still_takes_its_vcs_gpus_from_a_lower_
     other = env.submit("alice", "cv", 8, qos="normal")
     env.cycle()
     assert env.job(other).reason == "waiting for VC cv's GPUs: it needs 8 of the VC's 12, fewer are free now"
+
+
+def test_a_prediction_is_rewritten_whole_when_any_part_of_it_moved():
+    # a start within the tolerance beside an end that moved would show a run of another length
+    from hivebatch.controller.cycle import PREDICTION_TOLERANCE_S, _set_prediction
+    from hivebatch.controller.decide.types import Wait
+    from hivebatch.db import Job
+
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    job = Job(predicted_start=t0, predicted_end=t0 + dt.timedelta(minutes=10), slack_s=600.0)
+    small = dt.timedelta(seconds=PREDICTION_TOLERANCE_S / 2)
+    big = dt.timedelta(seconds=PREDICTION_TOLERANCE_S * 2)
+    _set_prediction(
+        job,
+        Wait(
+            job,
+            "r",
+            predicted_start=t0 + small,
+            predicted_end=t0 + small + dt.timedelta(minutes=10),
+            slack_s=600.0,
+        ),
+    )
+    assert job.predicted_start == t0  # nothing moved noticeably: the row is left as it is
+    start, end = t0 + small, t0 + small + big
+    _set_prediction(
+        job, Wait(job, "r", predicted_start=start, predicted_end=end, slack_s=600.0 - big.total_seconds())
+    )
+    assert (job.predicted_start, job.predicted_end) == (start, end)

@@ -70,7 +70,10 @@ def estimate_starts(r: Round) -> None:
     guaranteed_used = sum(v for k, v in used.items() if k != OPPORTUNISTIC_POOL)
     free: dict[str, float] = {}
     clock: dict[str, float] = {}
-    for w in r.out.waits:
+    # a VC's reserved head starts first (its reservation holds the GPUs it waits for), so it takes the
+    # first GPUs that free up in the walk too; the others keep the order they were decided in
+    waits = sorted(r.out.waits, key=lambda w: (w.reserved_start is None, w.reserved_start or r.now))
+    for w in waits:
         if w.rejected or w.not_startable:
             continue
         pool = _pool(w.job.priority, w.job.vc_name)
