@@ -16,12 +16,12 @@ from functools import partial
 from hivebatch.cells.resume import resume_nodes, symmetric_indices, take
 from hivebatch.controller.decide.gres import gres_for, untyped_count
 from hivebatch.controller.decide.isolate import isolated
-from hivebatch.controller.decide.times import from_epoch
+from hivebatch.controller.decide.tasks import start_prediction
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.untyped import leaving_nodes, resume_untyped, waits_untyped
 from hivebatch.controller.decide.whole import note_whole
 from hivebatch.db.models import Job
-from hivebatch.qos import Shape, task_ect, task_latency
+from hivebatch.qos import Shape
 from hivebatch.request import JobRequest
 
 
@@ -117,20 +117,14 @@ def _resume_one(r: Round, job: Job, req: JobRequest, idle: list[int], leaving: s
 
 def _predicted(r: Round, place: Place, req: JobRequest) -> Place:
     """``place`` with its end and slack predicted as a fresh placement's are: a requeued job runs again
-    from its start, for its model's run on its shape, else its time limit, else the default.
+    from its start, on the shape it resumes on.
 
     Without them hq and the backfill reservations would take Slurm's end of the job, which is a year
     after its start when it has no time limit."""
-    job = place.job
-    sj = r.ledger.slurm.get(job.slurm_job_id)
-    try:
-        task = r.builder.task(job, req, sj.time_limit_s if sj else None, sj.nice if sj else 0, sj)
-        shape = Shape(*place.shape) if place.shape else task.shape or Shape(1, req.gpus)
-        lat = float(task_latency(task, shape, r.ctx.platform))
-        ect = job.expected_completion or from_epoch(task_ect(task, r.ctx.platform))
-    except Exception:  # noqa: BLE001 - no prediction possible: it resumes all the same, without figures
-        return place
-    place.predicted_end = r.now + dt.timedelta(seconds=lat)
-    place.ect = ect
-    place.slack_s = (ect - place.predicted_end).total_seconds() if ect is not None else None
+    sj = r.ledger.slurm.get(place.job.slurm_job_id)
+    shape = Shape(*place.shape) if place.shape else None
+    lat, ect, slack = start_prediction(r, place.job, req, sj, shape)
+    if lat is not None:  # else it resumes all the same, without figures
+        place.predicted_end = r.now + dt.timedelta(seconds=lat)
+        place.ect, place.slack_s = ect, slack
     return place

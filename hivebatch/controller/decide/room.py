@@ -7,11 +7,9 @@ from functools import partial
 from hivebatch.cells import CellAllocator, ClusterSpec
 from hivebatch.controller.decide.fit import unfit_text
 from hivebatch.controller.decide.isolate import isolated
-from hivebatch.controller.decide.tasks import gpus_per_node, plain_shape, slurm_order
-from hivebatch.controller.decide.times import from_epoch
+from hivebatch.controller.decide.tasks import slurm_order, start_prediction
 from hivebatch.controller.decide.types import GpuMap, Round, Wait
 from hivebatch.db.models import Job
-from hivebatch.qos import Shape, task_ect, task_latency
 from hivebatch.request import JobRequest
 from hivebatch.slurm.types import SlurmJob
 
@@ -62,14 +60,9 @@ def hopeless_wait(r: Round, room: Room, job: Job, req: JobRequest, sj: SlurmJob)
     lat: float | None = job.latency_s
     ect = job.expected_completion
     if lat is None or ect is None:
-        try:
-            task = r.builder.task(job, req, sj.time_limit_s, sj.nice, sj)
-            spec = r.ctx.spec
-            shape = task.shape or Shape(*(plain_shape(req.gpus, gpus_per_node(spec, req.gpu_type)) or (1, 1)))
-            lat = float(task_latency(task, shape, r.ctx.platform))
-            ect = from_epoch(task_ect(task, r.ctx.platform))
-        except Exception:  # noqa: BLE001 - no prediction possible: the job still waits, without figures
-            pass
+        new_lat, new_ect, _ = start_prediction(r, job, req, sj, None)
+        if new_lat is not None:  # else the job still waits, without figures
+            lat, ect = new_lat, new_ect
     slack = (ect - r.now).total_seconds() - lat if ect is not None and lat is not None else None
     shape_now = (job.shape_nodes, job.shape_gpn) if job.shape_nodes and job.shape_gpn else None
     return Wait(job, room.reason(req), shape=shape_now, slack_s=slack, ect=ect, latency_s=lat)

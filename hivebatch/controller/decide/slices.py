@@ -7,39 +7,24 @@ first, then arrival order. Their predictions are a one-GPU job's (a plain job: i
 
 from __future__ import annotations
 
-import datetime as dt
 from functools import partial
 
 from hivebatch.controller.decide.isolate import isolated
-from hivebatch.controller.decide.times import after, from_epoch
+from hivebatch.controller.decide.tasks import start_prediction
+from hivebatch.controller.decide.times import after
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.victims import take_victims
 from hivebatch.db.models import Job
-from hivebatch.qos import Shape, task_ect, task_latency
+from hivebatch.qos import Shape
 from hivebatch.request import JobRequest
 from hivebatch.sharing.gres import parse_shard_gres
 from hivebatch.sharing.ledger import SharingLedger
 from hivebatch.slurm.types import SlurmJob
 
-Prediction = tuple[float | None, dt.datetime | None, float | None]  # (latency s, ECT, slack s)
-
-
-def slice_prediction(r: Round, job: Job, req: JobRequest, sj: SlurmJob) -> Prediction:
-    """(latency s, ECT, slack s) of a slice started now: the same QoS figures as a one-GPU job, so a
-    plain slice's duration is its time limit (else the platform's default)."""
-    platform = r.ctx.platform
-    try:
-        task = r.builder.task(job, req, sj.time_limit_s, sj.nice, sj)
-        lat = float(task_latency(task, Shape(1, 1), platform))
-        ect = from_epoch(task_ect(task, platform))
-    except Exception:  # noqa: BLE001 - no prediction possible: the slice is still placed, without figures
-        return None, None, None
-    slack = (ect - r.now).total_seconds() - lat if ect is not None else None
-    return lat, ect, slack
-
 
 def _place_one(r: Round, led: SharingLedger, job: Job, req: JobRequest, sj: SlurmJob) -> None:
-    lat, ect, slack = slice_prediction(r, job, req, sj)
+    # the same QoS figures as a one-GPU job: a plain slice's duration is its time limit
+    lat, ect, slack = start_prediction(r, job, req, sj, Shape(1, 1))
     mem = int(req.gpu_mem_mib or 0)
     old = parse_shard_gres(job.gres or "") if job.placement else {}
     sid = str(job.slurm_job_id)

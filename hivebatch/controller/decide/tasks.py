@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from typing import TYPE_CHECKING
 
 from hivebatch.bounds import slurm_time_limit
 from hivebatch.cells import ClusterSpec
 from hivebatch.controller.context import ControllerContext
-from hivebatch.controller.decide.times import epoch
+from hivebatch.controller.decide.times import epoch, from_epoch
 from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
-from hivebatch.qos import Profile, Shape, Task
+from hivebatch.qos import Profile, Shape, Task, task_ect, task_latency
 from hivebatch.request import JobRequest
 from hivebatch.slurm.types import SlurmJob
 
+if TYPE_CHECKING:
+    from hivebatch.controller.decide.types import Round
+
 ProfileHit = tuple[Profile | None, str | None]  # (profile, a note saying what stood in, or why none)
+Prediction = tuple[float | None, dt.datetime | None, float | None]  # (latency s, ECT, slack s)
 
 
 def gpus_per_node(spec: ClusterSpec, gpu_type: str | None) -> int:
@@ -107,6 +112,24 @@ def slurm_order(sj: SlurmJob) -> tuple[int, int]:
     if sj.array_job_id is not None and sj.array_task_id is not None:
         return (sj.array_job_id, sj.array_task_id)
     return (sj.job_id, -1)
+
+
+def start_prediction(
+    r: Round, job: Job, req: JobRequest, sj: SlurmJob | None, shape: Shape | None
+) -> Prediction:
+    """(latency s, ECT, slack s) of the job started now on ``shape`` (None: the shape its request
+    fixes, else the plain one): its model's run, else its time limit, else the platform's default.
+    All None when nothing can be predicted (its numbers overflow the model …)."""
+    platform = r.ctx.platform
+    try:
+        task = r.builder.task(job, req, sj.time_limit_s if sj else None, sj.nice if sj else 0, sj)
+        plain = plain_shape(req.gpus, gpus_per_node(r.ctx.spec, req.gpu_type)) or (1, 1)
+        lat = float(task_latency(task, shape or task.shape or Shape(*plain), platform))
+        ect = from_epoch(task_ect(task, platform))
+    except Exception:  # noqa: BLE001 - no prediction possible: the caller goes on without figures
+        return None, None, None
+    slack = (ect - r.now).total_seconds() - lat if ect is not None else None
+    return lat, ect, slack
 
 
 def predicted_latency(task: Task, shape: Shape | None, ctx: ControllerContext) -> float | None:
