@@ -115,6 +115,15 @@ def vc_free_gpus(vc_gpus: Mapping[str, int], held: Iterable[tuple[str, int]]) ->
     return {vc: max(0, n - used[vc]) for vc, n in vc_gpus.items()}
 
 
+def lowest_priority(held: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """VC -> the lowest cell priority among its guaranteed jobs holding GPUs (``held``: VC and priority
+    of each): the ``lowest`` of a round, as a higher class may take those jobs' GPUs."""
+    out: dict[str, int] = {}
+    for vc, priority in held:
+        out[vc] = min(priority, out.get(vc, priority))
+    return out
+
+
 @dataclass
 class _Round:
     """What every placement attempt in one round shares: the allocator, the clock and the refusals."""

@@ -25,7 +25,7 @@ from hivebatch.fairshare import DecayedUsage, Run
 from hivebatch.qos import Shape, Task, get_policy, task_ect
 from hivebatch.request import CLASS_PRIORITY
 from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
-from hivebatch.scheduler import Outcome, schedule_round, vc_free_gpus
+from hivebatch.scheduler import Outcome, lowest_priority, schedule_round, vc_free_gpus
 from hivebatch.sim.indices import free_gpus, held_back, note_pins, remember
 from hivebatch.sim.notice import SimNotice, progress_kept, told
 from hivebatch.sim.notice import prime as prime_notices
@@ -452,13 +452,11 @@ class Simulation:
 
     def _lowest_classes(self) -> dict[str, int]:
         """VC -> the lowest cell priority among its running guaranteed jobs (with class_priority)."""
-        out: dict[str, int] = {}
-        if self.class_priority:
-            for jid, r in self.running.items():
-                if jid not in self.opp_ids:
-                    p = self.priority_of(r.task)
-                    out[r.job.vc] = min(p, out.get(r.job.vc, p))
-        return out
+        if not self.class_priority:
+            return {}
+        return lowest_priority(
+            (r.job.vc, self.priority_of(r.task)) for jid, r in self.running.items() if jid not in self.opp_ids
+        )
 
     def _outranks(self, task: Task, lowest: dict[str, int]) -> bool:
         """Whether ``task`` may take GPUs from one of its VC's running jobs (the cell core ranks by class)."""

@@ -14,7 +14,7 @@ from hivebatch.controller.decide.times import after, epoch, finite, from_epoch
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.victims import take_victims
 from hivebatch.qos import Task
-from hivebatch.scheduler import Outcome, schedule_round, vc_free_gpus
+from hivebatch.scheduler import Outcome, lowest_priority, schedule_round, vc_free_gpus
 
 
 def _placed(r: Round, o: Outcome) -> None:
@@ -54,26 +54,12 @@ def _waiting(r: Round, o: Outcome) -> None:
     )
 
 
-def _vc_free(r: Round) -> dict[str, int]:
-    """Each VC's GPUs its guaranteed jobs leave, as the simulator hands them to the policy: the qos
-    policy's makespan guards need them (hivebatch.qos.busy)."""
-    spec = r.ctx.spec
-    held = ((s.vc, s.gpus) for s in r.alloc.jobs().values() if not s.opportunistic)
-    return vc_free_gpus({vc: spec.vc_gpus(vc) for vc in spec.vcs}, held)
-
-
-def _lowest(r: Round) -> dict[str, int]:
-    """VC -> the lowest cell priority among its guaranteed jobs holding GPUs: a higher class may take
-    their GPUs, which the VC's free GPUs count as taken."""
-    out: dict[str, int] = {}
-    for s in r.alloc.jobs().values():
-        if not s.opportunistic:
-            out[s.vc] = min(s.priority, out.get(s.vc, s.priority))
-    return out
-
-
 def _round(r: Round, tasks: list[Task]) -> list[Outcome]:
     settings = r.ctx.settings
+    spec = r.ctx.spec
+    # the VCs' free GPUs and lowest classes held, as the simulator hands them to the policy: the qos
+    # policy's makespan guards need the former, a higher class keeps its shapes by the latter
+    held = [s for s in r.alloc.jobs().values() if not s.opportunistic]
     return schedule_round(
         tasks,
         epoch(r.now),
@@ -81,8 +67,8 @@ def _round(r: Round, tasks: list[Task]) -> list[Outcome]:
         r.ctx.policy,
         r.ctx.platform,
         {t.job_id for t in tasks if r.reqs[t.job_id][1].priority < 0},
-        limits=_vc_free(r),
-        lowest=_lowest(r),
+        limits=vc_free_gpus({vc: spec.vc_gpus(vc) for vc in spec.vcs}, ((s.vc, s.gpus) for s in held)),
+        lowest=lowest_priority((s.vc, s.priority) for s in held),
         priority_of=lambda t: r.reqs[str(t.job_id)][1].priority,
         ends=running_ends(r) if settings.backfill else None,
         usage=r.ledger.usage,
