@@ -95,10 +95,6 @@ def without_stragglers(
     return Choice(keep, first, choice.ect, choice.ect - end, end <= choice.ect)
 
 
-def _past_saving(p: Plan) -> bool:
-    return bool(p.shapes) and not p.meets_qos and p.expected_completion > p.task.arrival
-
-
 def outlasting_first(plans: Sequence[Plan], platform: Platform, backlog: Callable[[], float]) -> list[Plan]:
     """``plans`` (in the policy's order) with the tasks past saving whose run outlasts the backlog put
     first among the tasks past saving, longest run first; the others keep their order.
@@ -107,7 +103,7 @@ def outlasting_first(plans: Sequence[Plan], platform: Platform, backlog: Callabl
     near the end of the queue and its run becomes the makespan's tail. Only tasks whose count the
     policy chooses are moved: their run is the model's, where a fixed task's is its time limit.
     """
-    block = [i for i, p in enumerate(plans) if _past_saving(p)]
+    block = [i for i, p in enumerate(plans) if p.shapes and p.past_saving]
     if not any(_free_choice(plans[i].task, platform) for i in block):
         return list(plans)
     bound = backlog()
