@@ -179,7 +179,7 @@ class CliBackend(SlurmBackend):
         self._run(["scancel", self._name(job_id)])
 
     def signal(self, job_id: int, signal: str, target: str) -> None:
-        self._run(["scancel", *SIGNAL_TARGETS[target], f"--signal={signal}", str(int(job_id))])
+        self._run(["scancel", *SIGNAL_TARGETS[target], f"--signal={signal}", self._name(job_id)])
 
     def notify(self, job_id: int, message: str) -> None:
         self._run(["scontrol", "notify", self._name(job_id), message])

@@ -167,6 +167,19 @@ def test_array_tasks_are_named_by_their_index_as_scontrol_needs(slurm_fixture):
     ]
 
 
+def test_a_signal_reaches_the_array_task_alone(slurm_fixture):
+    # recorded on the lab (scancel_signal_array_task.txt): `scancel -b -s USR1 <id>` where the id is the
+    # task's own and also the array's signals every task of the array; `<array>_<index>` that task alone
+    rec = Recorder(Completed(0, slurm_fixture("squeue_array_split.json"), ""))
+    b = CliBackend(runner=rec)
+    b.list_jobs()
+    b.signal(2329, "USR1", "batch")  # task 3, which kept the array's id
+    b.signal(2330, "USR1", "batch")  # task 0, split off with an id of its own
+    b.signal(2326, "USR1", "batch")  # not an array task
+    assert [c[0][-1] for c in rec.calls[1:]] == ["2329_3", "2329_0", "2326"]
+    assert all("--batch" in c[0] and "--signal=USR1" in c[0] for c in rec.calls[1:])
+
+
 def test_the_requeue_delay_from_slurmctlds_config(slurm_fixture):
     from hivebatch.slurm.parse import parse_show_config, requeue_delay_s
 
