@@ -26,6 +26,9 @@ from hivebatch.slurm.types import (
 #: sacct columns asked for, in order; Comment last because it is the only one that may contain "|".
 SACCT_FIELDS = (
     "JobID",
+    # an array task's JobID is ARRAY_TASK ("35_0"); JobIDRaw is its own id (36), the one squeue and
+    # the ledger know it by (tests/fixtures/slurm/sacct_array_tasks.txt)
+    "JobIDRaw",
     "JobName",
     "User",
     "Account",
@@ -424,7 +427,7 @@ def parse_sacct(text: str, fields: Iterable[str] = SACCT_FIELDS) -> list[AcctRec
         if len(parts) < len(names):
             continue
         row = dict(zip(names, parts, strict=True))
-        job_id_text = row["JobID"].split("_")[0].split("+")[0].split(".")[0]
+        job_id_text = row["JobIDRaw"].split("+")[0].split(".")[0]
         if not job_id_text.isdigit():
             continue
         nodes = expand_hostlist(row["NodeList"])

@@ -167,6 +167,17 @@ def test_array_tasks_are_named_by_their_index_as_scontrol_needs(slurm_fixture):
     ]
 
 
+def test_an_array_tasks_accounting_is_found_by_its_own_id(slurm_fixture):
+    # a task's JobID is ARRAY_TASK; read by it, task 0 (job 39) was filed under 38 and a controller back
+    # from an outage kept it running on its GPUs for ever ("its accounting has no record of it yet")
+    rec = Recorder(Completed(0, slurm_fixture("sacct_array_tasks.txt"), ""))
+    records = {r.job_id: r for r in CliBackend(rec).history([39, 38])}
+    assert rec.calls[0][0][-2:] == ["-j", "39,38"]
+    assert sorted(records) == [38, 39]
+    assert records[39].gpus == {"node1": [0]} and records[38].gpus == {"node1": [1]}
+    assert records[39].state == records[38].state == "COMPLETED"
+
+
 def test_a_signal_reaches_the_array_task_alone(slurm_fixture):
     # recorded on the lab (scancel_signal_array_task.txt): `scancel -b -s USR1 <id>` where the id is the
     # task's own and also the array's signals every task of the array; `<array>_<index>` that task alone

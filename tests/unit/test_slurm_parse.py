@@ -119,7 +119,7 @@ def test_sacct_records(slurm_fixture):
 
 
 def test_sacct_comment_may_contain_the_separator():
-    line = "12|x|alice|cv|normal|COMPLETED|100|101|102|1|node1|gres/gpu:g3=1,gres/gpu=1|0:0||a|b"
+    line = "12|12|x|alice|cv|normal|COMPLETED|100|101|102|1|node1|gres/gpu:g3=1,gres/gpu=1|0:0||a|b"
     (rec,) = parse_sacct(line)
     assert rec.comment == "a|b" and rec.gpus == {"node1": [3]}
 
