@@ -1,8 +1,9 @@
 """The only code in hivebatch that talks to Slurm.
 
-``get_backend()`` picks the implementation: ``HIVEBATCH_SLURM_BACKEND`` = ``cli`` | ``pyslurm``,
-else pyslurm when it imports, else the CLI backend (the normal case: Debian's Slurm 22.05 has no
-matching pyslurm). The in-memory Slurm of the tests lives in ``hivebatch.testing`` and cannot be chosen
+``get_backend()`` picks the implementation: the CLI backend, whose reading of Slurm's output is
+checked against the lab, unless ``HIVEBATCH_SLURM_BACKEND=pyslurm`` asks for job actions through
+pyslurm (``hivebatch.slurm.pyslurm_backend``). pyslurm is never picked because it happens to import:
+it reads nothing itself, and a site upgrading it should not change how the controller acts. The in-memory Slurm of the tests lives in ``hivebatch.testing`` and cannot be chosen
 here: a controller must never schedule against an imaginary cluster because of a setting.
 """
 
@@ -30,17 +31,16 @@ def get_backend(name: str | None = None) -> SlurmBackend:
     choice = (name or os.environ.get(ENV_VAR) or "").strip().lower()
     if choice and choice not in BACKENDS:
         raise HivebatchError(f"{ENV_VAR}={choice!r} is not a Slurm backend: use one of {', '.join(BACKENDS)}")
-    if choice in ("", "pyslurm"):
+    if choice == "pyslurm":
         module = _import_pyslurm()
         if module is not None:
             from hivebatch.slurm.pyslurm_backend import PyslurmBackend
 
             return PyslurmBackend(module)
-        if choice == "pyslurm":
-            raise HivebatchError(
-                "pyslurm cannot be imported (it needs the Slurm release it was built for); "
-                f"unset {ENV_VAR} to use Slurm's commands"
-            )
+        raise HivebatchError(
+            "pyslurm cannot be imported (it needs the Slurm release it was built for); "
+            f"unset {ENV_VAR} to use Slurm's commands"
+        )
     from hivebatch.slurm.cli import CliBackend
 
     return CliBackend()

@@ -1,4 +1,4 @@
-"""get_backend(): CLI by default, pyslurm when it imports, never the tests' fake."""
+"""get_backend(): the CLI backend unless pyslurm is asked for by name, never the tests' fake."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from hivebatch.errors import HivebatchError
 from hivebatch.slurm import get_backend
-from hivebatch.slurm.cli import CliBackend
-from hivebatch.slurm.pyslurm_backend import PyslurmBackend, job_from_pyslurm, node_from_pyslurm
+from hivebatch.slurm.cli import CliBackend, Completed
+from hivebatch.slurm.pyslurm_backend import PyslurmBackend
 
 
 @pytest.fixture
@@ -56,82 +56,55 @@ def _fake_pyslurm():
         def requeue(self, hold=False):
             actions.append(("requeue", self.job_id, hold))
 
-    job = types.SimpleNamespace(
-        id=7,
-        name="j",
-        user_name="alice",
-        account="cv",
-        qos="normal",
-        state="RUNNING",
-        state_reason="None",
-        nodes="node[1-2]",
-        comment="c",
-        submit_time=100,
-        start_time=101,
-        end_time=0,
-        time_limit=5,
-        num_nodes=2,
-        exit_code=0,
-        priority=1,
-        partition="gpu",
-        required_nodes="",
-        get_resource_layout_per_node=lambda: {
-            "node1": {"gres": {"gpu:g3": {"count": 1, "indexes": "3"}}},
-            "node2": {"gres": {"gpu:g3": {"count": 1, "indexes": "3"}}},
-        },
-    )
-    node = types.SimpleNamespace(
-        name="node1",
-        state="IDLE+DRAIN",
-        configured_gres={"gpu:g0": 1, "gpu:g1": 1},
-        allocated_gres={"gpu:g1": 1},
-        reason="x",
-    )
+        def send_signal(self, signal, steps="children"):
+            actions.append(("send_signal", self.job_id, signal, steps))
+
     mod.Job = Job
-    mod.Jobs = types.SimpleNamespace(load=lambda: {7: job})
-    mod.Nodes = types.SimpleNamespace(load=lambda: {"node1": node})
     return mod, actions
 
 
-def test_pyslurm_selected_when_it_imports(monkeypatch):
-    mod, actions = _fake_pyslurm()
+def test_default_is_cli_even_when_pyslurm_imports(monkeypatch):
+    # pyslurm is only picked by name: an installed one must not change how the controller reads Slurm
+    mod, _ = _fake_pyslurm()
     monkeypatch.setitem(sys.modules, "pyslurm", mod)
     monkeypatch.delenv("HIVEBATCH_SLURM_BACKEND", raising=False)
-    be = get_backend()
-    assert isinstance(be, PyslurmBackend)
+    assert type(get_backend()) is CliBackend
+    monkeypatch.setenv("HIVEBATCH_SLURM_BACKEND", "pyslurm")
+    assert isinstance(get_backend(), PyslurmBackend)
+
+
+def test_pyslurm_backend_reads_jobs_as_squeue_prints_them_and_acts_through_pyslurm(slurm_fixture):
+    mod, actions = _fake_pyslurm()
+    calls = []
+
+    def runner(argv, stdin, env):
+        calls.append(argv)
+        name = "squeue_admin_comment.json" if argv[0] == "squeue" else "squeue_array_split.json"
+        return Completed(0, slurm_fixture(name), "")
+
+    be = PyslurmBackend(mod, runner)
+    jobs = {j.job_id: j for j in be.list_jobs()}
+    assert calls == [["squeue", "--json"]]
+    # the trusted request the job_submit plugin wrote is read, as the CLI backend reads it
+    assert any(j.admin_comment.startswith("hivebatch:") for j in jobs.values())
     be.release(7)
     be.requeue_hold(7)
-    assert actions == [("release", 7), ("requeue", 7, True)]
-    (job,) = be.list_jobs([7])
-    assert (
-        job.gpus == {"node1": [3], "node2": [3]}
-        and job.time_limit_s == 300
-        and job.nodes == ["node1", "node2"]
-    )
-    (node,) = be.list_nodes()
-    assert node.bad and node.gpu_indices == [0, 1] and node.gpus_used == [1]
+    be.signal(7, "USR1", "steps")
+    assert actions == [("release", 7), ("requeue", 7, True), ("send_signal", 7, "USR1", "children")]
 
 
-def test_pyslurm_mappers_tolerate_missing_attributes():
-    job = job_from_pyslurm(types.SimpleNamespace(id=1, state="PENDING", state_reason="JobHeldUser"))
-    assert job.held and job.nodes == [] and job.gpus == {}
-    assert not node_from_pyslurm(types.SimpleNamespace(name="n", state="IDLE")).bad
+def test_pyslurm_backend_names_an_array_task_by_its_index_through_the_cli(slurm_fixture):
+    # Slurm reads a bare array job id as every task of the array (scancel_signal_array_task.txt)
+    mod, actions = _fake_pyslurm()
+    calls = []
 
+    def runner(argv, stdin, env):
+        calls.append(argv)
+        return Completed(0, slurm_fixture("squeue_array_split.json") if argv[0] == "squeue" else "", "")
 
-def test_pyslurm_job_carries_its_deadline_and_time_min():
-    # pyslurm's Job names them deadline (epoch seconds) and time_limit_min (minutes); the controller
-    # releases a waiting job past its deadline by them, as it does from squeue's fields
-    job = job_from_pyslurm(
-        types.SimpleNamespace(
-            id=2,
-            state="PENDING",
-            state_reason="JobHeldUser",
-            time_limit=10,
-            time_limit_min=3,
-            deadline=1_800_000_000,
-        )
-    )
-    assert job.time_limit_s == 600 and job.time_min_s == 180
-    assert job.deadline is not None and job.deadline.timestamp() == 1_800_000_000
-    plain = job_from_pyslurm(types.SimpleNamespace(id=3, state="PENDING", deadline=None, time_limit_min=None))
-    assert plain.deadline is None and plain.time_min_s is None
+    be = PyslurmBackend(mod, runner)
+    be.list_jobs()
+    be.release(2334)
+    be.signal(2329, "USR1", "batch")
+    assert actions == []
+    assert [c[-1] for c in calls[1:]] == ["2333_0", "2329_3"]
