@@ -255,6 +255,7 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         comment=str(job.get("comment") or ""),
         admin_comment=str(job.get("admin_comment") or ""),
         eligible_time=epoch(job.get("eligible_time")) if state == "PENDING" else None,
+        restarts=_num(job.get("restart_cnt")) or 0,
         submit_time=epoch(job.get("submit_time")),
         start_time=epoch(job.get("start_time")) if state != "PENDING" else None,
         end_time=epoch(job.get("end_time")) if finished else None,

@@ -116,6 +116,9 @@ class SlurmJob:
     # a pending job's begin time (sbatch --begin); hivebatch's job_submit plugin sets a far one when an
     # owner releases a GPU job that is still waiting for its placement
     eligible_time: datetime | None = None
+    # how often Slurm requeued it: a requeued job waits for its old credential to expire (AuthInfo's
+    # cred_expire) and squeue says BeginTime meanwhile, as for a --begin
+    restarts: int = 0
     submit_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from types import SimpleNamespace
@@ -151,6 +152,24 @@ def test_states_parse() -> None:
     assert parse_states("all") == (None, True)
     with pytest.raises(HivebatchError, match="unknown state"):
         parse_states("SLEEPING")
+
+
+def test_a_requeued_job_waiting_out_its_credential_is_not_said_to_wait_for_a_begin_time(
+    slurm_fixture,
+) -> None:
+    # recorded on the lab: alice's `scontrol requeue` of her running --gpus=1 job (no --begin); squeue
+    # says BeginTime until cred_expire has passed
+    from hivebatch.slurm.parse import parse_squeue_json
+
+    (job,) = parse_squeue_json(slurm_fixture("squeue_requeued_begin.json"))
+    assert (job.state, job.reason, job.restarts) == ("PENDING", "BeginTime", 1)
+    (row,) = collect_rows([job], [], Filters(states={"PENDING"}))
+    assert (
+        row.reason
+        == "requeued; Slurm lets it start again at 11:34:58 UTC, once its last run's credential expires"
+    )
+    (fresh,) = collect_rows([dataclasses.replace(job, restarts=0)], [], Filters(states={"PENDING"}))
+    assert fresh.reason == plain_reason("BeginTime") == "waiting for its --begin time"
 
 
 def test_plain_reasons() -> None:

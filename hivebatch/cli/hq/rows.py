@@ -35,6 +35,13 @@ SLURM_REASONS = {
 }
 
 
+def requeued_reason(eligible: dt.datetime | None) -> str:
+    """squeue says BeginTime for a requeued job too: Slurm lets it start again only once the credential
+    of its last run has expired (AuthInfo's cred_expire, 120 s by default), whether or not it had a --begin."""
+    at = f" at {eligible.astimezone(dt.UTC):%H:%M:%S} UTC" if eligible else ""
+    return f"requeued; Slurm lets it start again{at}, once its last run's credential expires"
+
+
 def plain_reason(reason: str | None) -> str | None:
     """Slurm's reason code in plain words (unknown codes are shown as Slurm gives them)."""
     if not reason or reason in ("None", "(null)"):
@@ -159,6 +166,8 @@ def row_from_slurm(job: Any) -> JobRow:
     if row.pending:
         row.placement = {}
         row.reason = plain_reason(job.reason)
+        if job.reason == "BeginTime" and getattr(job, "restarts", 0):
+            row.reason = requeued_reason(getattr(job, "eligible_time", None))
         if req is not None and job.reason in ("JobHeldAdmin", "JobHeldUser"):
             row.reason = NOT_SEEN_YET
     elif row.state == "RUNNING" and row.start_time and row.time_limit_s:

@@ -30,6 +30,7 @@ def squeue_view(state: State, j: Job) -> SlurmJob:
         admin_comment=j.admin_comment,
         dependency=dependency_text(state, j),
         eligible_time=j.eligible_at if j.state == "PENDING" else None,
+        restarts=j.restarts,
         submit_time=j.submit_time,
         start_time=j.start_time if j.state != "PENDING" else None,
         end_time=j.end_time if j.state in FINISHED_STATES else None,
