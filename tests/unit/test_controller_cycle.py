@@ -429,3 +429,24 @@ def test_a_prediction_is_rewritten_whole_when_any_part_of_it_moved():
         job, Wait(job, "r", predicted_start=start, predicted_end=end, slack_s=600.0 - big.total_seconds())
     )
     assert (job.predicted_start, job.predicted_end) == (start, end)
+
+
+def test_a_running_job_whose_owner_lowers_its_limit_is_expected_to_end_by_it(env: Env) -> None:
+    # seen on the lab: alice lowered her running 10-min job to 4 min (scontrol update TimeLimit=4),
+    # Slurm ends it at start + 4 min (tests/fixtures/slurm/time_limit_owner_update.txt), and hq
+    # still showed the 10-min end and +9m of slack
+    jid = env.submit("alice", "cv", 1, time_limit_s=600)
+    env.cycle()
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "running" and job.predicted_end is not None and job.slack_s is not None
+    before_end, before_slack = job.predicted_end, job.slack_s
+    with pytest.raises(SlurmError, match="Access/permission denied"):
+        env.slurm.as_user("alice").set_time_limit(jid, 1200)  # only an operator may raise it
+    env.slurm.as_user("alice").set_time_limit(jid, 240)
+    env.cycle()
+    job = env.job(jid)
+    assert job.predicted_end == job.segment_start + dt.timedelta(seconds=240) < before_end
+    assert job.slack_s == pytest.approx(before_slack + (before_end - job.predicted_end).total_seconds())
+    env.cycle()
+    assert env.job(jid).predicted_end == job.predicted_end  # settled: nothing moves again

@@ -6,6 +6,7 @@ Every transition writes one event. A job is finished here only on a final state 
 
 from __future__ import annotations
 
+import datetime as dt
 from contextlib import suppress
 from dataclasses import replace
 
@@ -203,6 +204,7 @@ def _follow_running(
 ) -> None:
     if ph == "running":
         granted_kept(session, rec, job, sj, backend)
+        _end_by_its_limit(job, sj)
         return
     # running → pending: Slurm requeued it (its own preemption, node failure, an admin)
     if sj.reason == REQUEUED_HELD:
@@ -218,6 +220,19 @@ def _follow_running(
     )
     if not sj.held:
         hold(session, rec, job, backend)
+
+
+def _end_by_its_limit(job: Job, sj: SlurmJob) -> None:
+    """Slurm ends a run at its start plus its time limit, which an owner may lower while it runs
+    (tests/fixtures/slurm/time_limit_owner_update.txt): the predicted end, and the slack, follow."""
+    if not sj.time_limit_s or job.segment_start is None or job.predicted_end is None:
+        return
+    if (job.predicted_end - job.segment_start).total_seconds() <= sj.time_limit_s:
+        return  # also keeps clear of limits so large that their end overflows a date
+    limit_end = job.segment_start + dt.timedelta(seconds=sj.time_limit_s)
+    job.predicted_end = limit_end
+    if job.expected_completion is not None:
+        job.slack_s = (job.expected_completion - limit_end).total_seconds()
 
 
 def _keep_requeue_hold(

@@ -96,6 +96,15 @@ class FakeSlurm(SlurmBackend):
         """What root can do with ``scontrol update AdminComment=`` (and only root or the plugin)."""
         self._get(job_id, "scontrol").admin_comment = text
 
+    def set_time_limit(self, job_id: int, seconds: int) -> None:
+        """``scontrol update TimeLimit=``: an owner may lower it, also while the job runs, and only an
+        operator may raise it (tests/fixtures/slurm/time_limit_owner_update.txt)."""
+        cmd = ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={-(-seconds // 60)}"]
+        j = self._get(job_id, "scontrol")
+        if self.user not in self.operators and (j.time_limit_s is None or seconds > j.time_limit_s):
+            raise SlurmError(cmd, 1, f"Access/permission denied for job {job_id}")
+        j.time_limit_s = seconds
+
     def set_qos(self, job_id: int, qos: str) -> None:
         """An owner moving a pending job to another QOS they are granted (``scontrol update QOS=``)."""
         self._get(job_id, "scontrol").qos = qos
