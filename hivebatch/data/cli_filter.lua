@@ -91,11 +91,37 @@ function M.whole_job(nodes, in_job, job_nodes)
   return nil
 end
 
+-- srun options whose [type:]count a step inherits from its job's environment (SLURM_GPUS=v100:2 of
+-- `sbatch --gpus=v100:2`): the job's GPUs are pinned as per-index types (g0, g1, …), so a model type
+-- matches none of them and the step was refused "Step requested GRES (gpu:v100) not found in the job"
+-- (tests/fixtures/slurm/step_typed_gpus.txt). The job's GPUs are all of the type it was placed by.
+local COUNT_OPTIONS = { "gpus", "gpus-per-node", "gpus-per-task" }
+
 -- the options to set (name -> value) for srun's GPU ask, or nil to leave it as given
 function M.rewrite(get, env)
   if get("type") ~= "srun" then
     return nil
   end
+  local untyped = {}
+  if env("SLURM_JOB_ID") ~= nil then
+    for _, name in ipairs(COUNT_OPTIONS) do
+      untyped[name] = string.match(get(name) or "", "^%a[%w_%-]*:(%d+)$")
+    end
+  end
+  local set = M.rewrite_counts(function(name)
+    return untyped[name] or get(name)
+  end, env)
+  for _, name in ipairs(COUNT_OPTIONS) do
+    if untyped[name] ~= nil then
+      set = set or {}
+      set[name] = set[name] or untyped[name]
+    end
+  end
+  return set
+end
+
+-- M.rewrite's per-node and per-step counts, with a step's types already dropped
+function M.rewrite_counts(get, env)
   local in_job = env("SLURM_JOB_ID") ~= nil
   -- a step's own --gpus beside the job's per-node ask srun read from SLURM_GPUS_PER_NODE: plain
   -- Slurm gave such a step the per-node count (tests/fixtures/slurm/step_gpu_env.txt)

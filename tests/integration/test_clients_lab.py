@@ -306,6 +306,18 @@ def test_a_jobs_gpu_variables_stay_and_its_srun_takes_every_gpu_of_its_nodes(ctl
     assert _by_host((h, [int(c) for c in cvd.split(",")]) for h, cvd in tasks) == _placed(ctl, jid)
 
 
+@pytest.mark.parametrize(
+    "ask", [["--gpus=v100:2"], ["--gpus-per-node=v100:2"], ["-n", "2", "--gpus-per-task=v100:1"]]
+)
+def test_a_jobs_srun_runs_when_the_job_named_its_gpu_model(ctl: Ctl, loop: Loop, ask: list[str]) -> None:
+    # the srun read the model back from SLURM_GPUS* and was refused "Step requested GRES (gpu:v100)
+    # not found in the job": the pins are per-index types (tests/fixtures/slurm/step_typed_gpus.txt)
+    tag = ask[-1].split("=")[0].strip("-")
+    jid, tasks = _sbatch_steps(ctl, "bob", f"{ctl.tag}-typed-{tag}", *ask, "-q", "opportunistic")
+    seen = [(ln.split()[2], [int(x) for x in ln.split()[3].split(",")]) for ln in tasks]
+    assert {h: sorted(set(g)) for h, g in _by_host(seen).items()} == _placed(ctl, jid)
+
+
 def test_ranks_asking_a_gpu_each_over_two_nodes_run_eight_on_each(ctl: Ctl, loop: Loop) -> None:
     # `sbatch -n 16 --gpus-per-task=1` (MPI ranks): pinned to 2 x 8 GPUs, Slurm laid out 15 + 1 tasks
     # and the job's srun failed; TasksPerNode=8 gives each node the tasks its GPUs serve

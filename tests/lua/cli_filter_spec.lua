@@ -64,6 +64,20 @@ describe("srun's own GPU ask", function()
     assert.are.same({ gres = "gpu:0", gpus = "2" }, rewrite({ gres = "gres:gpu:2" }, IN_JOB))
   end)
 
+  it("drops the type a step reads from its job's environment, which no per-index GPU record has", function()
+    -- sbatch --gpus=v100:2, --gpus-per-node=v100:2, --gpus-per-task=v100:1 -n 2: a plain `srun` inside
+    -- reads SLURM_GPUS / SLURM_GPUS_PER_NODE / SLURM_GPUS_PER_TASK (tests/fixtures/slurm/step_typed_gpus.txt)
+    assert.are.same({ gpus = "2" }, rewrite({ gpus = "v100:2" }, IN_JOB))
+    assert.are.same({ ["gpus-per-node"] = "0", gpus = "2" }, rewrite({ ["gpus-per-node"] = "v100:2" }, IN_JOB))
+    assert.are.same({ ["gpus-per-node"] = "1" }, rewrite({ ["gpus-per-node"] = "v100:1" }, IN_JOB))
+    assert.are.same({ ["gpus-per-task"] = "1" }, rewrite({ ["gpus-per-task"] = "v100:1" }, IN_JOB))
+    local two = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2", SLURM_GPUS_ON_NODE = "4" }
+    assert.are.same({ ["gpus-per-node"] = "0", gpus = "8" }, rewrite({ ["gpus-per-node"] = "v100:4" }, two))
+    -- a new job's type is its owner's, and the plugin says what to do with it
+    assert.is_nil(rewrite({ gpus = "v100:2" }))
+    assert.is_nil(rewrite({ ["gpus-per-task"] = "v100:1" }))
+  end)
+
   it("leaves what starts as it is, and what it cannot rewrite to the plugin", function()
     assert.is_nil(rewrite({ gres = "gres:gpu:1" }))                        -- a one-GPU record holds it
     assert.is_nil(rewrite({ gpus = "2" }))                                 -- per step already
