@@ -167,6 +167,12 @@ local function shape(job_desc, found, req)
   local nodes = nil
   if is_set(min_nodes) and (not is_set(max_nodes) or max_nodes == min_nodes) then
     nodes = min_nodes
+  elseif is_set(min_nodes) and min_nodes > 1 then
+    -- -N 2-3: Slurm takes as many nodes of the range as are free (recorded:
+    -- tests/fixtures/slurm/node_range.txt); a placement here has one node count, and the fewest
+    -- the owner allows is one Slurm could give as well. Left open, the job ran on one node.
+    nodes = min_nodes
+    NOTES[#NOTES + 1] = "-N " .. min_nodes .. "-" .. max_nodes .. " runs on " .. min_nodes .. " nodes, the fewest it allows: a job gets one node count here"
   end
   local per_node, total, shards = nil, nil, nil
   if found.tres_per_node then

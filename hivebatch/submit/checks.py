@@ -135,8 +135,8 @@ def check_model(
 def interpret_shape(values: dict[str, str | bool]) -> tuple[dict[str, str | bool], list[str]]:
     """sbatch's ways of asking for GPUs and nodes, in the terms the request is built from.
 
-    ``-N MIN-MAX`` pins the node count only when MIN = MAX (otherwise the placement chooses within
-    what Slurm is told); ``--gpus-per-task=K`` asks for K GPUs per task (``-n``, or
+    ``-N MIN-MAX`` pins the node count at MIN when MIN = MAX or MIN > 1, as the job_submit plugin
+    does (a placement has one node count; ``-N 1-MAX`` leaves it to the placement); ``--gpus-per-task=K`` asks for K GPUs per task (``-n``, or
     ``--ntasks-per-node`` × ``-N``; one task by default). Options sbatch alone acts on
     (``--exclusive``, ``--mem-per-gpu``, ``--cpus-per-gpu``) change nothing here. Returns the values
     and the problems found.
@@ -148,7 +148,7 @@ def interpret_shape(values: dict[str, str | bool]) -> tuple[dict[str, str | bool
         low, _, high = nodes.partition("-")
         if not (low.strip().isdigit() and high.strip().isdigit()):
             problems.append(f"-N/--nodes {nodes!r}: give a count or MIN-MAX, e.g. 2 or 1-2")
-        elif int(low) == int(high):
+        elif int(low) == int(high) or int(low) > 1:
             out["nodes"] = low.strip()
         else:
             del out["nodes"]

@@ -82,6 +82,17 @@ describe("slurm_job_submit", function()
     assert.are.same({}, slurm.user_msgs)
   end)
 
+  it("runs a node range on the fewest nodes it allows, and says so", function()
+    local d = desc({ tres_per_node = "gres:gpu:1", min_nodes = 2, max_nodes = 3, account = "nlp" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    assert.are.same({ vc = "nlp", qos = "normal", gpus = 2, nodes = 2, gpus_per_node = 1 }, request_of(d))
+    assert.are.same({ "hivebatch: note: -N 2-3 runs on 2 nodes, the fewest it allows: a job gets one node count here" }, slurm.user_msgs)
+    -- from one node up: one node, as a job without -N
+    local one = desc({ tres_per_job = "gres:gpu:2", min_nodes = 1, max_nodes = 2 })
+    slurm_job_submit(one, {}, 1001)
+    assert.are.same({ vc = "cv", qos = "normal", gpus = 2 }, request_of(one))
+  end)
+
   it("runs --gpus that -N does not split evenly on the same GPUs per node, rounded up, and says so", function()
     local odd = desc({ tres_per_job = "gres:gpu:3", min_nodes = 2, max_nodes = 2, account = "nlp" })
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(odd, {}, 1001))

@@ -139,3 +139,10 @@ def test_unmatched_quote_is_one_clear_problem() -> None:
 def test_hsub_abbreviations_never_shadow_sbatchs() -> None:
     assert parse_args(["--li=x"]).tokens == ["--licenses=x"]  # sbatch's, although hsub has --like
     assert parse_args(["--lik=resnet"]).values == {"like": "resnet"}
+
+
+def test_a_node_range_is_read_as_the_plugin_reads_it() -> None:
+    # the plugin runs -N 2-3 on 2 nodes (tests/fixtures/slurm/node_range.txt) and leaves -N 1-3 open
+    assert interpret_shape({"nodes": "2-3", "gpus_per_node": "1"})[0]["nodes"] == "2"
+    assert interpret_shape({"nodes": "2-2"})[0]["nodes"] == "2"
+    assert "nodes" not in interpret_shape({"nodes": "1-3"})[0]
