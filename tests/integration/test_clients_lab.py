@@ -150,9 +150,12 @@ def test_a_batch_jobs_srun_may_repeat_its_gpu_ask(ctl: Ctl, loop: Loop) -> None:
     assert all(int(g) in gpus for k in seen for g in seen[k])
 
 
-def test_salloc_allocation_and_its_own_srun_use_the_cells_gpus(ctl: Ctl, loop: Loop) -> None:
-    name = f"{ctl.tag}-salloc"
-    proc = popen_as("carol", ["salloc", "-J", name, "--gres=gpu:2", "-t", "5",
+@pytest.mark.parametrize("ask", ["--gres=gpu:2", "--gpus=v100:2"])
+def test_salloc_allocation_and_its_own_srun_use_the_cells_gpus(ctl: Ctl, loop: Loop, ask: str) -> None:
+    # the model named to salloc is in its shell's SLURM_GPUS, which the srun reads back
+    # (tests/fixtures/slurm/step_typed_gpus.txt)
+    name = f"{ctl.tag}-salloc-{ask.split('=')[0].strip('-')}"
+    proc = popen_as("carol", ["salloc", "-J", name, ask, "-t", "5",
                               "srun", "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
     jid = _adopt(ctl, name)
     out, err = proc.communicate(timeout=90)
