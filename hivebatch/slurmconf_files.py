@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hivebatch.jobsubmit import job_submit_lua, slurm_conf_dir
+from hivebatch.jobsubmit import cli_filter_lua, job_submit_lua, slurm_conf_dir
 from hivebatch.slurmconf import (
     AccountingPlan,
     LabOptions,
@@ -92,10 +92,7 @@ def config_files(data: Mapping[str, Any], opts: ConfigOptions) -> dict[str, tupl
         "gres.conf": (gres_conf(layout, hw, shards=opts.shards, device_dir=devices), 0o644),
         "accounts.sh": (accounting_script(plan), 0o755),
         "job_submit.lua": (job_submit_lua(data, opts.operators, opts.conf_dir), 0o644),
-        "cli_filter.lua": (
-            resources.files("hivebatch").joinpath("data/cli_filter.lua").read_text(encoding="utf-8"),
-            0o644,
-        ),
+        "cli_filter.lua": (cli_filter_lua(data), 0o644),
         TASK_PROLOG: (
             resources.files("hivebatch").joinpath("data/task_prolog.sh").read_text(encoding="utf-8"),
             0o755,

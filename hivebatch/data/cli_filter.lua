@@ -18,7 +18,10 @@
 --   * a new job (srun on a login node) with no node count, or one node: --gres=gpu:N or
 --     --gpus-per-node=N becomes --gpus=N. hivebatch places it on one node, unless its tasks need
 --     more (srun -n 32 on 16-CPU nodes): then, as Slurm spreads it, on as many as they need, with the
---     N GPUs split evenly over them.
+--     N GPUs split evenly over them;
+--   * a GPU model named to srun (--gres=gpu:v100:2, --gpus=v100:2, --gpus-per-task=v100:1), inside a
+--     job or read from its environment, is dropped from the step's ask; a new job keeps it as a
+--     --constraint, if it is one of the cluster's models (HIVEBATCH_GPU_MODELS, written above).
 --
 -- sbatch's and srun's --test-only with a GPU ask is told that Slurm's answer is not hivebatch's, and
 -- what gives hivebatch's (M.test_only_note).
@@ -97,25 +100,87 @@ end
 -- (tests/fixtures/slurm/step_typed_gpus.txt). The job's GPUs are all of the type it was placed by.
 local COUNT_OPTIONS = { "gpus", "gpus-per-node", "gpus-per-task" }
 
--- the options to set (name -> value) for srun's GPU ask, or nil to leave it as given
+-- a --gpus* value without its type ("v100:2" -> "2", "v100"), or nil when it names none
+local function untype_count(value)
+  local t, n = string.match(value or "", "^(%a[%w_%-]*):(%d+)$")
+  return n, t
+end
+
+-- a --gres value without the type of its GPU item ("gres:gpu:v100:2,gres:nic:1" -> "gpu:2,nic:1",
+-- "v100"), or nil when it names none
+local function untype_gres(value)
+  local out, typ = {}, nil
+  for part in string.gmatch(value or "", "[^,]+") do
+    local body = part:gsub("^gres[:/]", "")
+    local t, n = string.match(body, "^gpu:(%a[%w_%-]*):(%d+)$")
+    if t ~= nil and typ == nil then
+      typ, out[#out + 1] = t, "gpu:" .. n
+    elseif t ~= nil then
+      return nil -- two GPU items: the plugin says what to do
+    else
+      out[#out + 1] = body
+    end
+  end
+  if typ == nil then
+    return nil
+  end
+  return table.concat(out, ","), typ
+end
+
+-- a new job's GPU model as the --constraint that picks its nodes (hivebatch's slurm.conf names each
+-- node's model as a feature), joined to the owner's own; nil for a model the cluster lacks (the
+-- plugin names those it has: HIVEBATCH_GPU_MODELS is written above this file) and for forms only
+-- Slurm reads
+local function model_constraint(model, own)
+  own = own or ""
+  local models = HIVEBATCH_GPU_MODELS or {}
+  if not models[string.lower(model)] or string.find(own, "[|%[%]%(%)%*]") then
+    return nil
+  end
+  return own == "" and string.lower(model) or own .. "&" .. string.lower(model)
+end
+
+-- the options to set (name -> value) for srun's GPU ask, or nil to leave it as given. A GPU model
+-- named to srun, inside a job or for a new one, is dropped from the step's ask: it matches none of
+-- the per-index pins. A new job keeps it as a --constraint, which the controller places by.
 function M.rewrite(get, env)
   if get("type") ~= "srun" then
     return nil
   end
-  local untyped = {}
-  if env("SLURM_JOB_ID") ~= nil then
-    for _, name in ipairs(COUNT_OPTIONS) do
-      untyped[name] = string.match(get(name) or "", "^%a[%w_%-]*:(%d+)$")
+  local in_job = env("SLURM_JOB_ID") ~= nil
+  local untyped, model = {}, nil
+  for _, name in ipairs(COUNT_OPTIONS) do
+    local n, t = untype_count(get(name))
+    if n ~= nil and not in_job and model ~= nil and t ~= model then
+      return nil -- two models: the plugin says what to do
+    end
+    untyped[name], model = n, model or t
+  end
+  local constraint = nil
+  if not in_job then
+    local g, t = untype_gres(get("gres"))
+    if g ~= nil and model ~= nil and t ~= model then
+      return nil
+    end
+    untyped.gres, model = g, model or t
+    if model ~= nil then
+      constraint = model_constraint(model, get("constraint"))
+      if constraint == nil then
+        return nil
+      end
     end
   end
   local set = M.rewrite_counts(function(name)
     return untyped[name] or get(name)
   end, env)
-  for _, name in ipairs(COUNT_OPTIONS) do
+  for _, name in ipairs({ "gres", "gpus", "gpus-per-node", "gpus-per-task" }) do
     if untyped[name] ~= nil then
       set = set or {}
       set[name] = set[name] or untyped[name]
     end
+  end
+  if constraint ~= nil then
+    set.constraint = constraint
   end
   return set
 end

@@ -109,8 +109,9 @@ def test_srun_gets_cell_placed_gpus_within_seconds(ctl: Ctl, loop: Loop) -> None
 def test_srun_asking_gpus_per_node_runs_through_the_cli_filter(ctl: Ctl, loop: Loop) -> None:
     # on per-GPU pins Slurm refused srun's own step for --gres=gpu:2 (srun_step_gres.txt);
     # cli_filter.lua asks for the same GPUs per step on one node
-    for opt in ("--gres=gpu:2", "--gpus-per-node=2"):
-        name = f"{ctl.tag}-srun{opt[2:6]}"
+    # a GPU model named to srun (refused by the plugin before) becomes a --constraint on the nodes
+    for opt in ("--gres=gpu:2", "--gpus-per-node=2", "--gres=gpu:v100:2", "--gpus=v100:2"):
+        name = f"{ctl.tag}-srun{opt[2:6]}{'-typed' if 'v100' in opt else ''}"
         proc = popen_as("alice", ["srun", "-J", name, opt, "-t", "5",
                                   "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
         jid = _adopt(ctl, name)

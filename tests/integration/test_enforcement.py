@@ -170,7 +170,8 @@ def test_srun_and_salloc_gpu_jobs_are_held_for_the_cells(slurm_lab, lab_jobs):
     [
         # several nodes: the cli_filter asks per step only on one node
         (["-N", "2", "--gres=gpu:2", "-q", "opportunistic"], "a per-node GPU count (2 per node)"),
-        (["--gres=gpu:v100:1"], "a GPU type (v100)"),
+        # a model the cli_filter cannot turn into a constraint: Slurm reads "|" beside it
+        (["--gres=gpu:v100:1", "-C", "v100|a100"], "a GPU type (v100)"),
     ],
 )
 def test_an_srun_whose_own_step_slurm_would_refuse_is_refused_at_once(slurm_lab, opts, what):

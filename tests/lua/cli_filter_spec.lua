@@ -5,6 +5,7 @@
 
 local function load_filter()
   dofile("tests/lua/fake_slurm.lua")
+  _G.HIVEBATCH_GPU_MODELS = { v100 = true } -- as hadmin slurm-config writes it above the filter
   dofile("hivebatch/data/cli_filter.lua")
   return HIVEBATCH_CLI_FILTER
 end
@@ -73,9 +74,24 @@ describe("srun's own GPU ask", function()
     assert.are.same({ ["gpus-per-task"] = "1" }, rewrite({ ["gpus-per-task"] = "v100:1" }, IN_JOB))
     local two = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2", SLURM_GPUS_ON_NODE = "4" }
     assert.are.same({ ["gpus-per-node"] = "0", gpus = "8" }, rewrite({ ["gpus-per-node"] = "v100:4" }, two))
-    -- a new job's type is its owner's, and the plugin says what to do with it
-    assert.is_nil(rewrite({ gpus = "v100:2" }))
-    assert.is_nil(rewrite({ ["gpus-per-task"] = "v100:1" }))
+  end)
+
+  it("asks a new job for its GPU model as the constraint that picks its nodes, and its step for a count", function()
+    -- `srun --gres=gpu:v100:1 python x.py` on a login node: the model stays the owner's choice of
+    -- nodes (hivebatch's slurm.conf gives each node its model as a feature); the step asks a count
+    assert.are.same({ gres = "gpu:1", constraint = "v100" }, rewrite({ gres = "gres:gpu:v100:1" }))
+    assert.are.same({ gres = "gpu:0", gpus = "2", constraint = "v100" }, rewrite({ gres = "gres:gpu:v100:2" }))
+    assert.are.same({ gpus = "2", constraint = "v100" }, rewrite({ gpus = "V100:2" }))
+    assert.are.same({ ["gpus-per-task"] = "1", constraint = "v100" }, rewrite({ ["gpus-per-task"] = "v100:1" }))
+    assert.are.same({ ["gpus-per-node"] = "0", gpus = "2", constraint = "ib&v100" },
+                    rewrite({ ["gpus-per-node"] = "v100:2", constraint = "ib" }))
+    assert.are.same({ gres = "gpu:0,nic:1", gpus = "2", constraint = "v100" }, rewrite({ gres = "gres:gpu:v100:2,gres:nic:1" }))
+    -- what only Slurm reads, or two models, is left to the plugin, which says what to do
+    assert.is_nil(rewrite({ gpus = "v100:2", constraint = "ib|eth" }))
+    assert.is_nil(rewrite({ gpus = "v100:2", constraint = "[rack1|rack2]" }))
+    assert.is_nil(rewrite({ gpus = "v100:2", ["gpus-per-task"] = "a100:1" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:v100:1,gres:gpu:a100:1" }))
+    assert.is_nil(rewrite({ gpus = "a100:1" }))  -- no such model here: the plugin names those there are
   end)
 
   it("leaves what starts as it is, and what it cannot rewrite to the plugin", function()
@@ -83,7 +99,6 @@ describe("srun's own GPU ask", function()
     assert.is_nil(rewrite({ gpus = "2" }))                                 -- per step already
     assert.is_nil(rewrite({ gpus = "2" }, IN_JOB))
     assert.is_nil(rewrite({ gpus = "1", ["gpus-per-node"] = "2" }))        -- a new job's own contradiction
-    assert.is_nil(rewrite({ gres = "gres:gpu:v100:2" }))                   -- a new job's type is its owner's
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2" }))          -- several nodes
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1-2" }))
     assert.is_nil(rewrite({ gres = "gres:gpu:2" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2",

@@ -171,6 +171,10 @@ def test_cli_writes_files_once(tmp_path):
         "slurmdbd.conf",
     ]
     assert (out / "slurmdbd.conf").stat().st_mode & 0o777 == 0o600
+    # the models srun may name, lower case as slurm.conf names them as node features
+    text = (out / "cli_filter.lua").read_text()
+    assert "HIVEBATCH_GPU_MODELS = {" in text.splitlines()[1] and '["v100"] = true' in text.splitlines()[1]
+    assert "Features=v100" in (out / "slurm.conf").read_text()
     again = CliRunner().invoke(hadmin, args)
     assert "unchanged" in again.output
 
