@@ -3,8 +3,9 @@
 ``get_backend()`` picks the implementation: the CLI backend, whose reading of Slurm's output is
 checked against the lab, unless ``HIVEBATCH_SLURM_BACKEND=pyslurm`` asks for job actions through
 pyslurm (``hivebatch.slurm.pyslurm_backend``). pyslurm is never picked because it happens to import:
-it reads nothing itself, and a site upgrading it should not change how the controller acts. The in-memory Slurm of the tests lives in ``hivebatch.testing`` and cannot be chosen
-here: a controller must never schedule against an imaginary cluster because of a setting.
+a site installing or upgrading it should not change how the controller acts. The in-memory Slurm of
+the tests lives in ``hivebatch.testing`` and cannot be chosen here: a controller must never schedule
+against an imaginary cluster because of a setting.
 """
 
 from __future__ import annotations
