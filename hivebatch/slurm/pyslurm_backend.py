@@ -15,6 +15,7 @@ task of the array, and the CLI backend names a task by its index.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hivebatch.slurm.cli import CliBackend, Runner
@@ -28,7 +29,12 @@ class PyslurmBackend(CliBackend):
         super().__init__(runner)
         self._ps = module
 
-    def _act(self, job_id: int, what: str, *args: Any, **kwargs: Any) -> None:
+    def _act(self, job_id: int, cli: Callable[[], None], what: str, *args: Any, **kwargs: Any) -> None:
+        """pyslurm's ``Job.<what>``; on an array task ``cli``, the CLI backend's own action, which names
+        the task by its index (Slurm reads a bare array job id as every task of the array)."""
+        if int(job_id) in self._task_names:
+            cli()
+            return
         try:
             getattr(self._ps.Job(int(job_id)), what)(*args, **kwargs)
         except Exception as exc:  # pyslurm raises its own RPCError with Slurm's message
@@ -36,37 +42,28 @@ class PyslurmBackend(CliBackend):
                 ["pyslurm", f"Job.{what}", str(job_id)], getattr(exc, "errno", 1) or 1, str(exc)
             ) from None
 
-    def _array_task(self, job_id: int) -> bool:
-        return int(job_id) in self._task_names
-
     def release(self, job_id: int) -> None:
-        if self._array_task(job_id):
-            return super().release(job_id)
-        self._act(job_id, "release")
+        self._act(job_id, lambda: CliBackend.release(self, job_id), "release")
 
     def hold(self, job_id: int) -> None:
-        if self._array_task(job_id):
-            return super().hold(job_id)
-        self._act(job_id, "hold")
+        self._act(job_id, lambda: CliBackend.hold(self, job_id), "hold")
 
     def requeue_hold(self, job_id: int) -> None:
-        if self._array_task(job_id):
-            return super().requeue_hold(job_id)
-        self._act(job_id, "requeue", hold=True)
+        self._act(job_id, lambda: CliBackend.requeue_hold(self, job_id), "requeue", hold=True)
 
     def cancel(self, job_id: int) -> None:
-        if self._array_task(job_id):
-            return super().cancel(job_id)
-        self._act(job_id, "cancel")
+        self._act(job_id, lambda: CliBackend.cancel(self, job_id), "cancel")
 
     def signal(self, job_id: int, signal: str, target: str) -> None:
-        if self._array_task(job_id):
-            return super().signal(job_id, signal, target)
         # pyslurm's Job.send_signal names scancel's three targets batch, children and all
         steps = {"batch": "batch", "steps": "children", "all": "all"}[target]
-        self._act(job_id, "send_signal", signal, steps=steps)
+        self._act(
+            job_id,
+            lambda: CliBackend.signal(self, job_id, signal, target),
+            "send_signal",
+            signal,
+            steps=steps,
+        )
 
     def notify(self, job_id: int, message: str) -> None:
-        if self._array_task(job_id):
-            return super().notify(job_id, message)
-        self._act(job_id, "notify", message)
+        self._act(job_id, lambda: CliBackend.notify(self, job_id, message), "notify", message)

@@ -136,8 +136,9 @@ def interpret_shape(values: dict[str, str | bool]) -> tuple[dict[str, str | bool
     """sbatch's ways of asking for GPUs and nodes, in the terms the request is built from.
 
     ``-N MIN-MAX`` pins the node count at MIN when MIN = MAX or MIN > 1, as the job_submit plugin
-    does (a placement has one node count; ``-N 1-MAX`` leaves it to the placement); ``--gpus-per-task=K`` asks for K GPUs per task (``-n``, or
-    ``--ntasks-per-node`` × ``-N``; one task by default). Options sbatch alone acts on
+    does (a placement has one node count; ``-N 1-MAX`` leaves it to the placement);
+    ``--gpus-per-task=K`` asks for K GPUs per task (``-n``, or ``--ntasks-per-node`` × ``-N``; one task
+    by default). Options sbatch alone acts on
     (``--exclusive``, ``--mem-per-gpu``, ``--cpus-per-gpu``) change nothing here. Returns the values
     and the problems found.
     """
