@@ -84,9 +84,25 @@ def sync_vcs(session: Session, spec: ClusterSpec, now: dt.datetime) -> None:
 
 
 PREDICTION_TOLERANCE_S = 300.0
+# a start due in two minutes that moved by one is worth the write: the student is about to look
+NEAR_TOLERANCE_S = 30.0
 
 
-def _moved(old: dt.datetime | float | None, value: dt.datetime | float | None) -> bool:
+def _tolerance(now: dt.datetime, *starts: dt.datetime | None) -> float:
+    """How far a prediction may move before it is rewritten: a tenth of the time left until the
+    nearer of the old and the new start (a past start counts as now), within 30 s .. 5 min."""
+    known = [s for s in starts if s is not None]
+    if not known:
+        return PREDICTION_TOLERANCE_S
+    lead = max(0.0, min((s - now).total_seconds() for s in known))
+    return min(PREDICTION_TOLERANCE_S, max(NEAR_TOLERANCE_S, lead / 10))
+
+
+def _moved(
+    old: dt.datetime | float | None,
+    value: dt.datetime | float | None,
+    tolerance: float = PREDICTION_TOLERANCE_S,
+) -> bool:
     if old is None or value is None:
         return (old is None) != (value is None)
     if isinstance(value, dt.datetime) and isinstance(old, dt.datetime):
@@ -95,7 +111,7 @@ def _moved(old: dt.datetime | float | None, value: dt.datetime | float | None) -
         delta = float(value - old)
     else:
         return True
-    return abs(delta) > PREDICTION_TOLERANCE_S
+    return abs(delta) > tolerance
 
 
 def _set_moved(job: Job, attr: str, value: dt.datetime | float | None) -> None:
@@ -103,16 +119,19 @@ def _set_moved(job: Job, attr: str, value: dt.datetime | float | None) -> None:
         setattr(job, attr, value)
 
 
-def _set_prediction(job: Job, w: Wait) -> None:
+def _set_prediction(job: Job, w: Wait, now: dt.datetime) -> None:
     """A waiting job's predicted start, end and slack, all three when one moved noticeably: kept apart,
-    a start that stayed within the tolerance beside an end that moved would show a run of another length."""
+    a start that stayed within the tolerance beside an end that moved would show a run of another length.
+    Noticeably is less the nearer the start: a start minutes away that stayed put while the job's
+    reservation moved it would show "now" in hq until the job starts."""
     new = (w.predicted_start, w.predicted_end, w.slack_s)
     old = (job.predicted_start, job.predicted_end, job.slack_s)
-    if any(_moved(o, v) for o, v in zip(old, new, strict=True)):
+    tol = _tolerance(now, job.predicted_start, w.predicted_start)
+    if any(_moved(o, v, tol) for o, v in zip(old, new, strict=True)):
         job.predicted_start, job.predicted_end, job.slack_s = new
 
 
-def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> list[Wait]:
+def _apply_waits(session: Session, rec: Recorder, waits: list[Wait], now: dt.datetime) -> list[Wait]:
     """Write reasons and predictions of waiting jobs; an event (and log line) only when the reason changes.
     Returns the waits worth telling the job's client: a job's first reason to wait, and a rejection."""
     news: list[Wait] = []
@@ -129,7 +148,7 @@ def _apply_waits(session: Session, rec: Recorder, waits: list[Wait]) -> list[Wai
             job.shape_nodes, job.shape_gpn = w.shape
         # predictions are rewritten only when they move noticeably: 10,000 waiting jobs need not be
         # rewritten every minute just because time passed
-        _set_prediction(job, w)
+        _set_prediction(job, w, now)
         if w.latency_s is not None and job.latency_s != w.latency_s:
             job.latency_s = w.latency_s
         if w.ect is not None:
@@ -192,7 +211,7 @@ def run_cycle(
         decisions: Decisions = decide(ctx, ledger, obs.now)
         t = mark("decide", t)
         write_intents(session, decisions, ledger.jobs, obs.now)
-        news = _apply_waits(session, rec, decisions.waits)
+        news = _apply_waits(session, rec, decisions.waits, obs.now)
         session.commit()
         tell_clients(backend, news, ledger.slurm)
         t = mark("intents", t)

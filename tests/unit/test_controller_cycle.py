@@ -409,7 +409,8 @@ def test_a_prediction_is_rewritten_whole_when_any_part_of_it_moved():
     from hivebatch.controller.decide.types import Wait
     from hivebatch.db import Job
 
-    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    t0 = now + dt.timedelta(hours=10)  # far enough away for the widest tolerance
     job = Job(predicted_start=t0, predicted_end=t0 + dt.timedelta(minutes=10), slack_s=600.0)
     small = dt.timedelta(seconds=PREDICTION_TOLERANCE_S / 2)
     big = dt.timedelta(seconds=PREDICTION_TOLERANCE_S * 2)
@@ -422,13 +423,41 @@ def test_a_prediction_is_rewritten_whole_when_any_part_of_it_moved():
             predicted_end=t0 + small + dt.timedelta(minutes=10),
             slack_s=600.0,
         ),
+        now,
     )
     assert job.predicted_start == t0  # nothing moved noticeably: the row is left as it is
     start, end = t0 + small, t0 + small + big
     _set_prediction(
-        job, Wait(job, "r", predicted_start=start, predicted_end=end, slack_s=600.0 - big.total_seconds())
+        job,
+        Wait(job, "r", predicted_start=start, predicted_end=end, slack_s=600.0 - big.total_seconds()),
+        now,
     )
     assert (job.predicted_start, job.predicted_end) == (start, end)
+
+
+def test_a_near_start_that_moved_minutes_is_rewritten_and_a_far_one_is_not():
+    # seen on the lab: a job first predicted to start at once (its VC had free GPUs, every node's CPUs
+    # were taken) got a backfill reservation 168 s later on the next cycle; under a flat 5-minute
+    # tolerance hq went on showing START "now" while the reason said "starts by 13:40:56"
+    from hivebatch.controller.cycle import _set_prediction
+    from hivebatch.controller.decide.types import Wait
+    from hivebatch.db import Job
+
+    first = dt.datetime(2026, 11, 28, 13, 38, 8, tzinfo=dt.UTC)
+    now = first + dt.timedelta(seconds=14)
+    reserved = dt.datetime(2026, 11, 28, 13, 40, 56, tzinfo=dt.UTC)
+    run = dt.timedelta(minutes=3)
+    job = Job(predicted_start=first, predicted_end=first + run, slack_s=120.0)
+    _set_prediction(
+        job, Wait(job, "r", predicted_start=reserved, predicted_end=reserved + run, slack_s=0.0), now
+    )
+    assert (job.predicted_start, job.predicted_end, job.slack_s) == (reserved, reserved + run, 0.0)
+
+    far = now + dt.timedelta(hours=10)
+    job = Job(predicted_start=far, predicted_end=far + run, slack_s=120.0)
+    moved = far + dt.timedelta(minutes=3)
+    _set_prediction(job, Wait(job, "r", predicted_start=moved, predicted_end=moved + run, slack_s=0.0), now)
+    assert job.predicted_start == far  # three minutes on a start ten hours away: not worth a write
 
 
 def test_a_running_job_whose_owner_lowers_its_limit_is_expected_to_end_by_it(env: Env) -> None:
