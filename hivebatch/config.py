@@ -150,3 +150,18 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, d
     """The config every command reads: found, parsed and its sections and keys checked."""
     path = find_config_path(explicit)
     return path, read_yaml(path, check=True)
+
+
+# a placed job Slurm has not started by then is taken back and placed again (controller.start_timeout_s)
+DEFAULT_START_TIMEOUT_S = 300.0
+
+
+def controller_seconds(section: dict[str, Any], key: str, default: float) -> float:
+    """``controller.KEY`` of the config's controller section: a number of seconds over 0."""
+    try:
+        value = float(section.get(key, default))
+    except (TypeError, ValueError):
+        raise ConfigError(f"controller.{key} must be a number of seconds, e.g. {default:.0f}") from None
+    if value <= 0:
+        raise ConfigError(f"controller.{key} must be more than 0 seconds")
+    return value

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hivebatch.bounds import DEFAULT_LIMITS, Limits, parse_limits
+from hivebatch.config import DEFAULT_START_TIMEOUT_S, controller_seconds
 from hivebatch.errors import ConfigError
 from hivebatch.notice import NoticeSettings, parse_notice
 from hivebatch.userlimits import UserLimits, parse_user_limits
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
 
 DEFAULT_INTERVAL_S = 60.0
 # slurmctld's main and backfill passes start a released job within a minute on a busy cluster
-DEFAULT_START_TIMEOUT_S = 300.0
 DEFAULT_STARVE_AFTER_H = 12.0
 DEFAULT_FAIRSHARE_HALF_LIFE_H = 7 * 24.0
 
@@ -63,16 +63,6 @@ class ControllerContext:
     notice: NoticeSettings = field(default_factory=NoticeSettings)
 
 
-def _seconds(section: dict[str, Any], key: str, default: float) -> float:
-    try:
-        value = float(section.get(key, default))
-    except (TypeError, ValueError):
-        raise ConfigError(f"controller.{key} must be a number of seconds, e.g. {default:.0f}") from None
-    if value <= 0:
-        raise ConfigError(f"controller.{key} must be more than 0 seconds")
-    return value
-
-
 def parse_settings(config_path: Path | None, data: dict[str, Any]) -> ControllerSettings:
     section = data.get("controller") or {}
     if not isinstance(section, dict):
@@ -88,9 +78,9 @@ def parse_settings(config_path: Path | None, data: dict[str, Any]) -> Controller
         section, "fairshare_half_life_h", DEFAULT_FAIRSHARE_HALF_LIFE_H, "168 (0 turns fairshare off)"
     )
     return ControllerSettings(
-        interval_s=_seconds(section, "interval_s", DEFAULT_INTERVAL_S),
+        interval_s=controller_seconds(section, "interval_s", DEFAULT_INTERVAL_S),
         policy=str(section.get("policy", "qos")),
-        start_timeout_s=_seconds(section, "start_timeout_s", DEFAULT_START_TIMEOUT_S),
+        start_timeout_s=controller_seconds(section, "start_timeout_s", DEFAULT_START_TIMEOUT_S),
         backfill=backfill,
         starve_after_s=_hours(section, "starve_after_h", DEFAULT_STARVE_AFTER_H, "12"),
         fairshare_half_life_s=half_life or None,

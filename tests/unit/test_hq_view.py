@@ -172,6 +172,34 @@ def test_a_requeued_job_waiting_out_its_credential_is_not_said_to_wait_for_a_beg
     assert fresh.reason == plain_reason("BeginTime") == "waiting for its --begin time"
 
 
+def test_a_placed_job_slurm_has_not_started_and_plain_jobs_get_reasons_of_their_own(slurm_fixture) -> None:
+    # recorded on the lab: every node's CPUs taken by carol's CPU-only jobs; alice's 339, pinned to
+    # node2 g0,g1 while node2's CPUs were still free, waits "Resources" though no job holds its GPUs;
+    # hq said "Slurm is waiting for its GPUs to be freed", and "released" of carol's CPU jobs
+    from hivebatch.slurm.parse import parse_squeue_json
+
+    jobs = {j.job_id: j for j in parse_squeue_json(slurm_fixture("squeue_pending_reasons.json"))}
+    assert {i: jobs[i].reason for i in (339, 340, 341)} == {
+        339: "Resources",
+        340: "Resources",
+        341: "Priority",
+    }
+    assert not any(jobs[335].gpus.values()) and jobs[335].nodes == ["node2"]  # the CPU job beside 339's GPUs
+    placed_at = dt.datetime(2026, 11, 28, 13, 39, 54)
+    ledger = [dbjob(339, "placed", placement={"node2": [0, 1]}, placed_at=placed_at)]
+    rows = {r.job_id: r for r in collect_rows(jobs.values(), ledger, Filters(), start_timeout_s=300.0)}
+    assert rows[339].placement == {"node2": [0, 1]}
+    assert rows[339].reason == (
+        "released; Slurm waits for room beside its GPUs (CPUs or memory other jobs hold, or a job told to "
+        "leave them); hivebatch places it elsewhere if it has not started by 13:44:54 UTC"
+    )
+    assert rows[340].reason == "waiting for resources to be freed"
+    assert rows[341].reason == "waiting for jobs of higher priority"
+    # without the controller's bound (no config), the promise is left out
+    bare = {r.job_id: r for r in collect_rows(jobs.values(), ledger, Filters())}
+    assert bare[339].reason.endswith("or a job told to leave them)")
+
+
 def test_plain_reasons() -> None:
     assert "depends" in plain_reason("Dependency")
     assert "preempted" in plain_reason("job_requeued_in_held_state")

@@ -175,7 +175,11 @@ def _rows(args: Any, ids: list[int] | None) -> list[Any]:
         _warn(f"Slurm did not answer ({str(exc).splitlines()[0]}); showing the controller's ledger only")
         slurm_jobs = []
     rows = collect_rows(
-        slurm_jobs, ledger.jobs if ledger else [], filters, ledger_found=config_path is not None
+        slurm_jobs,
+        ledger.jobs if ledger else [],
+        filters,
+        ledger_found=config_path is not None,
+        start_timeout_s=_start_timeout(config_path, config),
     )
     if ids is not None:  # squeue's selection and order; finished jobs from the ledger after them
         order = {j: i for i, j in enumerate(ids)}
@@ -201,6 +205,19 @@ def _rows(args: Any, ids: list[int] | None) -> list[Any]:
         elif ledger is not None and not ledger.available:
             _warn("the hivebatch controller has not run yet: no placements or predictions to show")
     return rows
+
+
+def _start_timeout(config_path: Path | None, config: dict[str, Any]) -> float | None:
+    """The controller's bound on a placed job's start, or None when the config does not say it well."""
+    from hivebatch.config import DEFAULT_START_TIMEOUT_S, controller_seconds
+
+    section = config.get("controller")
+    if config_path is None or not isinstance(section or {}, dict):
+        return None
+    try:
+        return controller_seconds(section or {}, "start_timeout_s", DEFAULT_START_TIMEOUT_S)
+    except ConfigError:  # the controller itself refuses such a config: nothing to promise
+        return None
 
 
 def _now() -> Any:

@@ -22,7 +22,10 @@ SLURM_REASONS = {
     "JobHeldAdmin": "held by hivebatch until the controller places it",
     "JobHeldUser": "held by its owner (scontrol release JOBID to let it go)",
     "Priority": "released; Slurm starts it at its next scheduling pass",
-    "Resources": "released; Slurm is waiting for its GPUs to be freed",
+    # the controller pinned it to GPUs it found free; Slurm lacks something else on those nodes, or a
+    # job told to leave its GPUs has not left yet (seen on the lab: a CPU job took the node's CPUs
+    # between the placing and Slurm's start, tests/fixtures/slurm/squeue_pending_reasons.json)
+    "Resources": "released; Slurm waits for room beside its GPUs (CPUs or memory other jobs hold, or a job told to leave them)",
     "Dependency": "waiting for the jobs it depends on",
     "DependencyNeverSatisfied": "its dependency can never be met: cancel it",
     "BeginTime": "waiting for its --begin time",
@@ -33,6 +36,12 @@ SLURM_REASONS = {
     "QOSMaxGRESPerUser": "its class's per-user GPU limit is reached",
     "AssocGrpGRES": "its virtual cluster's GPU limit is reached",
 }
+# a job hivebatch never held (no GPUs, the Operator's) waits in Slurm's own queue: "released" and
+# "its GPUs" would be wrong for it
+PLAIN_JOB_REASONS = {
+    "Priority": "waiting for jobs of higher priority",
+    "Resources": "waiting for resources to be freed",
+}
 
 
 def requeued_reason(eligible: dt.datetime | None) -> str:
@@ -42,11 +51,13 @@ def requeued_reason(eligible: dt.datetime | None) -> str:
     return f"requeued; Slurm lets it start again{at}, once its last run's credential expires"
 
 
-def plain_reason(reason: str | None) -> str | None:
-    """Slurm's reason code in plain words (unknown codes are shown as Slurm gives them)."""
+def plain_reason(reason: str | None, hivebatch: bool = True) -> str | None:
+    """Slurm's reason code in plain words (unknown codes are shown as Slurm gives them); ``hivebatch``
+    False: the job never went through the controller."""
     if not reason or reason in ("None", "(null)"):
         return None
-    for code, words in SLURM_REASONS.items():
+    words_of = SLURM_REASONS if hivebatch else {**SLURM_REASONS, **PLAIN_JOB_REASONS}
+    for code, words in words_of.items():
         if reason == code or reason.startswith(code + ",") or reason.startswith(code + " "):
             return words
     return reason
@@ -77,6 +88,7 @@ class JobRow:
     gpu_mem_mib: int | None = None  # --gpu-mem: a slice of one GPU (or the memory used per whole GPU)
     gpu_total_mib: int | None = None  # memory of one such GPU, from the config (for ``8G/32G``)
     display_id: str = ""  # squeue's JOBID: ``123_4`` for an array task, ``123_[5-9%2]`` for its pending rest
+    slurm_reason: str | None = None  # squeue's own reason code
 
     @property
     def is_slice(self) -> bool:
@@ -165,7 +177,8 @@ def row_from_slurm(job: Any) -> JobRow:
     )
     if row.pending:
         row.placement = {}
-        row.reason = plain_reason(job.reason)
+        row.slurm_reason = job.reason
+        row.reason = plain_reason(job.reason, hivebatch=req is not None)
         if job.reason == "BeginTime" and getattr(job, "restarts", 0):
             row.reason = requeued_reason(getattr(job, "eligible_time", None))
         if req is not None and job.reason in ("JobHeldAdmin", "JobHeldUser"):
@@ -175,8 +188,9 @@ def row_from_slurm(job: Any) -> JobRow:
     return row
 
 
-def merge_ledger(row: JobRow | None, db_job: Any) -> JobRow:
-    """Add the controller's view of one job to the Slurm row (or make a row for a job Slurm forgot)."""
+def merge_ledger(row: JobRow | None, db_job: Any, start_timeout_s: float | None = None) -> JobRow:
+    """Add the controller's view of one job to the Slurm row (or make a row for a job Slurm forgot).
+    ``start_timeout_s``: how long the controller lets Slurm take to start a placed job."""
     if row is None:
         row = JobRow(
             job_id=int(db_job.slurm_job_id),
@@ -216,6 +230,11 @@ def merge_ledger(row: JobRow | None, db_job: Any) -> JobRow:
         if db_job.state == "placed" and db_job.placement:
             # placed and released: Slurm has not started it yet, but its GPUs are chosen
             row.placement = {n: sorted(g) for n, g in db_job.placement.items()}
+            if row.slurm_reason == "Resources" and db_job.placed_at is not None and start_timeout_s:
+                by = _naive_utc(db_job.placed_at) + dt.timedelta(seconds=start_timeout_s)
+                row.reason = (
+                    f"{row.reason}; hivebatch places it elsewhere if it has not started by {by:%H:%M:%S} UTC"
+                )
         if db_job.reason and db_job.state in WAITING_STATES:
             row.reason = db_job.reason
     else:
@@ -278,10 +297,15 @@ def parse_states(text: str) -> tuple[set[str] | None, bool]:
 
 
 def collect_rows(
-    slurm_jobs: Iterable[Any], db_jobs: Iterable[Any], filters: Filters, ledger_found: bool = True
+    slurm_jobs: Iterable[Any],
+    db_jobs: Iterable[Any],
+    filters: Filters,
+    ledger_found: bool = True,
+    start_timeout_s: float | None = None,
 ) -> list[JobRow]:
     """Slurm's rows with the ledger's view merged in; ``ledger_found`` False: there was no config to
-    find a ledger by, so a held job's reason cannot be told."""
+    find a ledger by, so a held job's reason cannot be told. ``start_timeout_s``: the controller's
+    (``controller.start_timeout_s``), to say when a placed job Slurm has not started is placed again."""
     rows: dict[int, JobRow] = {}
     for job in slurm_jobs:
         row = row_from_slurm(job)
@@ -290,7 +314,7 @@ def collect_rows(
         rows[int(job.job_id)] = row
     for db_job in db_jobs:
         jid = int(db_job.slurm_job_id)
-        rows[jid] = merge_ledger(rows.get(jid), db_job)
+        rows[jid] = merge_ledger(rows.get(jid), db_job, start_timeout_s)
     kept = [r for r in rows.values() if filters.keep(r)]
     # like squeue: running first, then pending by predicted start, then by id
     order = {"RUNNING": 0, "COMPLETING": 1, "PENDING": 2}
