@@ -36,8 +36,8 @@ def format_slack(seconds: float | None) -> str:
     """``+12m`` of slack before the class's ECT, ``-5m`` when predicted late."""
     if seconds is None:
         return "-"
-    sign = "+" if seconds >= 0 else "-"
     s = abs(int(seconds))
+    sign = "-" if seconds < 0 and s > 0 else "+"  # late by a fraction of a second is on time: not "-0s"
     if s < 60:
         return f"{sign}{s}s"
     minutes = s // 60

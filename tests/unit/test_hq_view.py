@@ -212,6 +212,7 @@ def test_slack_words() -> None:
     assert format_slack(-300) == "-5m"
     assert format_slack(3900) == "+1h05m"
     assert format_slack(None) == "-"
+    assert format_slack(-0.4) == "+0s"  # seen in hq: a prediction 0.4 s past the ECT read "-0s"
 
 
 def test_squeue_style_format() -> None:
