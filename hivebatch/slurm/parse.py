@@ -258,6 +258,7 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         restarts=_num(job.get("restart_cnt")) or 0,
         submit_time=epoch(job.get("submit_time")),
         start_time=epoch(job.get("start_time")) if state != "PENDING" else None,
+        expected_start=epoch(job.get("start_time")) if state == "PENDING" else None,
         end_time=epoch(job.get("end_time")) if finished else None,
         time_limit_s=limit_min * 60 if limit_min else None,
         time_min_s=(_num(job.get("time_minimum")) or 0) * 60 or None,

@@ -121,6 +121,8 @@ class SlurmJob:
     restarts: int = 0
     submit_time: datetime | None = None
     start_time: datetime | None = None
+    # a pending job's start as slurmctld expects it (squeue --start): its backfill pass's estimate
+    expected_start: datetime | None = None
     end_time: datetime | None = None
     time_limit_s: int | None = None
     # --time-min: Slurm judges a --deadline by it when given, else by the time limit

@@ -186,9 +186,22 @@ def test_a_placed_job_slurm_has_not_started_and_plain_jobs_get_reasons_of_their_
     }
     assert not any(jobs[335].gpus.values()) and jobs[335].nodes == ["node2"]  # the CPU job beside 339's GPUs
     placed_at = dt.datetime(2026, 11, 28, 13, 39, 54)
-    ledger = [dbjob(339, "placed", placement={"node2": [0, 1]}, placed_at=placed_at)]
+    run = dt.timedelta(minutes=3)
+    ledger = [
+        dbjob(
+            339,
+            "placed",
+            placement={"node2": [0, 1]},
+            placed_at=placed_at,
+            predicted_start=placed_at,
+            predicted_end=placed_at + run,
+        )
+    ]
     rows = {r.job_id: r for r in collect_rows(jobs.values(), ledger, Filters(), start_timeout_s=300.0)}
     assert rows[339].placement == {"node2": [0, 1]}
+    # its START and END are Slurm's estimate (squeue --start: when carol's 335 ends), not "now"
+    slurms = dt.datetime(2026, 11, 28, 13, 45, 55)
+    assert (rows[339].predicted_start, rows[339].predicted_end) == (slurms, slurms + run)
     assert rows[339].reason == (
         "released; Slurm waits for room beside its GPUs (CPUs or memory other jobs hold, or a job told to "
         "leave them); hivebatch places it elsewhere if it has not started by 13:44:54 UTC"

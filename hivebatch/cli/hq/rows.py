@@ -89,6 +89,7 @@ class JobRow:
     gpu_total_mib: int | None = None  # memory of one such GPU, from the config (for ``8G/32G``)
     display_id: str = ""  # squeue's JOBID: ``123_4`` for an array task, ``123_[5-9%2]`` for its pending rest
     slurm_reason: str | None = None  # squeue's own reason code
+    slurm_expected_start: dt.datetime | None = None  # a pending job's start as slurmctld expects it
 
     @property
     def is_slice(self) -> bool:
@@ -178,6 +179,7 @@ def row_from_slurm(job: Any) -> JobRow:
     if row.pending:
         row.placement = {}
         row.slurm_reason = job.reason
+        row.slurm_expected_start = _naive_utc(getattr(job, "expected_start", None))
         row.reason = plain_reason(job.reason, hivebatch=req is not None)
         if job.reason == "BeginTime" and getattr(job, "restarts", 0):
             row.reason = requeued_reason(getattr(job, "eligible_time", None))
@@ -230,6 +232,7 @@ def merge_ledger(row: JobRow | None, db_job: Any, start_timeout_s: float | None 
         if db_job.state == "placed" and db_job.placement:
             # placed and released: Slurm has not started it yet, but its GPUs are chosen
             row.placement = {n: sorted(g) for n, g in db_job.placement.items()}
+            _slurms_start(row)
             if row.slurm_reason == "Resources" and db_job.placed_at is not None and start_timeout_s:
                 by = _naive_utc(db_job.placed_at) + dt.timedelta(seconds=start_timeout_s)
                 row.reason = (
@@ -246,6 +249,18 @@ def merge_ledger(row: JobRow | None, db_job: Any, start_timeout_s: float | None 
     if row.expected_completion and row.predicted_end and row.state in ("PENDING", "RUNNING"):
         row.slack_s = (row.expected_completion - row.predicted_end).total_seconds()
     return row
+
+
+def _slurms_start(row: JobRow) -> None:
+    """A placed job Slurm has not started: once its GPUs are chosen, slurmctld's own estimate is the
+    better start (seen on the lab: pinned to a node whose CPUs a CPU-only job took, hq showed START
+    "now" while squeue --start said 13:45:55, when that job ended)."""
+    expected = row.slurm_expected_start
+    if expected is None or row.predicted_start is None or expected <= row.predicted_start:
+        return
+    if row.predicted_end is not None:
+        row.predicted_end += expected - row.predicted_start
+    row.predicted_start = expected
 
 
 @dataclass
