@@ -77,6 +77,30 @@ def test_a_job_no_node_can_take_now_waits_saying_why(ctx):
     assert not wait.rejected
 
 
+def test_a_job_waiting_for_cpus_is_not_predicted_to_start_before_any_job_on_its_nodes_can_end(ctx):
+    # seen on the lab: every node's CPUs held by CPU-only jobs, alice's GPU job in a VC with free
+    # GPUs was predicted to start "now" while its reason said no node had a CPU for it
+    from hivebatch.controller.decide.estimate import estimate_starts
+    from hivebatch.slurm.types import SlurmJob
+
+    job = row(1, JobRequest(vc="cv", gpus=1))
+    r = make_round(ctx, [job])
+    r.ledger.nodes = {n: _node(n, cpus_free=0) for n in NODES}
+    started = NOW.replace(tzinfo=dt.UTC) - dt.timedelta(minutes=10)
+    for i, n in enumerate(NODES):  # carol's -c 16 jobs, one per node, ending 20, 30, 40, 50 min from now
+        r.ledger.slurm[100 + i] = SlurmJob(job_id=100 + i, name="cpu", user="carol", account="sys", qos="normal",
+                                           state="RUNNING", reason="None", nodes=[n], start_time=started,
+                                           time_limit_s=(30 + 10 * i) * 60)  # fmt: skip
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], cpus_per_node=1)
+    r.fresh.append((job, JobRequest(vc="cv", gpus=1), r.ledger.slurm[1]))
+    screen_hopeless(r)
+    run_policy_round(r)
+    estimate_starts(r)
+    (wait,) = r.out.waits
+    assert wait.reason.startswith("no node has what it needs besides GPUs now")
+    assert wait.predicted_start == NOW + dt.timedelta(minutes=20)
+
+
 def _screened(ctx, req: JobRequest, nodes: dict[str, SlurmNode], **needs: object):  # type: ignore[no-untyped-def]
     job = row(1, req)
     r = make_round(ctx, [job])

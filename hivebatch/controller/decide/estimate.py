@@ -104,6 +104,8 @@ def _predict(
         clock[pool] = math.inf
         return
     clock[pool] = t
+    if w.not_before is not None:  # its GPUs may be free before the CPUs or memory beside them
+        t = max(t, epoch(w.not_before))
     w.predicted_start = from_epoch(t)
     if w.latency_s is not None:
         w.predicted_end = from_epoch(t + w.latency_s)

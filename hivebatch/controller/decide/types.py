@@ -52,6 +52,9 @@ class Wait:
     ect: dt.datetime | None = None
     latency_s: float | None = None
     reserved_start: dt.datetime | None = None  # the start its VC's backfill reservation promises
+    # no node it may use has room now besides GPUs, and none can before this: the first time limit of a
+    # job running on them (its start is predicted no earlier)
+    not_before: dt.datetime | None = None
     # Slurm would not start it now whatever the GPUs (a dependency, a begin time, its owner's hold):
     # no start is predicted for it, and it takes no GPUs in the estimate of the jobs behind it
     not_startable: bool = False
