@@ -246,8 +246,9 @@ def load_events(
 
 
 def load_slots(session: Session) -> tuple[list[GpuSlot], datetime | None]:
-    """The ledger's last picture of every GPU, and when it was taken."""
-    from hivebatch.db.models import GpuBinding, Job
+    """The ledger's last picture of every GPU, and when it was taken: at the controller's last cycle,
+    which rewrites only the GPUs that changed (a map quiet for an hour is still that cycle's)."""
+    from hivebatch.db.models import CellSnapshot, GpuBinding, Job
 
     users = dict(session.execute(select(Job.slurm_job_id, Job.user)).all())
     slots: list[GpuSlot] = []
@@ -268,6 +269,10 @@ def load_slots(session: Session) -> tuple[list[GpuSlot], datetime | None]:
         stamp = as_utc(b.updated_at)
         if stamp is not None and (newest is None or stamp > newest):
             newest = stamp
+    snap = session.get(CellSnapshot, 1)
+    cycle = as_utc(snap.taken_at) if snap is not None else None
+    if cycle is not None and (newest is None or cycle > newest):
+        newest = cycle
     return _with_shares(session, slots), newest
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,24 @@ def test_scenario_map_and_fragmentation(tmp_path: Path) -> None:
     assert frag.partly_used_nodes == [("node4", 7), ("node1", 6)]
     assert frag.free_cells == {"V100-SOCKET": 2, "V100-SWITCH": 2, "V100": 1}
     assert frag.bad_nodes == ["node2"]
+
+
+def test_the_map_is_dated_by_the_controllers_last_cycle_not_its_last_change(tmp_path: Path) -> None:
+    # seen on the lab: hadmin cluster said "as of 13:46" at 13:47 under a controller cycling every 2 s,
+    # because a cycle rewrites only the GPUs that changed
+    from hivebatch.db.models import CellSnapshot
+
+    engine = create_engine(make_db(tmp_path / "ledger.db"))
+    with Session(engine) as session:
+        _slots, changed = load_slots(session)
+        assert changed is not None
+        snap = session.get(CellSnapshot, 1) or CellSnapshot(id=1, data={})
+        snap.taken_at = changed.replace(tzinfo=None) + dt.timedelta(minutes=7)
+        session.merge(snap)
+        session.commit()
+        _slots, taken = load_slots(session)
+    engine.dispose()
+    assert taken == changed + dt.timedelta(minutes=7)
 
 
 def test_live_slurm_marks_bad_nodes_foreign_and_shared_gpus() -> None:
