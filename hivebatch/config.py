@@ -152,6 +152,8 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, d
     return path, read_yaml(path, check=True)
 
 
+# controller.interval_s: how often the controller runs its cycle
+DEFAULT_INTERVAL_S = 60.0
 # a placed job Slurm has not started by then is taken back and placed again (controller.start_timeout_s)
 DEFAULT_START_TIMEOUT_S = 300.0
 

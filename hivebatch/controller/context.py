@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hivebatch.bounds import DEFAULT_LIMITS, Limits, parse_limits
-from hivebatch.config import DEFAULT_START_TIMEOUT_S, controller_seconds
+from hivebatch.config import DEFAULT_INTERVAL_S, DEFAULT_START_TIMEOUT_S, controller_seconds
 from hivebatch.errors import ConfigError
 from hivebatch.notice import NoticeSettings, parse_notice
 from hivebatch.userlimits import UserLimits, parse_user_limits
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from hivebatch.cells import ClusterSpec
     from hivebatch.qos import Platform, Policy, ProfileStore, QosSettings
 
-DEFAULT_INTERVAL_S = 60.0
 # slurmctld's main and backfill passes start a released job within a minute on a busy cluster
 DEFAULT_STARVE_AFTER_H = 12.0
 DEFAULT_FAIRSHARE_HALF_LIFE_H = 7 * 24.0

@@ -114,9 +114,10 @@ def _query_sqlite(conn: Any, include_final: bool, job_ids: set[int] | None, want
     snapshot = None
     snapshot_time = None
     bindings: list[Any] = []
-    if want_cells and "cell_snapshots" in tables:
+    if "cell_snapshots" in tables:  # its time is the last cycle's, which hq checks even without the cells
+        data = "data" if want_cells else "NULL"
         found = conn.execute(
-            "SELECT data, taken_at FROM cell_snapshots ORDER BY taken_at DESC, id DESC LIMIT 1"
+            f"SELECT {data}, taken_at FROM cell_snapshots ORDER BY taken_at DESC, id DESC LIMIT 1"  # noqa: S608
         ).fetchone()
         snapshot = json.loads(found[0]) if found and found[0] else None
         snapshot_time = _parse_time(found[1]) if found else None
@@ -191,14 +192,15 @@ def _read_sqlalchemy(config_path: Path | None, config: Mapping[str, Any], includ
             query = query.where(cond)
         jobs = [SimpleNamespace(**{c: getattr(j, c) for c in JOB_COLUMNS}) for j in session.scalars(query)]
         snapshot = None
-        snapshot_time = None
         bindings: list[Any] = []
+        snapshot_time = session.scalars(
+            select(CellSnapshot.taken_at).order_by(CellSnapshot.taken_at.desc()).limit(1)
+        ).first()
         if want_cells:
             snap = session.scalars(
                 select(CellSnapshot).order_by(CellSnapshot.taken_at.desc()).limit(1)
             ).first()
             snapshot = snap.data if snap else None
-            snapshot_time = snap.taken_at if snap else None
             bindings = list(session.scalars(select(GpuBinding)))
         return Ledger(jobs, snapshot, bindings, True, snapshot_time)
 

@@ -80,6 +80,27 @@ def test_the_sqlite_reader_reads_the_models_schema(config: Path) -> None:
     assert {j.slurm_job_id for j in everything.jobs} == {99, 101, 102}
 
 
+def test_hq_tells_when_the_controller_has_stopped_running(config: Path) -> None:
+    # seen on the lab: with the controller stopped, hq went on saying a new GPU job waits "for the
+    # hivebatch controller to look at it", and nothing said the controller was not running
+    from hivebatch.cli.hq.main import stale_controller
+    from hivebatch.config import load_config
+
+    write_ledger(config.parent / "ledger.db")
+    path, data = load_config(config)
+    last = read_ledger(path, data).snapshot_time  # the last cycle's time, read without the cells
+    assert last == dt.datetime(2026, 1, 1, 12, 0)
+    interval = float(data["controller"]["interval_s"])
+    assert stale_controller(data, last, last + dt.timedelta(seconds=max(3 * interval, 180))) is None
+    late = stale_controller(data, last, last + dt.timedelta(minutes=14))
+    assert late == (
+        f"the hivebatch controller last ran 14 min ago (every {interval:.0f} s is configured): "
+        "GPU jobs wait until it runs again; tell your admin"
+    )
+    assert "26.0 h ago" in (stale_controller(data, last, last + dt.timedelta(hours=26)) or "")
+    assert stale_controller(data, None, last) is None  # never ran: hq says so in its own words
+
+
 def test_hq_json_from_the_ledger_when_slurm_forgot_the_jobs(config: Path) -> None:
     write_ledger(config.parent / "ledger.db")
     proc = hq(config, "--json", "-t", "all")

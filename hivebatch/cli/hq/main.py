@@ -204,7 +204,34 @@ def _rows(args: Any, ids: list[int] | None) -> list[Any]:
             )
         elif ledger is not None and not ledger.available:
             _warn("the hivebatch controller has not run yet: no placements or predictions to show")
+        elif ledger is not None and (late := stale_controller(config, ledger.snapshot_time, _now())):
+            _warn(late)
     return rows
+
+
+def stale_controller(config: dict[str, Any], last_cycle: Any, now: Any) -> str | None:
+    """What to say when the controller's last cycle is long past (seen on the lab: with the controller
+    stopped, hq went on saying a new job waits "for the hivebatch controller to look at it")."""
+    from hivebatch.config import DEFAULT_INTERVAL_S, controller_seconds
+
+    section = config.get("controller") or {}
+    try:
+        interval = controller_seconds(
+            section if isinstance(section, dict) else {}, "interval_s", DEFAULT_INTERVAL_S
+        )
+    except ConfigError:
+        interval = DEFAULT_INTERVAL_S
+    if last_cycle is None:
+        return None
+    ago = (now - last_cycle).total_seconds()
+    # three missed cycles (and never under 3 min): one slow cycle or a cron's jitter is not news
+    if ago <= max(3 * interval, 180.0):
+        return None
+    since = f"{ago / 3600:.1f} h" if ago >= 7200 else f"{ago / 60:.0f} min"
+    return (
+        f"the hivebatch controller last ran {since} ago (every {interval:.0f} s is configured): "
+        "GPU jobs wait until it runs again; tell your admin"
+    )
 
 
 def _start_timeout(config_path: Path | None, config: dict[str, Any]) -> float | None:
