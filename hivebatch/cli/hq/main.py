@@ -212,17 +212,11 @@ def _rows(args: Any, ids: list[int] | None) -> list[Any]:
 def stale_controller(config: dict[str, Any], last_cycle: Any, now: Any) -> str | None:
     """What to say when the controller's last cycle is long past (seen on the lab: with the controller
     stopped, hq went on saying a new job waits "for the hivebatch controller to look at it")."""
-    from hivebatch.config import DEFAULT_INTERVAL_S, controller_seconds
+    from hivebatch.config import DEFAULT_INTERVAL_S
 
-    section = config.get("controller") or {}
-    try:
-        interval = controller_seconds(
-            section if isinstance(section, dict) else {}, "interval_s", DEFAULT_INTERVAL_S
-        )
-    except ConfigError:
-        interval = DEFAULT_INTERVAL_S
     if last_cycle is None:
         return None
+    interval = _controller_seconds(config, "interval_s", DEFAULT_INTERVAL_S) or DEFAULT_INTERVAL_S
     ago = (now - last_cycle).total_seconds()
     # three missed cycles (and never under 3 min): one slow cycle or a cron's jitter is not news
     if ago <= max(3 * interval, 180.0):
@@ -235,15 +229,24 @@ def stale_controller(config: dict[str, Any], last_cycle: Any, now: Any) -> str |
 
 
 def _start_timeout(config_path: Path | None, config: dict[str, Any]) -> float | None:
-    """The controller's bound on a placed job's start, or None when the config does not say it well."""
-    from hivebatch.config import DEFAULT_START_TIMEOUT_S, controller_seconds
+    """The controller's bound on a placed job's start (None without a config)."""
+    from hivebatch.config import DEFAULT_START_TIMEOUT_S
 
-    section = config.get("controller")
-    if config_path is None or not isinstance(section or {}, dict):
+    if config_path is None:
+        return None
+    return _controller_seconds(config, "start_timeout_s", DEFAULT_START_TIMEOUT_S)
+
+
+def _controller_seconds(config: dict[str, Any], key: str, default: float) -> float | None:
+    """``controller.KEY`` as the controller reads it; None when the controller would refuse it."""
+    from hivebatch.config import controller_seconds
+
+    section = config.get("controller") or {}
+    if not isinstance(section, dict):
         return None
     try:
-        return controller_seconds(section or {}, "start_timeout_s", DEFAULT_START_TIMEOUT_S)
-    except ConfigError:  # the controller itself refuses such a config: nothing to promise
+        return controller_seconds(section, key, default)
+    except ConfigError:
         return None
 
 
