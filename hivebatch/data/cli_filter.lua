@@ -21,14 +21,16 @@
 --     N GPUs split evenly over them;
 --   * a GPU model named to srun (--gres=gpu:v100:2, --gpus=v100:2, --gpus-per-task=v100:1), inside a
 --     job or read from its environment, is dropped from the step's ask; a new job keeps it as a
---     --constraint, if it is one of the cluster's models (HIVEBATCH_GPU_MODELS, written above).
+--     --constraint, if it is one of the cluster's models (HIVEBATCH_GPU_MODELS, written above). A
+--     step inside a job that names a model the cluster does not have is refused, as Slurm refuses a
+--     step whose GPU type its job lacks (M.refusal).
 --
 -- sbatch's and srun's --test-only with a GPU ask is told that Slurm's answer is not hivebatch's, and
 -- what gives hivebatch's (M.test_only_note).
 --
 -- Anything else is left to the job_submit plugin, which refuses what cannot start with a line that
--- says what does. The filter only rewrites a user's own options; it trusts nothing and enforces
--- nothing (a user could skip it), the plugin does.
+-- says what does. The filter only rewrites a user's own options (and refuses the step above, which
+-- Slurm would refuse too); it trusts nothing and enforces nothing (a user could skip it), the plugin does.
 
 local M = {}
 
@@ -185,6 +187,37 @@ function M.rewrite(get, env)
   return set
 end
 
+-- inside a job, a step that names a GPU model the cluster does not have: Slurm refuses a step whose
+-- GRES type its job lacks ("Step requested GRES (gpu:v100) not found in the job",
+-- tests/fixtures/slurm/step_typed_gpus.txt), so it is refused in the plugin's words rather than run
+-- on the job's GPUs once M.rewrite has dropped the model. nil: nothing to refuse (or no models list
+-- above the filter, as from a hivebatch before it wrote one)
+function M.refusal(get, env)
+  local models = HIVEBATCH_GPU_MODELS
+  if get("type") ~= "srun" or env("SLURM_JOB_ID") == nil or models == nil then
+    return nil
+  end
+  local named = {}
+  for _, name in ipairs(COUNT_OPTIONS) do
+    local _, t = untype_count(get(name))
+    named[#named + 1] = { t, "--" .. name }
+  end
+  local _, gres_type = M.gpu_item(get("gres"))
+  named[#named + 1] = { gres_type, "--gres" }
+  for _, item in ipairs(named) do
+    local t, where = item[1], item[2]
+    if t ~= nil and not models[string.lower(t)] then
+      local known = {}
+      for m in pairs(models) do
+        known[#known + 1] = m
+      end
+      table.sort(known)
+      return "GPU type '" .. t .. "' in " .. where .. " is not on this cluster (types: " .. table.concat(known, ", ") .. ")"
+    end
+  end
+  return nil
+end
+
 -- M.rewrite's per-node and per-step counts, with a step's types already dropped
 function M.rewrite_counts(get, env)
   local in_job = env("SLURM_JOB_ID") ~= nil
@@ -277,9 +310,15 @@ function slurm_cli_setup_defaults(options, early_pass)
 end
 
 function slurm_cli_pre_submit(options, offset)
-  local ok, set = pcall(M.rewrite, function(name)
+  local get = function(name)
     return options[name]
-  end, os.getenv)
+  end
+  local checked, refusal = pcall(M.refusal, get, os.getenv)
+  if checked and refusal ~= nil then
+    io.stderr:write(string.format("srun: error: hivebatch: %s\n", refusal))
+    return slurm.ERROR
+  end
+  local ok, set = pcall(M.rewrite, get, os.getenv)
   if ok and set ~= nil then
     for name, value in pairs(set) do
       options[name] = value

@@ -322,6 +322,30 @@ def test_a_jobs_srun_runs_when_the_job_named_its_gpu_model(ctl: Ctl, loop: Loop,
     assert {h: sorted(set(g)) for h, g in _by_host(seen).items()} == _placed(ctl, jid)
 
 
+def test_a_jobs_srun_naming_a_model_the_cluster_lacks_is_refused_in_one_line(ctl: Ctl, loop: Loop) -> None:
+    # with the model dropped inside a job, `srun --gpus=a100:1` in a v100 job ran on the job's GPUs;
+    # Slurm refuses a step whose GPU type its job lacks (tests/fixtures/slurm/step_unknown_model.txt)
+    name = f"{ctl.tag}-a100-step"
+    out = ctl.jobs_dir / f"{name}.out"
+    script = (
+        "srun --gpus=a100:1 true 2>&1; echo a100-rc=$?; "
+        'srun --gpus=v100:1 bash -c "echo v100 \\$CUDA_VISIBLE_DEVICES"; echo done-'
+    )
+    proc = run_as("bob", ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", "--gres=gpu:2",
+                          "-q", "opportunistic", "--wrap", script])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    text = _output(ctl, jid, out, "done-")
+    assert "srun: error: hivebatch: GPU type 'a100' in --gpus is not on this cluster (types: v100)" in text, (
+        text
+    )
+    assert "a100-rc=1" in text, text
+    (v100,) = [ln.split()[1] for ln in text.splitlines() if ln.startswith("v100 ")]
+    (gpus,) = _placed(ctl, jid).values()
+    assert int(v100) in gpus
+
+
 def test_ranks_asking_a_gpu_each_over_two_nodes_run_eight_on_each(ctl: Ctl, loop: Loop) -> None:
     # `sbatch -n 16 --gpus-per-task=1` (MPI ranks): pinned to 2 x 8 GPUs, Slurm laid out 15 + 1 tasks
     # and the job's srun failed; TasksPerNode=8 gives each node the tasks its GPUs serve

@@ -94,6 +94,42 @@ describe("srun's own GPU ask", function()
     assert.is_nil(rewrite({ gpus = "a100:1" }))  -- no such model here: the plugin names those there are
   end)
 
+  it("refuses a step inside a job that names a GPU model the cluster does not have", function()
+    -- Slurm refuses a step whose GPU type its job lacks (tests/fixtures/slurm/step_typed_gpus.txt);
+    -- with the model dropped, `srun --gpus=a100:1` inside a v100 job ran on the job's GPUs
+    local M = load_filter()
+    local function refusal(options, env)
+      options.type = options.type or "srun"
+      return M.refusal(function(name) return options[name] end, function(name) return (env or {})[name] end)
+    end
+    assert.are.equal("GPU type 'a100' in --gpus is not on this cluster (types: v100)",
+                     refusal({ gpus = "a100:1" }, IN_JOB))
+    assert.are.equal("GPU type 'a100' in --gres is not on this cluster (types: v100)",
+                     refusal({ gres = "gres:gpu:a100:2" }, IN_JOB))
+    assert.are.equal("GPU type 'h100' in --gpus-per-task is not on this cluster (types: v100)",
+                     refusal({ ["gpus-per-task"] = "h100:1" }, IN_JOB))
+    assert.is_nil(refusal({ gpus = "V100:1" }, IN_JOB))        -- the cluster's own model, any case
+    assert.is_nil(refusal({ gres = "gres:gpu:2" }, IN_JOB))     -- no model named
+    assert.is_nil(refusal({ gpus = "a100:1" }))                 -- a new job: the plugin says it
+    assert.is_nil(refusal({ gpus = "a100:1", type = "sbatch" }, IN_JOB))
+    _G.HIVEBATCH_GPU_MODELS = nil                                -- a filter written before the models list
+    assert.is_nil(refusal({ gpus = "a100:1" }, IN_JOB))
+  end)
+
+  it("fails srun with the refusal on one line", function()
+    load_filter()
+    local options = { type = "srun", gpus = "a100:1", nodes = "1-0" }
+    local saved_getenv, saved_stderr = os.getenv, io.stderr
+    local written = {}
+    os.getenv = function(name) return IN_JOB[name] end
+    io.stderr = { write = function(_, text) written[#written + 1] = text end }
+    local rc = slurm_cli_pre_submit(options, 0)
+    os.getenv, io.stderr = saved_getenv, saved_stderr
+    assert.are.equal(slurm.ERROR, rc)
+    assert.are.same({ "srun: error: hivebatch: GPU type 'a100' in --gpus is not on this cluster (types: v100)\n" },
+                    written)
+  end)
+
   it("leaves what starts as it is, and what it cannot rewrite to the plugin", function()
     assert.is_nil(rewrite({ gres = "gres:gpu:1" }))                        -- a one-GPU record holds it
     assert.is_nil(rewrite({ gpus = "2" }))                                 -- per step already
