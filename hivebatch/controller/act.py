@@ -218,8 +218,8 @@ def act(
             preempt(session, rec, backend, victim, by, result)
     for job in redo_place:
         place(session, rec, backend, job, result, redo=True, sj=slurm.get(job.slurm_job_id))
-    for job, why in decisions.take_backs:
-        take_back(session, rec, backend, job, why, result)
+    for tb in decisions.take_backs:
+        take_back(session, rec, backend, tb.job, tb.why, result, avoid=tb.avoid)
     for job, why in decisions.past_deadline:
         end_past_deadline(session, rec, backend, job, why, result, slurm.get(job.slurm_job_id))
     for p in decisions.places:
@@ -230,19 +230,25 @@ def act(
 
 
 def take_back(
-    session: Session, rec: Recorder, backend: SlurmBackend, job: Job, why: str, result: ActResult
+    session: Session,
+    rec: Recorder,
+    backend: SlurmBackend,
+    job: Job,
+    why: str,
+    result: ActResult,
+    avoid: bool = True,
 ) -> None:
-    """Hold a placed job Slurm did not start; it waits to be placed again away from those nodes."""
+    """Hold a placed job Slurm did not start; it waits to be placed again (``avoid``: away from those nodes)."""
     try:
         backend.hold(job.slurm_job_id)
     except SlurmError as exc:
         if _still_pending(backend, job.slurm_job_id) is not False:
             result.failed.append(f"take-back of job {job.slurm_job_id}: {exc}")
         return  # started or ended meanwhile: the next cycle follows it from there
-    nodes = sorted(job.placement or {})
-    avoid_nodes(session, job.slurm_job_id, nodes, rec.now)
+    if avoid:
+        avoid_nodes(session, job.slurm_job_id, sorted(job.placement or {}), rec.now)
     job.state = "queued"
-    job.reason = f"{why}; placed again on other nodes"
+    job.reason = f"{why}; placed again on other nodes" if avoid else f"{why}; placed again where it fits"
     rec.event(session, job, "taken_back", job.reason, {"placement": job.placement})
     session.commit()
 

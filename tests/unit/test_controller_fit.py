@@ -203,13 +203,44 @@ def test_a_pin_slurm_does_not_start_in_time_is_taken_back(ctx):
         )
         r.alloc.adopt(str(j.slurm_job_id), "cv", 0, j.placement)
     take_back_unstarted(r)
-    assert [(j.slurm_job_id, why) for j, why in r.out.take_backs] == [
+    assert [(t.job.slurm_job_id, t.why) for t in r.out.take_backs] == [
         (
             1,
             f"Slurm did not start it within {ctx.settings.start_timeout_s:.0f} s on node1:[0] (Slurm's reason: Resources)",
         )
     ]
     assert "1" not in r.alloc.jobs() and "2" in r.alloc.jobs()
+
+
+def test_a_pin_whose_node_lost_the_room_it_needs_is_taken_back_within_a_minute(ctx):
+    # seen on the lab: a CPU-only job took node2's CPUs between the placing of alice's job there and
+    # Slurm's start (tests/fixtures/slurm/squeue_pending_reasons.json); the job waited the whole
+    # 300 s bound while other nodes had room
+    from hivebatch.controller.decide.unstarted import BLOCKED_AFTER_S
+
+    def pinned(jid: int, node: str, ago: float):  # type: ignore[no-untyped-def]
+        return row(jid, JobRequest(vc="cv", gpus=1), state="placed", placement={node: [jid]}, gres=f"gpu:g{jid}:1",
+                   placed_at=NOW - dt.timedelta(seconds=ago))  # fmt: skip
+
+    jobs = [
+        pinned(1, "node2", BLOCKED_AFTER_S + 1),
+        pinned(2, "node2", 10),
+        pinned(3, "node3", BLOCKED_AFTER_S + 1),
+    ]
+    r = make_round(ctx, jobs)
+    r.ledger.nodes = {n: _node(n, cpus_free=0 if n == "node2" else 16) for n in NODES}
+    for j in jobs:
+        sj = replace(r.ledger.slurm[j.slurm_job_id], held=False, reason="Resources", cpus_per_node=1)
+        r.ledger.slurm[j.slurm_job_id] = sj
+        r.alloc.adopt(str(j.slurm_job_id), "cv", 0, j.placement)
+    take_back_unstarted(r)
+    (tb,) = r.out.take_backs  # job 2 had its minute yet; job 3's node still has room: Slurm's to start
+    assert tb.job.slurm_job_id == 1 and not tb.avoid
+    assert tb.why == (
+        "Slurm did not start it on node2:[1], where it no longer fits: node2: 0 CPUs free, the job needs 1"
+        " (Slurm's reason: Resources)"
+    )
+    assert "1" not in r.alloc.jobs() and {"2", "3"} <= set(r.alloc.jobs())
 
 
 def test_taken_back_job_is_placed_again_on_other_nodes(tmp_path):
@@ -233,6 +264,46 @@ def test_taken_back_job_is_placed_again_on_other_nodes(tmp_path):
     env.slurm.schedule()
     env.cycle()
     assert env.job(jid).state == "running" and env.ctl.job(jid).gpus == again
+
+
+def test_a_pin_whose_node_filled_up_is_placed_again_where_it_fits_without_avoiding_it(tmp_path):
+    # the cycle end to end: held again with its cells given back, placed again on a node with room, and
+    # the node it left not avoided (its CPUs free up again when the CPU-only job there ends)
+    from sqlalchemy import select
+
+    from hivebatch.controller.decide.unstarted import BLOCKED_AFTER_S
+    from hivebatch.db.models import Job
+
+    env = make_env(tmp_path, auto_schedule=False)
+    jid = env.submit("alice", "cv", 1)
+    env.slurm._s.jobs[jid].cpus_per_node = 1  # as squeue gives it (the fake's sbatch does not read -c)
+    env.cycle()
+    (first,) = env.job(jid).placement
+    ctl = env.ctl
+    real_nodes = ctl.list_nodes
+
+    def filled() -> list[SlurmNode]:  # a CPU-only job took every CPU of the node the job was pinned to
+        return [replace(n, cpus=16, cpus_free=0 if n.name == first else 16) for n in real_nodes()]
+
+    ctl.list_nodes = filled  # type: ignore[method-assign]
+    with env.factory() as s:  # placed over a minute ago
+        row_ = s.scalars(select(Job).where(Job.slurm_job_id == jid)).one()
+        row_.placed_at = row_.placed_at - dt.timedelta(seconds=BLOCKED_AFTER_S + 1)
+        s.commit()
+    env.cycle(ctl)
+    assert env.job(jid).state == "queued" and ctl.job(jid).held
+    assert env.job(jid).reason.startswith(f"Slurm did not start it on {first}:")
+    assert "where it no longer fits" in env.job(jid).reason and env.job(jid).reason.endswith(
+        "placed again where it fits"
+    )
+    env.cycle(ctl)
+    again = env.job(jid).placement
+    assert env.job(jid).state == "placed" and first not in again
+    ctl.list_nodes = real_nodes  # type: ignore[method-assign]
+    from hivebatch.controller.avoid import load_avoided
+
+    with env.factory() as s:
+        assert jid not in load_avoided(s, dt.datetime.now(dt.UTC).replace(tzinfo=None), {jid})
 
 
 def test_squeue_gives_the_cpus_of_all_the_tasks(slurm_fixture) -> None:  # type: ignore[no-untyped-def]

@@ -61,6 +61,15 @@ class Wait:
 
 
 @dataclass
+class TakeBack:
+    """A placed job Slurm has not started, held again with its cells given back."""
+
+    job: Job
+    why: str
+    avoid: bool = True  # keep it off the nodes it waited on for a while (unstarted.AVOID_FOR_S)
+
+
+@dataclass
 class Decisions:
     places: list[Place] = field(default_factory=list)
     victims: dict[int, int] = field(default_factory=dict)  # preempted slurm id -> slurm id taking its GPUs
@@ -70,7 +79,7 @@ class Decisions:
     # array tasks to give a record of their own: (array job id, task index)
     splits: list[tuple[int, int]] = field(default_factory=list)
     # placed jobs Slurm has not started in time: held again, their cells given back (job, why)
-    take_backs: list[tuple[Job, str]] = field(default_factory=list)
+    take_backs: list[TakeBack] = field(default_factory=list)
     # waiting jobs past their --deadline: released for Slurm to end them as DEADLINE (job, why)
     past_deadline: list[tuple[Job, str]] = field(default_factory=list)
     #: the class each waiting job was decided in (its Slurm QOS, or lower when its owner is over a limit)

@@ -3,18 +3,25 @@
 Something hivebatch does not see kept Slurm from starting it where it was pinned (a reservation
 starting soon, a node drained between placing and starting, a need the pin could not know). Its cells
 are given back at once, the job is held again (``act.take_back``) and placed again on other nodes: the
-nodes it waited on are avoided for ``AVOID_FOR_S``. Its gres stays as it is, so it is placed again the
-requeued jobs' way: a typed one on the same GPU indices, never re-typed (see ARCHITECTURE.md), an
+nodes it waited on are avoided for ``AVOID_FOR_S``. A pin whose node visibly lost the room it needs
+(CPUs, memory, the node itself) is taken back after ``BLOCKED_AFTER_S`` instead, and that node is
+not avoided: each cycle judges it by what it has free. Its gres stays as it is, so it is placed again
+the requeued jobs' way: a typed one on the same GPU indices, never re-typed (see ARCHITECTURE.md), an
 untyped one where Slurm has no choice (``untyped``).
 """
 
 from __future__ import annotations
 
-from hivebatch.controller.decide.types import Round
+from hivebatch.controller.decide.fit import unfit_text
+from hivebatch.controller.decide.types import Round, TakeBack
 from hivebatch.controller.observe import phase
 from hivebatch.controller.record import placement_text
 
 AVOID_FOR_S = 3600.0
+# a pin whose node no longer has room for the job besides its GPUs is taken back after this, not after
+# the whole bound (seen on the lab: a CPU-only job took node2's CPUs between the placing and Slurm's
+# start, and the job waited the 300 s out with other nodes free); Slurm's next passes had their chance
+BLOCKED_AFTER_S = 60.0
 
 
 def take_back_unstarted(r: Round) -> None:
@@ -25,11 +32,18 @@ def take_back_unstarted(r: Round) -> None:
         sj = r.ledger.slurm.get(job.slurm_job_id)
         if sj is None or sj.held or phase(sj.state) != "pending":
             continue
-        if (r.now - job.placed_at).total_seconds() < bound:
+        waited = (r.now - job.placed_at).total_seconds()
+        if waited < min(bound, BLOCKED_AFTER_S):
             continue
-        why = (
-            f"Slurm did not start it within {bound:.0f} s on {placement_text(job.placement)}"
-            f" (Slurm's reason: {sj.reason or 'none'})"
-        )
-        r.out.take_backs.append((job, why))
+        blocked = {n: why for n, why in r.unfit_for(job, sj).items() if n in job.placement}
+        where = placement_text(job.placement)
+        said = f"(Slurm's reason: {sj.reason or 'none'})"
+        if waited >= bound:
+            why = f"Slurm did not start it within {bound:.0f} s on {where} {said}"
+        elif blocked:
+            # the node is judged again each cycle by what it has free: no need to avoid it for an hour
+            why = f"Slurm did not start it on {where}, where it no longer fits: {unfit_text(blocked)} {said}"
+        else:
+            continue
+        r.out.take_backs.append(TakeBack(job, why, avoid=waited >= bound))
         r.alloc.release(str(job.slurm_job_id))
