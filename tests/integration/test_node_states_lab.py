@@ -74,3 +74,35 @@ def test_a_pin_slurm_does_not_start_is_taken_back_and_placed_elsewhere(ctl: Ctl)
         assert node == "node4" and idx == next(iter(first.values()))  # same GPU index, gres never re-typed
         backs = [e for e in _events(ctl, "taken_back") if e.slurm_job_id == jid]
         assert backs and "Slurm did not start it within 4 s" in backs[0].message
+
+
+def test_a_pin_whose_node_a_cpu_job_filled_is_placed_again_where_it_fits(
+    ctl: Ctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a CPU-only job taking node1's CPUs between the placing and Slurm's start, made certain: with the
+    # partition DOWN Slurm queues both, and the Operator's job, submitted first, starts first once it is UP
+    from hivebatch.controller.decide import unstarted
+
+    monkeypatch.setattr(unstarted, "BLOCKED_AFTER_S", 3.0)
+    subprocess.run(["scontrol", "update", "partitionname=gpu", "state=down"], check=True, capture_output=True)
+    try:
+        cpu = run_as("hbctl", ["sbatch", "--parsable", "-A", "hivebatch", "-J", f"{ctl.tag}-cpu", "-w", "node1",
+                               "-c", "16", "-t", "3", "-o", "/dev/null", "--wrap", "sleep 120"])  # fmt: skip
+        assert cpu.returncode == 0, cpu.stderr
+        ctl.mine.add(int(cpu.stdout.strip()))
+        jid = ctl.submit("alice", "cv", 1)
+        ctl.cycle()
+        assert list(ctl.job(jid).placement) == ["node1"], ctl.job(jid).reason  # its CPUs look free
+    finally:
+        subprocess.run(
+            ["scontrol", "update", "partitionname=gpu", "state=up"], check=True, capture_output=True
+        )
+    ctl.until(lambda: ctl.job(jid).state == "running", timeout_s=60,
+              what=lambda: f"{ctl.job(jid).state} {ctl.job(jid).reason}")  # fmt: skip
+    assert "node1" not in ctl.job(jid).placement
+    (back,) = [e for e in _events(ctl, "taken_back") if e.slurm_job_id == jid]
+    assert "where it no longer fits: node1: 0 CPUs free, the job needs 1" in back.message
+    from hivebatch.controller.avoid import load_avoided
+
+    with ctl.factory() as s:  # node1 is judged again by what it has free, not kept from the job
+        assert jid not in load_avoided(s, ctl.job(jid).placed_at, {jid})
