@@ -90,12 +90,12 @@ NEAR_TOLERANCE_S = 30.0
 
 def _tolerance(now: dt.datetime, *starts: dt.datetime | None) -> float:
     """How far a prediction may move before it is rewritten: a tenth of the time left until the
-    nearer of the old and the new start (a past start counts as now), within 30 s .. 5 min."""
-    known = [s for s in starts if s is not None]
-    if not known:
+    nearer of the old and the new start, within 30 s .. 5 min. A start that was and stays in the past
+    reads "now" in hq either way: the widest, or a job waiting "now" would be rewritten every cycle."""
+    ahead = [(s - now).total_seconds() for s in starts if s is not None and s > now]
+    if not ahead:
         return PREDICTION_TOLERANCE_S
-    lead = max(0.0, min((s - now).total_seconds() for s in known))
-    return min(PREDICTION_TOLERANCE_S, max(NEAR_TOLERANCE_S, lead / 10))
+    return min(PREDICTION_TOLERANCE_S, max(NEAR_TOLERANCE_S, min(ahead) / 10))
 
 
 def _moved(

@@ -459,6 +459,14 @@ def test_a_near_start_that_moved_minutes_is_rewritten_and_a_far_one_is_not():
     _set_prediction(job, Wait(job, "r", predicted_start=moved, predicted_end=moved + run, slack_s=0.0), now)
     assert job.predicted_start == far  # three minutes on a start ten hours away: not worth a write
 
+    # a job predicted to start "now" that still waits a cycle later is not rewritten every cycle
+    job = Job(predicted_start=first, predicted_end=first + run, slack_s=120.0)
+    later = first + dt.timedelta(seconds=60)
+    _set_prediction(
+        job, Wait(job, "r", predicted_start=later, predicted_end=later + run, slack_s=60.0), later
+    )
+    assert job.predicted_start == first
+
 
 def test_a_running_job_whose_owner_lowers_its_limit_is_expected_to_end_by_it(env: Env) -> None:
     # seen on the lab: alice lowered her running 10-min job to 4 min (scontrol update TimeLimit=4),
