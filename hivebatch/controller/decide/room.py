@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Collection
 from functools import partial
 
 from hivebatch.cells import CellAllocator, ClusterSpec
 from hivebatch.controller.decide.fit import unfit_text
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.tasks import slurm_order, start_prediction
-from hivebatch.controller.decide.times import aware
 from hivebatch.controller.decide.types import GpuMap, Round, Wait
-from hivebatch.controller.observe import phase
 from hivebatch.db.models import Job
 from hivebatch.request import JobRequest
 from hivebatch.slurm.types import SlurmJob
@@ -125,7 +121,8 @@ def _screen_one(
     if all(n in unfit for n in of_type):
         wait = hopeless_wait(r, room, job, req, sj)
         wait.reason = f"no node has what it needs besides GPUs now: {unfit_text(unfit)}"
-        wait.not_before = first_room(r, set(of_type))
+        ends = r.first_limit_end
+        wait.not_before = min((ends[n] for n in of_type if n in ends), default=None)
         r.out.waits.append(wait)
         return
     if room.may_fit(req):
@@ -140,18 +137,3 @@ def _screen_one(
             heads[req.vc] = (job, req, sj)
             job, req, sj = best  # the candidate it replaces waits
     r.out.waits.append(hopeless_wait(r, room, job, req, sj))
-
-
-def first_room(r: Round, nodes: Collection[str]) -> dt.datetime | None:
-    """The first time limit of a job running on ``nodes`` (naive UTC): the CPUs and memory those jobs
-    hold free up no sooner. None when no running job there has a known end."""
-    ends = [
-        aware(sj.start_time) + dt.timedelta(seconds=sj.time_limit_s)
-        for sj in r.ledger.slurm.values()
-        if phase(sj.state) == "running"
-        and sj.start_time
-        and sj.time_limit_s
-        and any(n in nodes for n in sj.nodes)
-    ]
-    first = min(ends, default=None)
-    return first.astimezone(dt.UTC).replace(tzinfo=None) if first is not None else None

@@ -12,7 +12,9 @@ from hivebatch.controller.decide.dependency import Listing
 from hivebatch.controller.decide.fit import Needs, needs_of, unfit_nodes
 from hivebatch.controller.decide.spread import NodeSize
 from hivebatch.controller.decide.tasks import TaskBuilder
+from hivebatch.controller.decide.times import aware
 from hivebatch.controller.ledger import Ledger
+from hivebatch.controller.observe import phase
 from hivebatch.db.models import Job
 from hivebatch.qos import Task
 from hivebatch.request import JobRequest, plugin_extras
@@ -118,6 +120,21 @@ class Round:
     # GPU type (None: any) -> the most CPUs and memory one of its nodes has, asked for each waiting job
     size_by_type: dict[str | None, NodeSize] = field(default_factory=dict)
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
+
+    @functools.cached_property
+    def first_limit_end(self) -> dict[str, dt.datetime]:
+        """Per node, the first time limit of a job running on it (naive UTC): the CPUs and memory those
+        jobs hold free up no sooner. Indexed once per round, for every waiting job no node has room for."""
+        out: dict[str, dt.datetime] = {}
+        for sj in self.ledger.slurm.values():
+            if phase(sj.state) != "running" or not sj.start_time or not sj.time_limit_s:
+                continue
+            end = (aware(sj.start_time) + dt.timedelta(seconds=sj.time_limit_s)).astimezone(dt.UTC)
+            end = end.replace(tzinfo=None)
+            for n in sj.nodes:
+                if n not in out or end < out[n]:
+                    out[n] = end
+        return out
 
     @functools.cached_property
     def listing(self) -> Listing:
