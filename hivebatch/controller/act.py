@@ -18,6 +18,7 @@ from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_indices
 from hivebatch.controller.decide.spread import node_share
 from hivebatch.controller.decide.times import aware
+from hivebatch.controller.decide.types import TakeBack
 from hivebatch.controller.notice import send_notice, write_notice
 from hivebatch.controller.observe import phase
 from hivebatch.controller.preemption import book_preemption, preemptor, resume_reason
@@ -219,7 +220,7 @@ def act(
     for job in redo_place:
         place(session, rec, backend, job, result, redo=True, sj=slurm.get(job.slurm_job_id))
     for tb in decisions.take_backs:
-        take_back(session, rec, backend, tb.job, tb.why, result, avoid=tb.avoid)
+        take_back(session, rec, backend, tb, result)
     for job, why in decisions.past_deadline:
         end_past_deadline(session, rec, backend, job, why, result, slurm.get(job.slurm_job_id))
     for p in decisions.places:
@@ -230,25 +231,23 @@ def act(
 
 
 def take_back(
-    session: Session,
-    rec: Recorder,
-    backend: SlurmBackend,
-    job: Job,
-    why: str,
-    result: ActResult,
-    avoid: bool = True,
+    session: Session, rec: Recorder, backend: SlurmBackend, tb: TakeBack, result: ActResult
 ) -> None:
-    """Hold a placed job Slurm did not start; it waits to be placed again (``avoid``: away from those nodes)."""
+    """Hold a placed job Slurm did not start; it waits to be placed again (away from those nodes when
+    ``tb.avoid``)."""
+    job = tb.job
     try:
         backend.hold(job.slurm_job_id)
     except SlurmError as exc:
         if _still_pending(backend, job.slurm_job_id) is not False:
             result.failed.append(f"take-back of job {job.slurm_job_id}: {exc}")
         return  # started or ended meanwhile: the next cycle follows it from there
-    if avoid:
+    if tb.avoid:
         avoid_nodes(session, job.slurm_job_id, sorted(job.placement or {}), rec.now)
     job.state = "queued"
-    job.reason = f"{why}; placed again on other nodes" if avoid else f"{why}; placed again where it fits"
+    job.reason = (
+        f"{tb.why}; placed again on other nodes" if tb.avoid else f"{tb.why}; placed again where it fits"
+    )
     rec.event(session, job, "taken_back", job.reason, {"placement": job.placement})
     session.commit()
 

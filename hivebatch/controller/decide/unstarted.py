@@ -35,15 +35,15 @@ def take_back_unstarted(r: Round) -> None:
         waited = (r.now - job.placed_at).total_seconds()
         if waited < min(bound, BLOCKED_AFTER_S):
             continue
-        blocked = {n: why for n, why in r.unfit_for(job, sj).items() if n in job.placement}
         where = placement_text(job.placement)
         said = f"(Slurm's reason: {sj.reason or 'none'})"
         if waited >= bound:
             why = f"Slurm did not start it within {bound:.0f} s on {where} {said}"
-        elif blocked:
+        else:
+            blocked = {n: why for n, why in r.unfit_for(job, sj).items() if n in job.placement}
+            if not blocked:
+                continue
             # the node is judged again each cycle by what it has free: no need to avoid it for an hour
             why = f"Slurm did not start it on {where}, where it no longer fits: {unfit_text(blocked)} {said}"
-        else:
-            continue
         r.out.take_backs.append(TakeBack(job, why, avoid=waited >= bound))
         r.alloc.release(str(job.slurm_job_id))
