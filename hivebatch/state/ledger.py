@@ -193,15 +193,14 @@ def _read_sqlalchemy(config_path: Path | None, config: Mapping[str, Any], includ
         jobs = [SimpleNamespace(**{c: getattr(j, c) for c in JOB_COLUMNS}) for j in session.scalars(query)]
         snapshot = None
         bindings: list[Any] = []
-        snapshot_time = session.scalars(
-            select(CellSnapshot.taken_at).order_by(CellSnapshot.taken_at.desc()).limit(1)
-        ).first()
+        newest = CellSnapshot.taken_at.desc()
         if want_cells:
-            snap = session.scalars(
-                select(CellSnapshot).order_by(CellSnapshot.taken_at.desc()).limit(1)
-            ).first()
+            snap = session.scalars(select(CellSnapshot).order_by(newest).limit(1)).first()
             snapshot = snap.data if snap else None
+            snapshot_time = snap.taken_at if snap else None
             bindings = list(session.scalars(select(GpuBinding)))
+        else:  # the last cycle's time alone, which hq checks
+            snapshot_time = session.scalars(select(CellSnapshot.taken_at).order_by(newest).limit(1)).first()
         return Ledger(jobs, snapshot, bindings, True, snapshot_time)
 
 

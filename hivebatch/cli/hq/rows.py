@@ -39,6 +39,7 @@ SLURM_REASONS = {
 # a job hivebatch never held (no GPUs, the Operator's) waits in Slurm's own queue: "released" and
 # "its GPUs" would be wrong for it
 PLAIN_JOB_REASONS = {
+    **SLURM_REASONS,
     "Priority": "waiting for jobs of higher priority",
     "Resources": "waiting for resources to be freed",
 }
@@ -56,8 +57,7 @@ def plain_reason(reason: str | None, hivebatch: bool = True) -> str | None:
     False: the job never went through the controller."""
     if not reason or reason in ("None", "(null)"):
         return None
-    words_of = SLURM_REASONS if hivebatch else {**SLURM_REASONS, **PLAIN_JOB_REASONS}
-    for code, words in words_of.items():
+    for code, words in (SLURM_REASONS if hivebatch else PLAIN_JOB_REASONS).items():
         if reason == code or reason.startswith(code + ",") or reason.startswith(code + " "):
             return words
     return reason
