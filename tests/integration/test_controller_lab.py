@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from lab_controller import Ctl
+from lab_users import run_as
 from sqlalchemy import select
 
 from hivebatch.db import Event
@@ -140,6 +141,22 @@ def test_opportunistic_job_is_preempted_for_the_owner_and_resumes(ctl: Ctl) -> N
             e.kind for e in s.scalars(select(Event).where(Event.slurm_job_id == victim).order_by(Event.id))
         ]
     assert kinds.count("preempted") == 1 and kinds.count("placed") == 2
+
+
+def test_a_job_its_full_vc_keeps_waiting_is_told_how_to_run_on_idle_gpus(ctl: Ctl) -> None:
+    # seen on the lab: alice's VC full, two nodes idle, and her job's reason said only when cv frees room
+    running = [ctl.submit("alice", "cv", g, sleep=300) for g in (8, 4)]
+    ctl.until(lambda: all(ctl.job(j).state in ("placed", "running") for j in running))
+    waiting = ctl.submit("alice", "cv", 2)
+    ctl.cycle()
+    reason = ctl.job(waiting).reason or ""
+    command = f"scontrol update job {waiting} qos=opportunistic"
+    assert ctl.job(waiting).state == "queued" and reason.endswith(command), reason
+    # Slurm lets the owner move a pending job to the opportunistic QOS; the next cycle places it
+    done = run_as("alice", command.split())
+    assert done.returncode == 0, done.stderr
+    ctl.until(lambda: ctl.job(waiting).state in ("placed", "running"), what=lambda: ctl.job(waiting).reason)
+    assert ctl.job(waiting).qos == "opportunistic" and ctl.job(waiting).priority == -1
 
 
 @pytest.mark.parametrize("state", ["down", "drain"])

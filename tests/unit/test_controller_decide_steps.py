@@ -39,6 +39,7 @@ def test_steps_run_in_the_documented_order() -> None:
         "settle_gres",
         "attach_notes",
         "estimate_starts",
+        "suggest_opportunistic",
     ]
 
 

@@ -15,7 +15,9 @@ the round's decisions:
    ``collect_notices``— the running victims the round told to leave (act signals them);
 6. ``settle_gres``    — each placement's Slurm GRES;
 7. ``attach_notes``   — what the profile store said about a job's model reaches its owner;
-8. ``estimate_starts``— predicted starts of the jobs left waiting.
+8. ``estimate_starts``— predicted starts of the jobs left waiting;
+9. ``suggest_opportunistic``— a job its VC has no room for, which idle GPUs would take as
+                        opportunistic work now, is told how to move there.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from hivebatch.controller.decide.classify import classify
 from hivebatch.controller.decide.estimate import estimate_starts
 from hivebatch.controller.decide.gres import gres_for
 from hivebatch.controller.decide.notice import collect_notices, prime_notices
+from hivebatch.controller.decide.opportunistic import suggest_opportunistic
 from hivebatch.controller.decide.policy_round import run_policy_round
 from hivebatch.controller.decide.resume import resume_requeued
 from hivebatch.controller.decide.room import Room, screen_hopeless
@@ -54,6 +57,7 @@ STEPS: tuple[Step, ...] = (
     settle_gres,
     attach_notes,
     estimate_starts,
+    suggest_opportunistic,
 )
 
 
