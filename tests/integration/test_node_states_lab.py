@@ -106,3 +106,34 @@ def test_a_pin_whose_node_a_cpu_job_filled_is_placed_again_where_it_fits(
 
     with ctl.factory() as s:  # node1 is judged again by what it has free, not kept from the job
         assert jid not in load_avoided(s, ctl.job(jid).placed_at, {jid})
+
+
+def _operator_job(ctl: Ctl, *args: str) -> int:
+    proc = run_as(
+        "hbctl", ["sbatch", "--parsable", "-A", "hivebatch", "-J", f"{ctl.tag}-cpu", "-o", "/dev/null", *args]
+    )
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    return jid
+
+
+def test_a_pin_slurm_keeps_for_a_job_of_higher_priority_is_placed_elsewhere_within_a_minute(
+    ctl: Ctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # node1 has the CPUs and GPUs, but Slurm's backfill keeps it for the Operator's urgent job, which waits
+    # for all 16 of node1's CPUs (tests/fixtures/slurm/squeue_priority_reservation.json)
+    from hivebatch.controller.decide import unstarted
+
+    monkeypatch.setattr(unstarted, "BLOCKED_AFTER_S", 3.0)
+    first = _operator_job(ctl, "-w", "node1", "-c", "8", "-t", "3", "--wrap", "sleep 170")
+    ctl.lab.wait_for(first, {"RUNNING"})
+    _operator_job(ctl, "-q", "urgent", "-w", "node1", "-c", "16", "-t", "3", "--wrap", "sleep 10")
+    jid = ctl.submit("alice", "cv", 1)
+    ctl.cycle()
+    assert list(ctl.job(jid).placement) == ["node1"], ctl.job(jid).reason  # its CPUs look free
+    ctl.until(lambda: ctl.job(jid).state == "running", timeout_s=60,
+              what=lambda: f"{ctl.job(jid).state} {ctl.job(jid).reason}")  # fmt: skip
+    assert "node1" not in ctl.job(jid).placement
+    (back,) = [e for e in _events(ctl, "taken_back") if e.slurm_job_id == jid]
+    assert back.message.startswith("Slurm expects to start it on node1:[0] only at "), back.message

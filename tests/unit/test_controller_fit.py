@@ -243,6 +243,42 @@ def test_a_pin_whose_node_lost_the_room_it_needs_is_taken_back_within_a_minute(c
     assert "1" not in r.alloc.jobs() and {"2", "3"} <= set(r.alloc.jobs())
 
 
+def test_a_pin_slurm_expects_to_start_only_past_the_bound_is_taken_back_within_a_minute(ctx, slurm_fixture):
+    # seen on the lab: node1 had the CPUs and GPU alice's job 494 was pinned to, but Slurm's backfill kept
+    # node1 for the Operator's pending urgent job 493, so squeue expected 494 to start at 15:52, twenty
+    # minutes on; the job waited the whole 300 s bound before it was placed elsewhere
+    from hivebatch.controller.decide.unstarted import BLOCKED_AFTER_S
+
+    recorded = {j.job_id: j for j in parse_squeue_json(slurm_fixture("squeue_priority_reservation.json"))}
+    sj = recorded[494]
+    assert sj.reason == "Resources" and sj.expected_start is not None and not sj.held
+    placed_at = dt.datetime(2026, 11, 28, 15, 32, 26)
+    job = row(494, JobRequest(vc="cv", gpus=1), state="placed", placement={"node1": [0]}, gres="gpu:g0:1",
+              placed_at=placed_at)  # fmt: skip
+    r = make_round(ctx, [job])
+    r.ledger.slurm[494] = sj
+    r.ledger.nodes = {n: _node(n, cpus_free=8 if n == "node1" else 16) for n in NODES}  # node1 has room
+    r.alloc.adopt("494", "cv", 0, job.placement)
+    r.now = placed_at + dt.timedelta(seconds=BLOCKED_AFTER_S - 1)
+    take_back_unstarted(r)
+    assert r.out.take_backs == []  # Slurm's next passes have their chance first
+    r.now = placed_at + dt.timedelta(seconds=BLOCKED_AFTER_S + 1)
+    take_back_unstarted(r)
+    (tb,) = r.out.take_backs
+    assert tb.avoid  # placed again on node1, it would wait behind the same job
+    assert tb.why == (
+        "Slurm expects to start it on node1:[0] only at 15:52:00 UTC, past the 300 s bound (Slurm's reason: Resources)"
+    )
+    # a start Slurm expects within the bound is left to Slurm
+    r = make_round(ctx, [job])
+    r.ledger.slurm[494] = replace(sj, expected_start=sj.expected_start - dt.timedelta(minutes=18))
+    r.ledger.nodes = {n: _node(n) for n in NODES}
+    r.alloc.adopt("494", "cv", 0, job.placement)
+    r.now = placed_at + dt.timedelta(seconds=BLOCKED_AFTER_S + 1)
+    take_back_unstarted(r)
+    assert r.out.take_backs == []
+
+
 def test_taken_back_job_is_placed_again_on_other_nodes(tmp_path):
     env = make_env(tmp_path, CONFIG.replace("interval_s: 1}", "interval_s: 1, start_timeout_s: 1.0}"),
                    auto_schedule=False)  # fmt: skip

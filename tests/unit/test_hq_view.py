@@ -203,14 +203,15 @@ def test_a_placed_job_slurm_has_not_started_and_plain_jobs_get_reasons_of_their_
     slurms = dt.datetime(2026, 11, 28, 13, 45, 55)
     assert (rows[339].predicted_start, rows[339].predicted_end) == (slurms, slurms + run)
     assert rows[339].reason == (
-        "released; Slurm waits for room beside its GPUs (CPUs or memory other jobs hold, or a job told to "
-        "leave them); hivebatch places it elsewhere if it has not started by 13:44:54 UTC"
+        "released; Slurm waits for room beside its GPUs (CPUs or memory other jobs hold, a job told to "
+        "leave them, or a job of higher priority it keeps the node for); hivebatch places it elsewhere if it "
+        "has not started by 13:44:54 UTC"
     )
     assert rows[340].reason == "waiting for resources to be freed"
     assert rows[341].reason == "waiting for jobs of higher priority"
     # without the controller's bound (no config), the promise is left out
     bare = {r.job_id: r for r in collect_rows(jobs.values(), ledger, Filters())}
-    assert bare[339].reason.endswith("or a job told to leave them)")
+    assert bare[339].reason.endswith("or a job of higher priority it keeps the node for)")
 
 
 def test_plain_reasons() -> None:

@@ -25,7 +25,7 @@ SLURM_REASONS = {
     # the controller pinned it to GPUs it found free; Slurm lacks something else on those nodes, or a
     # job told to leave its GPUs has not left yet (seen on the lab: a CPU job took the node's CPUs
     # between the placing and Slurm's start, tests/fixtures/slurm/squeue_pending_reasons.json)
-    "Resources": "released; Slurm waits for room beside its GPUs (CPUs or memory other jobs hold, or a job told to leave them)",
+    "Resources": "released; Slurm waits for room beside its GPUs (CPUs or memory other jobs hold, a job told to leave them, or a job of higher priority it keeps the node for)",
     "Dependency": "waiting for the jobs it depends on",
     "DependencyNeverSatisfied": "its dependency can never be met: cancel it",
     "BeginTime": "waiting for its --begin time",

@@ -5,14 +5,19 @@ starting soon, a node drained between placing and starting, a need the pin could
 are given back at once, the job is held again (``act.take_back``) and placed again on other nodes: the
 nodes it waited on are avoided for ``AVOID_FOR_S``. A pin whose node visibly lost the room it needs
 (CPUs, memory, the node itself) is taken back after ``BLOCKED_AFTER_S`` instead, and that node is
-not avoided: each cycle judges it by what it has free. Its gres stays as it is, so it is placed again
+not avoided: each cycle judges it by what it has free. So is a pin Slurm itself expects to start only
+past the bound (its backfill keeps the node for a job of higher priority, which hivebatch does not
+see): that node is avoided, as at the bound. Its gres stays as it is, so it is placed again
 the requeued jobs' way: a typed one on the same GPU indices, never re-typed (see ARCHITECTURE.md), an
 untyped one where Slurm has no choice (``untyped``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+
 from hivebatch.controller.decide.fit import unfit_text
+from hivebatch.controller.decide.times import aware
 from hivebatch.controller.decide.types import Round, TakeBack
 from hivebatch.controller.observe import phase
 from hivebatch.controller.record import placement_text
@@ -39,11 +44,20 @@ def take_back_unstarted(r: Round) -> None:
         said = f"(Slurm's reason: {sj.reason or 'none'})"
         if waited >= bound:
             why = f"Slurm did not start it within {bound:.0f} s on {where} {said}"
-        else:
-            blocked = {n: why for n, why in r.unfit_for(job, sj).items() if n in job.placement}
-            if not blocked:
-                continue
+            avoid = True
+        elif blocked := {n: w for n, w in r.unfit_for(job, sj).items() if n in job.placement}:
             # the node is judged again each cycle by what it has free: no need to avoid it for an hour
             why = f"Slurm did not start it on {where}, where it no longer fits: {unfit_text(blocked)} {said}"
-        r.out.take_backs.append(TakeBack(job, why, avoid=waited >= bound))
+            avoid = False
+        elif sj.expected_start is not None and sj.expected_start > aware(job.placed_at) + dt.timedelta(
+            seconds=bound
+        ):
+            # seen on the lab (tests/fixtures/slurm/squeue_priority_reservation.json): node1 had the CPUs
+            # and GPU, but Slurm's backfill kept it for a pending job of higher priority
+            expected = sj.expected_start.astimezone(dt.UTC).strftime("%H:%M:%S UTC")
+            why = f"Slurm expects to start it on {where} only at {expected}, past the {bound:.0f} s bound {said}"
+            avoid = True
+        else:
+            continue
+        r.out.take_backs.append(TakeBack(job, why, avoid=avoid))
         r.alloc.release(str(job.slurm_job_id))
