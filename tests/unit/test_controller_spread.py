@@ -180,6 +180,19 @@ def test_cpus_asked_per_gpu_spread_a_per_job_count_with_its_share_on_each_node(c
     assert "the CPUs and memory it asks per GPU fit 1 of its 2 GPUs on a node" in (place.note or "")
 
 
+def test_a_job_its_memory_per_gpu_spreads_beyond_its_vcs_cells_is_told_to_ask_less_per_gpu(ctx) -> None:  # type: ignore[no-untyped-def]
+    # seen on the lab: alice's `--gpus=2 --mem-per-gpu=40G` (plain Slurm ran it on two nodes) was told to
+    # ask for fewer tasks or CPUs, which it had not asked for
+    comment = 'hivebatch:v2:{"gpus":2,"mem_per_gpu_mb":40960,"qos":"normal","vc":"cv"}'
+    r = _decided(ctx, JobRequest(vc="cv", gpus=2), mem_per_node_mb=81920, admin_comment=comment)
+    (wait,) = r.out.waits
+    assert wait.rejected and wait.reason.startswith(
+        "can never run as asked: the CPUs and memory it asks per GPU fit 1 of its 2 GPUs on a node, and a job on"
+        " several nodes runs in whole-node cells, of which virtual cluster cv has 1: ask for fewer CPUs or less"
+        " memory per GPU (--cpus-per-gpu, --mem-per-gpu), or submit it with --qos=opportunistic"
+    ), wait.reason
+
+
 def test_the_pin_gives_each_node_its_share_of_the_cpus_asked_per_gpu() -> None:
     sj = SlurmJob(job_id=1, name="j", user="u", account="nlp", qos="normal", state="PENDING", reason="",
                   cpus_per_node=24, admin_comment=GPUS_WITH_CPUS)  # fmt: skip

@@ -24,6 +24,10 @@ from hivebatch.slurm.types import SlurmJob
 
 Spread = tuple[JobRequest, str | None, str | None]  # (request, note when widened, why it can never run)
 
+# what its owner can ask for less of, by what spreads the job
+FEWER_TASKS = "fewer tasks or CPUs (-n, -c, --ntasks-per-node)"
+LESS_PER_GPU = "fewer CPUs or less memory per GPU (--cpus-per-gpu, --mem-per-gpu)"
+
 
 @dataclass(frozen=True)
 class NodeSize:
@@ -65,11 +69,11 @@ class PerGpu:
 
 def nodes_for_tasks(
     sj: SlurmJob, node: NodeSize, gpus: int = 0, per_gpu: PerGpu = PerGpu(), even_tasks: bool = False
-) -> tuple[int, str]:
-    """The fewest nodes Slurm runs the job on, and why ("" when one does): its tasks' CPUs,
-    ``--ntasks-per-node``, and the CPUs and memory of ``gpus`` GPUs asked per GPU. With
+) -> tuple[int, str, str]:
+    """The fewest nodes Slurm runs the job on, why ("" when one does) and what to ask less of: its
+    tasks' CPUs, ``--ntasks-per-node``, and the CPUs and memory of ``gpus`` GPUs asked per GPU. With
     ``even_tasks`` (the pin sets TasksPerNode) each node must hold the CPUs of its share of tasks."""
-    need, why = 1, ""
+    need, why, fewer = 1, "", FEWER_TASKS
     if node.cpus and sj.cpus_total > node.cpus:
         need = -(-sj.cpus_total // node.cpus)
         why = f"its {sj.cpus_total} CPUs need {need} nodes of at most {node.cpus} CPUs each"
@@ -91,7 +95,8 @@ def nodes_for_tasks(
         if by_gpu > need:
             need = by_gpu
             why = f"the CPUs and memory it asks per GPU fit {cap} of its {gpus} GPUs on a node"
-    return need, why
+            fewer = LESS_PER_GPU
+    return need, why, fewer
 
 
 def _split(gpus: int, lo: int, hi: int, gpn: int, per_task: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -113,17 +118,24 @@ def _reach(req: JobRequest, spec: ClusterSpec) -> int:
 
 
 def _widened(
-    req: JobRequest, need: int, most: int, gpn: int, spec: ClusterSpec, per_task: tuple[int, int] | None
+    req: JobRequest,
+    need: int,
+    most: int,
+    gpn: int,
+    spec: ClusterSpec,
+    per_task: tuple[int, int] | None,
+    fewer: str = FEWER_TASKS,
 ) -> JobRequest | str:
     """``req`` on ``need`` nodes or more (at most ``most``, 0: any; at most ``gpn`` GPUs on each, whole
-    tasks' with ``per_task``), or what stops it, to follow its reason."""
+    tasks' with ``per_task``), or what stops it, to follow its reason (``fewer``: what its owner can
+    ask less of)."""
     whole = _reach(req, spec)
     if need > whole:
         where = "the cluster" if req.priority < 0 else f"virtual cluster {req.vc}"
         also = "" if req.priority < 0 else ", or submit it with --qos=opportunistic to run on idle GPUs"
         return (
             f"a job on several nodes runs in whole-node cells, of which {where} has {whole}:"
-            f" ask for fewer tasks or CPUs (-n, -c, --ntasks-per-node){also}"
+            f" ask for {fewer}{also}"
         )
     if most and need > most:
         return f"it asks for at most {most} (-N): cancel it and submit it again with -N {need} or with fewer tasks or CPUs"
@@ -137,7 +149,7 @@ def _widened(
         wide = replace(req, nodes=split[0], gpus_per_node=split[1], gpus=split[0] * split[1])
     held = spec.vc_gpus(req.vc, req.gpu_type)
     if req.priority >= 0 and wide.gpus > held:
-        return f"{wide.gpus} GPUs in all, and virtual cluster {req.vc} holds {held}: ask for fewer tasks or CPUs (-n, -c)"
+        return f"{wide.gpus} GPUs in all, and virtual cluster {req.vc} holds {held}: ask for {fewer}"
     return wide
 
 
@@ -154,7 +166,7 @@ def spread_over_nodes(
     with whole tasks), else why not."""
     per_job = not req.gpus_per_node
     per_task = (gpus_per_task, sj.tasks) if gpus_per_task and sj.tasks > 1 else None
-    need, why = nodes_for_tasks(
+    need, why, fewer = nodes_for_tasks(
         sj, node, req.gpus if per_job else 0, per_gpu, even_tasks=per_task is not None
     )
     if sj.spread_job:
@@ -162,11 +174,12 @@ def spread_over_nodes(
         widest = min(sj.tasks or 1, sj.max_nodes or sj.tasks or 1, _reach(req, spec))
         if widest > need:
             need, why = widest, f"--spread-job puts its {sj.tasks} tasks on as many nodes as it may use"
+            fewer = FEWER_TASKS
     now = req.nodes or (req.gpus // req.gpus_per_node if req.gpus_per_node else 1)
     if need <= now:
         return req, None, None
     gpn = min(gpus_per_node(spec, req.gpu_type), per_gpu.fit(node) or req.gpus)
-    wide = _widened(req, need, sj.max_nodes, gpn, spec, per_task)
+    wide = _widened(req, need, sj.max_nodes, gpn, spec, per_task, fewer)
     if isinstance(wide, str):
         return req, None, f"{why}, and {wide}"
     rounded = f" ({wide.gpus} in all for the {req.gpus} it asks: a job gets the same GPUs on every node here)"
