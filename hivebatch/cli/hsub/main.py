@@ -40,12 +40,18 @@ def slurm_refusal(exc: Exception, vc: str, qos: str) -> str:
         )
     if "invalid qos" in lower or "qos" in lower and "not" in lower:
         return f"Slurm refused the job: class {qos!r} is not granted to you in virtual cluster {vc!r}"
+    return f"Slurm refused the job: {_error_text(stderr)}"
+
+
+def _error_text(stderr: str) -> str:
+    """sbatch's error lines as one sentence: it breaks one message over several lines
+    (tests/fixtures/slurm/err_submit_dos_line_breaks.txt), whose last alone says nothing."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    detail = lines[-1] if lines else "no message"
-    for prefix in ("sbatch: error: ", "error: "):
-        if detail.startswith(prefix):
-            detail = detail[len(prefix) :]
-    return f"Slurm refused the job: {detail}"
+    errors = [ln for ln in lines if ln.startswith(("sbatch: error: ", "error: "))] or lines[-1:]
+    parts = [
+        ln.split("error: ", 1)[1] if ln.startswith(("sbatch: error: ", "error: ")) else ln for ln in errors
+    ]
+    return " ".join(parts) or "no message"
 
 
 def run(argv: list[str]) -> int:
