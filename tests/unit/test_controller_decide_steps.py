@@ -89,7 +89,8 @@ def test_requeued_job_does_not_resume_where_its_cells_would_take_another_vcs_gua
     # the example cluster is exactly full of guarantees (nlp two nodes, cv one and a socket, sys half a
     # socket); with node1's GPU 3 taken by outside work, a sys cell on any other node would split a node
     # nlp or cv is guaranteed. sys, charged with the shortfall, waits instead of taking it from them.
-    job = row(4, JobRequest(vc="sys", gpus=1), state="preempted", gres="gpu:g3:1", placement={"node1": [3]})
+    job = row(4, JobRequest(vc="sys", gpus=1), state="preempted", gres="gpu:g3:1", placement={"node1": [3]},
+              start_time=NOW - dt.timedelta(hours=1))  # fmt: skip
     r = make_round(ctx, [job])
     r.alloc.occupy_foreign("other@node1", "node1", [3])
     r.gmap = r.alloc.gpu_map()
@@ -110,6 +111,7 @@ def test_requeued_job_waits_when_fewer_gpus_are_idle(ctx: ControllerContext) -> 
         state="preempted",
         placement={"node3": [2, 3]},
         gres="gpu:g2:1,gpu:g3:1",
+        start_time=NOW - dt.timedelta(hours=1),
     )
     r = make_round(ctx, [job])
     for node in ("node1", "node2", "node3", "node4"):
@@ -121,6 +123,23 @@ def test_requeued_job_waits_when_fewer_gpus_are_idle(ctx: ControllerContext) -> 
     assert (
         r.out.waits[0].reason
         == "requeued with GPUs [2, 3] per node; waits until 1 node(s) have those indices free"
+    )
+
+
+def test_a_job_taken_back_says_which_nodes_it_cannot_use(ctx: ControllerContext) -> None:
+    # seen on the lab: taken back from node1 (Slurm kept it for a job of higher priority) while node2-4
+    # were drained, it waited "requeued …; until 1 node(s) have those indices free", which node1 had
+    job = row(4, JobRequest(vc="cv", gpus=1), state="queued", gres="gpu:g0:1", placement={"node1": [0]})
+    r = make_round(ctx, [job])
+    r.ledger.avoided = {4: frozenset({"node1"})}
+    r.ledger.bad_nodes = {"node2", "node3", "node4"}
+    r.requeued.append((job, JobRequest(vc="cv", gpus=1)))
+    resume_requeued(r)
+    assert not r.out.places
+    assert r.out.waits[0].reason == (
+        "taken back with GPUs [0] per node; waits until 1 node(s) have those indices free; it cannot use"
+        " node1: Slurm did not start the job there before; node2: takes no new work; node3: takes no new work;"
+        " and 1 more"
     )
 
 

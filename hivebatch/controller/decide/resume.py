@@ -14,6 +14,7 @@ from collections.abc import Callable
 from functools import partial
 
 from hivebatch.cells.resume import resume_nodes, symmetric_indices, take
+from hivebatch.controller.decide.fit import unfit_text
 from hivebatch.controller.decide.gres import gres_for, untyped_count
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.tasks import start_prediction
@@ -25,8 +26,26 @@ from hivebatch.qos import Shape
 from hivebatch.request import JobRequest
 
 
-def _waits_for(idx: list[int], nodes: int) -> str:
-    return f"requeued with GPUs {idx} per node; waits until {nodes} node(s) have those indices free"
+def _pinned_before(job: Job, idx: list[int]) -> str:
+    # a job Slurm never started was taken back from its pin, not requeued
+    return f"{'requeued' if job.start_time is not None else 'taken back'} with GPUs {idx} per node"
+
+
+def _waits_for(job: Job, idx: list[int], nodes: int) -> str:
+    return f"{_pinned_before(job, idx)}; waits until {nodes} node(s) have those indices free"
+
+
+def _cannot_use(r: Round, job: Job, req: JobRequest) -> str:
+    """The nodes of its GPU type it may not go to now, and why (seen on the lab: a job taken back from
+    node1 while the other nodes were drained waited "until 1 node(s) have those indices free", which
+    node1 had)."""
+    sj = r.ledger.slurm.get(job.slurm_job_id)
+    cannot = dict(r.unfit_for(job, sj)) if sj is not None else {}
+    for name in r.ledger.bad_nodes:
+        cannot.setdefault(name, "takes no new work")
+    typed = {n.name for n in r.ctx.spec.nodes if req.gpu_type is None or n.gpu_type == req.gpu_type}
+    cannot = {n: why for n, why in cannot.items() if n in typed}
+    return f"; it cannot use {unfit_text(cannot)}" if cannot else ""
 
 
 def _eligible(r: Round, job: Job, req: JobRequest) -> Callable[[str], bool]:
@@ -61,7 +80,8 @@ def resume_typed(r: Round, job: Job, req: JobRequest) -> Place | str:
             r.gmap, list(old), idx, req.vc, req.priority, lambda n: eligible(n) and n not in refused
         )
         if chosen is None:
-            return f"requeued with GPUs {idx} per node; {why}" if refused else _waits_for(idx, want_nodes)
+            waits = f"{_pinned_before(job, idx)}; {why}" if refused else _waits_for(job, idx, want_nodes)
+            return waits + _cannot_use(r, job, req)
         placement = {n: list(idx) for n in chosen}
         decision = r.alloc.adopt(str(job.slurm_job_id), req.vc, req.priority, placement, keep_guarantees=True)
         if decision.result == "placed":
@@ -92,7 +112,7 @@ def _resume_one(r: Round, job: Job, req: JobRequest, idle: list[int], leaving: s
         why = (
             waits_untyped(per_node, len(old))
             if per_node is not None
-            else _waits_for(symmetric_indices(old) or [], len(old))
+            else _waits_for(job, symmetric_indices(old) or [], len(old))
         )
         r.out.waits.append(Wait(job, why))
         return
