@@ -28,6 +28,12 @@ RELEASED_BEGIN = 4102444800
 #: (scontrol hold): Slurm shows the plugin's own hold as the same user hold
 HELD_BEGIN = RELEASED_BEGIN + 86400
 HELD_BEGIN_AT = dt.datetime.fromtimestamp(HELD_BEGIN, dt.UTC)
+#: begin time (2100-01-03) the plugin gives a waiting GPU job an admin held (scontrol hold): the
+#: controller leaves it until an admin releases it
+ADMIN_HELD_BEGIN = RELEASED_BEGIN + 2 * 86400
+#: begin time (2100-01-04) the controller's own hold asks for, which the plugin drops: the controller
+#: holds as an Operator, so Slurm shows its hold as an admin's
+CONTROLLER_HOLD_AT = dt.datetime.fromtimestamp(RELEASED_BEGIN + 3 * 86400, dt.UTC)
 #: hsub's model hints in the user's comment
 HINTS_PREFIX = "hivebatch:hints:"
 MODEL_HINTS = ("model", "like", "batch_size", "iters", "within")
@@ -214,6 +220,11 @@ def owner_holds(job: Any) -> bool:
     if getattr(job, "reason", "") not in ("JobHeldUser", REQUEUED_HELD):
         return False
     return _begin_s(job) == HELD_BEGIN or plugin_extras(job).get("user_hold") == 1
+
+
+def admin_holds(job: Any) -> bool:
+    """An admin held the job (scontrol hold) and has not released it yet."""
+    return getattr(job, "reason", "") == "JobHeldAdmin" and _begin_s(job) == ADMIN_HELD_BEGIN
 
 
 def released_by_owner(job: Any) -> bool:

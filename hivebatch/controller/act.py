@@ -24,7 +24,7 @@ from hivebatch.controller.observe import phase
 from hivebatch.controller.preemption import book_preemption, preemptor, resume_reason
 from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import Job
-from hivebatch.request import CLASS_PRIORITY
+from hivebatch.request import CLASS_PRIORITY, released_by_owner
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import SlurmError, SlurmJob
 
@@ -161,6 +161,10 @@ def place(
                 min_mem_per_node_mb=share.mem_mb,
                 tasks_per_node=share.tasks,
             )
+        if sj is not None and released_by_owner(sj):
+            # a far begin time left on a held job (a plugin from before the controller's hold marker
+            # was dropped there, see hadmin slurm-config) would keep Slurm from starting it
+            backend.clear_begin_time(job.slurm_job_id)
         backend.release(job.slurm_job_id)
     except SlurmError as exc:
         alive = _still_pending(backend, job.slurm_job_id)

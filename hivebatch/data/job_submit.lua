@@ -18,6 +18,11 @@ local RELEASED_BEGIN = 4102444800 -- 2100-01-01
 -- begin time of a waiting GPU job its owner held after submitting it (scontrol hold/uhold): to Slurm
 -- the plugin's own hold is the same user hold, so the controller tells the two apart by this
 local HELD_BEGIN = RELEASED_BEGIN + 86400
+-- begin time of a hivebatch job an admin held (scontrol hold): the controller's own holds are admin
+-- holds too, so the controller holds with CONTROLLER_HOLD as the begin time, which is dropped here;
+-- a hold without it is an admin's, which the controller must leave until an admin releases the job
+local ADMIN_HELD_BEGIN = RELEASED_BEGIN + 2 * 86400
+local CONTROLLER_HOLD = RELEASED_BEGIN + 3 * 86400
 local INFINITE = 4294967295
 local NO_VAL = 4294967294
 local NO_VAL16 = 65534
@@ -824,11 +829,30 @@ local function refuse_whole_node_move(job_desc, job_rec, part_list)
   end
 end
 
+-- An Operator's hold of a waiting hivebatch job: the controller's (its begin time is CONTROLLER_HOLD,
+-- not kept) or an admin's, marked so the controller does not release it (seen on the lab: an admin's
+-- scontrol hold was released as soon as the job's VC had room)
+local function mark_admin_hold(job_desc, job_rec)
+  local pending = (job_rec.job_state or 0) % 256 == 0
+  if not pending or get(job_desc, "priority") ~= 0 then
+    return
+  end
+  if get(job_desc, "begin_time") == CONTROLLER_HOLD then
+    job_desc.begin_time = 0
+  else
+    job_desc.begin_time = ADMIN_HELD_BEGIN
+    slurm.log_info("hivebatch: admin held job %s; the controller leaves it until an admin releases it", tostring(job_rec.job_id))
+  end
+end
+
 local function modify(job_desc, job_rec, part_list, submit_uid)
+  local managed = string.sub(job_rec.admin_comment or "", 1, #PREFIX) == PREFIX
   if is_operator(submit_uid) then
+    if managed then
+      mark_admin_hold(job_desc, job_rec)
+    end
     return slurm.SUCCESS
   end
-  local managed = string.sub(job_rec.admin_comment or "", 1, #PREFIX) == PREFIX
   if not managed then
     local asked = gpu_fields(job_desc)
     if next(asked) ~= nil then

@@ -46,9 +46,9 @@ class SlurmBackend(ABC):
     def split_array_task(self, array_job_id: int, task_id: int) -> None:
         """Give one pending task of an array a job record of its own, so it can be placed alone.
 
-        Any update of one task does this in slurmctld; hivebatch holds the task (``scontrol hold
-        123_4``), which an Operator may do and which leaves it held by an admin, as placement wants
-        it. The task keeps the array's request; its new job id shows in the next listing."""
+        Any update of one task does this in slurmctld; hivebatch holds the task as ``hold`` does,
+        which an Operator may do and which leaves it held by an admin, as placement wants it. The task
+        keeps the array's request; its new job id shows in the next listing."""
 
     @abstractmethod
     def clear_begin_time(self, job_id: int) -> None:
@@ -60,7 +60,9 @@ class SlurmBackend(ABC):
         the owner's ``scontrol release`` leaves it pending for hivebatch instead of letting Slurm start it."""
 
     @abstractmethod
-    def hold(self, job_id: int) -> None: ...
+    def hold(self, job_id: int) -> None:
+        """Hold a pending job as the controller (shown by Slurm as an admin's hold), in a way the job_submit
+        plugin tells from an admin's own ``scontrol hold``, which the controller leaves alone."""
 
     @abstractmethod
     def requeue_hold(self, job_id: int) -> None:

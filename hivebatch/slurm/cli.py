@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from hivebatch.request import HELD_BEGIN_AT
+from hivebatch.request import CONTROLLER_HOLD_AT, HELD_BEGIN_AT
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import (
     SACCT_FIELDS,
@@ -157,7 +157,7 @@ class CliBackend(SlurmBackend):
         self._run(["scontrol", "release", self._name(job_id)])
 
     def split_array_task(self, array_job_id: int, task_id: int) -> None:
-        self._run(["scontrol", "hold", f"{int(array_job_id)}_{int(task_id)}"])
+        self._hold(f"{int(array_job_id)}_{int(task_id)}")
 
     def clear_begin_time(self, job_id: int) -> None:
         self._run(["scontrol", "update", f"JobId={self._name(job_id)}", "StartTime=now"])
@@ -170,7 +170,15 @@ class CliBackend(SlurmBackend):
         )
 
     def hold(self, job_id: int) -> None:
-        self._run(["scontrol", "hold", self._name(job_id)])
+        self._hold(self._name(job_id))
+
+    def _hold(self, name: str) -> None:
+        # what scontrol hold does (priority 0, shown as JobHeldAdmin), with the begin time by which the
+        # job_submit plugin tells the controller's hold from an admin's and drops (request.CONTROLLER_HOLD_AT)
+        when = CONTROLLER_HOLD_AT.strftime("%Y-%m-%dT%H:%M:%S")
+        self._run(
+            ["scontrol", "update", f"JobId={name}", "Priority=0", f"StartTime={when}"], env={"TZ": "UTC"}
+        )
 
     def requeue_hold(self, job_id: int) -> None:
         self._run(["scontrol", "requeuehold", self._name(job_id)])

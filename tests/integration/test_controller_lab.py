@@ -100,6 +100,24 @@ def test_a_job_its_owner_requeue_holds_waits_until_they_release_it(ctl: Ctl) -> 
     assert _running_on(ctl, jid) == placed  # on the GPU indices it kept
 
 
+def test_a_job_an_admin_holds_waits_until_an_admin_releases_it(ctl: Ctl) -> None:
+    # seen on the lab: the controller released an admin's `scontrol hold` as soon as the job's VC had room
+    # (tests/fixtures/slurm/admin_hold_marked.txt)
+    jid = ctl.submit("alice", "cv", 2, sleep=5)
+    subprocess.run(["scontrol", "hold", str(jid)], check=True, capture_output=True)
+    for _ in range(3):
+        ctl.cycle()
+        time.sleep(1.0)
+    (held,) = ctl.backend.inner.list_jobs([jid])
+    assert held.state == "PENDING" and held.held and held.reason == "JobHeldAdmin", held
+    job = ctl.job(jid)
+    assert job.state == "queued" and not job.placement, (job.state, job.reason)
+    assert job.reason == f"held by an admin: it waits until an admin releases it (scontrol release {jid})"
+    # the controller's own holds stay its own: a job it takes back is placed again without an admin
+    subprocess.run(["scontrol", "release", str(jid)], check=True, capture_output=True)
+    ctl.until(lambda: ctl.job(jid).state in ("running", "done"), what=lambda: ctl.job(jid).reason)
+
+
 def test_opportunistic_job_is_preempted_for_the_owner_and_resumes(ctl: Ctl) -> None:
     opp = [ctl.submit("carol", "sys", 8, qos="opportunistic", sleep=300) for _ in range(4)]
     ctl.cycle()

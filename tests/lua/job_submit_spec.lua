@@ -393,6 +393,29 @@ describe("slurm_job_modify", function()
     assert.are.equal(0, r.begin_time) -- Slurm refuses to hold a running job itself
   end)
 
+  it("marks an admin's hold of a waiting job, and drops the begin time the controller holds with", function()
+    -- recorded on the lab (tests/fixtures/slurm/admin_hold_marked.txt): both are JobHeldAdmin to Slurm
+    local waiting = { job_id = 7, admin_comment = managed.admin_comment, priority = 0, tres_per_node = "", job_state = 0 }
+    local admin = upd({ priority = 0 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(admin, waiting, {}, 0))
+    assert.are.equal(4102444800 + 2 * 86400, admin.begin_time)
+    local ctl = upd({ priority = 0, begin_time = 4102444800 + 3 * 86400 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(ctl, waiting, {}, 990))
+    assert.are.equal(0, ctl.begin_time)
+    -- an Operator's other updates, its release, a running job and a job hivebatch does not hold are left
+    local other = upd({ priority = INFINITE })
+    slurm_job_modify(other, waiting, {}, 0)
+    assert.are.equal(0, other.begin_time)
+    local running = { job_id = 8, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "gres:gpu:g0:1", job_state = 1 }
+    local r = upd({ priority = 0 })
+    slurm_job_modify(r, running, {}, 0)
+    assert.are.equal(0, r.begin_time)
+    local plain = { job_id = 9, admin_comment = "", priority = 100, tres_per_node = "", job_state = 0 }
+    local p = upd({ priority = 0 })
+    slurm_job_modify(p, plain, {}, 0)
+    assert.are.equal(0, p.begin_time)
+  end)
+
   it("refuses the owner moving the start time of a waiting job", function()
     assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ begin_time = 1700000000 }), managed, {}, 1001))
   end)

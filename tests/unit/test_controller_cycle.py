@@ -12,6 +12,7 @@ from sqlalchemy import select
 from hivebatch.db import GpuBinding, GpuUsage, Job
 from hivebatch.qos import Platform, Task
 from hivebatch.qos.policies import Plan
+from hivebatch.request import CONTROLLER_HOLD_AT
 from hivebatch.slurm.types import SlurmError
 
 SCRIPT_FOREIGN = "#!/bin/sh\nsleep 100\n"
@@ -151,6 +152,36 @@ def test_a_job_its_owner_holds_after_submitting_it_waits_until_they_release_it(e
     assert job.state == "queued" and not job.placement and job.reason.startswith("held by its owner")
     assert env.slurm.job(jid).held
     env.slurm.as_user("alice").release(jid)
+    env.cycle()
+    env.cycle()
+    assert env.job(jid).placement and env.slurm.job(jid).state == "RUNNING"
+
+
+def test_a_job_an_admin_holds_waits_until_an_admin_releases_it(env: Env) -> None:
+    # seen on the lab: an admin's `scontrol hold` of a waiting GPU job looked like the controller's own
+    # hold, and the controller released the job as soon as its VC had room
+    jid = env.submit("alice", "cv", 1)
+    env.slurm.as_user("root").admin_hold(jid)
+    env.cycle()
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "queued" and not job.placement
+    assert job.reason == f"held by an admin: it waits until an admin releases it (scontrol release {jid})"
+    assert env.slurm.job(jid).held
+    # a placed job an admin holds before Slurm starts it gives its cells back and waits the same way
+    env.slurm.as_user("root").release(jid)
+    assert env.slurm.job(jid).state == "PENDING"  # the plugin's far begin time: Slurm does not start it
+    env.cycle()
+    env.cycle()
+    assert env.job(jid).placement and env.slurm.job(jid).state == "RUNNING"
+
+
+def test_a_held_job_a_stale_plugin_left_a_far_begin_time_on_still_starts_when_placed(env: Env) -> None:
+    # a plugin rendered before the controller's hold marker keeps the marker as the job's begin time
+    # (Slurm does: tests/fixtures/slurm/admin_hold_marked.txt shows the begin time it is dropped from)
+    jid = env.submit("alice", "cv", 1)
+    held = env.slurm._s.jobs[jid]  # the fake's own record: the controller held it with a stale plugin
+    held.eligible_at, held.reason = CONTROLLER_HOLD_AT, "JobHeldAdmin"
     env.cycle()
     env.cycle()
     assert env.job(jid).placement and env.slurm.job(jid).state == "RUNNING"

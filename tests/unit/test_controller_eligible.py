@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import replace
 
 from hivebatch.controller.decide.eligible import not_eligible, past_deadline
-from hivebatch.request import HELD_BEGIN
+from hivebatch.request import ADMIN_HELD_BEGIN, HELD_BEGIN
 from hivebatch.slurm.types import SlurmJob
 
 NOW = dt.datetime(2026, 11, 24, 7, 0)
@@ -53,6 +53,20 @@ def test_a_job_its_owner_held_after_submitting_it_waits_for_their_release() -> N
     assert not_eligible(held, NOW) == "held by its owner: scontrol release 7 lets hivebatch place it"
     assert not_eligible(job(8), NOW) is None  # the plugin's own hold alone
     # released: Slurm shows the far begin time without the hold; the controller takes the job back
+    assert not_eligible(replace(held, reason="BeginTime"), NOW) is None
+
+
+def test_a_job_an_admin_held_waits_for_an_admins_release() -> None:
+    # the plugin marks an admin's `scontrol hold` with a begin time of 2100-01-03; the controller's own
+    # hold is JobHeldAdmin too, without it (tests/fixtures/slurm/admin_hold_marked.txt)
+    marked = dt.datetime.fromtimestamp(ADMIN_HELD_BEGIN, dt.UTC)
+    held = replace(job(7, eligible_time=marked), reason="JobHeldAdmin")
+    assert (
+        not_eligible(held, NOW)
+        == "held by an admin: it waits until an admin releases it (scontrol release 7)"
+    )
+    assert not_eligible(replace(job(8), reason="JobHeldAdmin"), NOW) is None  # the controller's own hold
+    # released by the admin: the far begin time stays without the hold; the controller takes the job back
     assert not_eligible(replace(held, reason="BeginTime"), NOW) is None
 
 

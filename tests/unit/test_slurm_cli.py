@@ -54,7 +54,9 @@ def test_update_pending_pins_node_count():
     ("method", "argv"),
     [
         ("release", ["scontrol", "release", "9"]),
-        ("hold", ["scontrol", "hold", "9"]),
+        # the controller's hold: scontrol hold's priority 0 with the begin time the plugin drops, so an
+        # admin's own hold stays told apart (tests/fixtures/slurm/admin_hold_marked.txt)
+        ("hold", ["scontrol", "update", "JobId=9", "Priority=0", "StartTime=2100-01-04T00:00:00"]),
         ("requeue_hold", ["scontrol", "requeuehold", "9"]),
         ("cancel", ["scancel", "9"]),
     ],
@@ -163,8 +165,9 @@ def test_array_tasks_are_named_by_their_index_as_scontrol_needs(slurm_fixture):
         ["scontrol", "update", "JobId=2333_0"],
         ["scontrol", "release", "2333_0"],
         ["scontrol", "release", "2333"],
-        ["scontrol", "hold", "2333_4"],
+        ["scontrol", "update", "JobId=2333_4"],
     ]
+    assert rec.calls[-1][0][3:] == ["Priority=0", "StartTime=2100-01-04T00:00:00"]
 
 
 def test_an_array_tasks_accounting_is_found_by_its_own_id(slurm_fixture):

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from hivebatch.controller.decide.dependency import Listing, judge, shown
 from hivebatch.controller.decide.times import aware
-from hivebatch.request import owner_holds, released_by_owner
+from hivebatch.request import admin_holds, owner_holds, released_by_owner
 from hivebatch.slurm.types import SlurmJob
 
 
@@ -25,6 +25,8 @@ def not_eligible(
     ``others``: the jobs squeue lists, to judge a dependency Slurm has not re-tested yet."""
     if owner_holds(sj):
         return f"held by its owner: scontrol release {sj.job_id} lets hivebatch place it"
+    if admin_holds(sj):
+        return f"held by an admin: it waits until an admin releases it (scontrol release {sj.job_id})"
     verdict = judge(sj, others or {}, now)
     if verdict == "never":
         return f"its dependency {shown(sj.dependency)} can never be met: cancel it (scancel {sj.job_id})"

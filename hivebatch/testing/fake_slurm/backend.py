@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from hivebatch.request import HELD_BEGIN_AT
+from hivebatch.request import CONTROLLER_HOLD_AT, HELD_BEGIN_AT
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import expand_hostlist, split_gres
 from hivebatch.slurm.types import (
@@ -20,7 +20,13 @@ from hivebatch.slurm.types import (
     SlurmUnavailable,
 )
 from hivebatch.testing.fake_slurm.arrays import make_array, split_task
-from hivebatch.testing.fake_slurm.plugin import JobSubmit, mark_owner_hold, park_owner_release, run_job_submit
+from hivebatch.testing.fake_slurm.plugin import (
+    JobSubmit,
+    mark_admin_hold,
+    mark_owner_hold,
+    park_owner_release,
+    run_job_submit,
+)
 from hivebatch.testing.fake_slurm.sbatch import begin_offset_s, parse_sbatch, sbatch_lines, time_limit
 from hivebatch.testing.fake_slurm.scheduler import try_start
 from hivebatch.testing.fake_slurm.state import (
@@ -339,6 +345,19 @@ class FakeSlurm(SlurmBackend):
         j.reason = "JobHeldAdmin" if self._is_admin() else "JobHeldUser"
         if self._s.job_submit is not None and not self._is_admin():
             mark_owner_hold(j)
+        elif self._s.job_submit is None and self._is_admin():
+            # the controller's hold asks for a far begin time, which only hivebatch's plugin drops
+            j.eligible_at = CONTROLLER_HOLD_AT
+
+    def admin_hold(self, job_id: int) -> None:
+        """An admin's own ``scontrol hold`` (the controller's hold() carries the begin time the plugin drops)."""
+        cmd = ["scontrol", "hold", str(job_id)]
+        j = self._unfinished("hold", job_id, cmd)
+        if j.state != "PENDING":
+            raise SlurmError(cmd, 1, f"Job is no longer pending execution for job {job_id}")
+        j.reason = "JobHeldAdmin"
+        if self._s.job_submit is not None:
+            mark_admin_hold(j)
 
     def requeue_hold(self, job_id: int) -> None:
         self._log("requeue_hold", (job_id,))

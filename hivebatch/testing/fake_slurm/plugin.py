@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from hivebatch.request import HELD_BEGIN_AT, RELEASED_BEGIN
+from hivebatch.request import ADMIN_HELD_BEGIN, HELD_BEGIN_AT, RELEASED_BEGIN
 from hivebatch.slurm.types import SlurmError
 from hivebatch.testing.fake_slurm.state import Job
 
@@ -54,3 +54,10 @@ def mark_owner_hold(j: Job) -> None:
     """job_modify: an owner holding a pending GPU job marks it with the plugin's hold begin time."""
     if j.admin_comment:
         j.eligible_at = HELD_BEGIN_AT
+
+
+def mark_admin_hold(j: Job) -> None:
+    """job_modify: an admin's own hold of a pending GPU job (not the controller's) is marked for the controller
+    to leave."""
+    if j.admin_comment:
+        j.eligible_at = datetime.fromtimestamp(ADMIN_HELD_BEGIN, tz=UTC)
