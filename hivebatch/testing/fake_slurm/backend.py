@@ -338,10 +338,7 @@ class FakeSlurm(SlurmBackend):
         j.eligible_at = HELD_BEGIN_AT
 
     def hold(self, job_id: int) -> None:
-        cmd = ["scontrol", "hold", str(job_id)]
-        j = self._unfinished("hold", job_id, cmd)
-        if j.state != "PENDING":
-            raise SlurmError(cmd, 1, f"Job is no longer pending execution for job {job_id}")
+        j = self._pending_to_hold(job_id)
         j.reason = "JobHeldAdmin" if self._is_admin() else "JobHeldUser"
         if self._s.job_submit is not None and not self._is_admin():
             mark_owner_hold(j)
@@ -351,13 +348,17 @@ class FakeSlurm(SlurmBackend):
 
     def admin_hold(self, job_id: int) -> None:
         """An admin's own ``scontrol hold`` (the controller's hold() carries the begin time the plugin drops)."""
+        j = self._pending_to_hold(job_id)
+        j.reason = "JobHeldAdmin"
+        if self._s.job_submit is not None:
+            mark_admin_hold(j)
+
+    def _pending_to_hold(self, job_id: int) -> Job:
         cmd = ["scontrol", "hold", str(job_id)]
         j = self._unfinished("hold", job_id, cmd)
         if j.state != "PENDING":
             raise SlurmError(cmd, 1, f"Job is no longer pending execution for job {job_id}")
-        j.reason = "JobHeldAdmin"
-        if self._s.job_submit is not None:
-            mark_admin_hold(j)
+        return j
 
     def requeue_hold(self, job_id: int) -> None:
         self._log("requeue_hold", (job_id,))
