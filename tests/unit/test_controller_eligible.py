@@ -66,6 +66,12 @@ def test_a_job_an_admin_held_waits_for_an_admins_release() -> None:
         == "held by an admin: it waits until an admin releases it (scontrol release 7)"
     )
     assert not_eligible(replace(job(8), reason="JobHeldAdmin"), NOW) is None  # the controller's own hold
+    # a task of an array is named as scontrol reads it: its bare job id can be the whole array's
+    task = replace(held, job_id=663, array_job_id=663, array_task_id=2)
+    assert (
+        not_eligible(task, NOW)
+        == "held by an admin: it waits until an admin releases it (scontrol release 663_2)"
+    )
     # released by the admin: the far begin time stays without the hold; the controller takes the job back
     assert not_eligible(replace(held, reason="BeginTime"), NOW) is None
 

@@ -24,12 +24,12 @@ def not_eligible(
     Slurm's short requeue delay, not the owner's wish: it may keep its cells (``first_start`` False).
     ``others``: the jobs squeue lists, to judge a dependency Slurm has not re-tested yet."""
     if owner_holds(sj):
-        return f"held by its owner: scontrol release {sj.job_id} lets hivebatch place it"
+        return f"held by its owner: scontrol release {sj.display_id} lets hivebatch place it"
     if admin_holds(sj):
-        return f"held by an admin: it waits until an admin releases it (scontrol release {sj.job_id})"
+        return f"held by an admin: it waits until an admin releases it (scontrol release {sj.display_id})"
     verdict = judge(sj, others or {}, now)
     if verdict == "never":
-        return f"its dependency {shown(sj.dependency)} can never be met: cancel it (scancel {sj.job_id})"
+        return f"its dependency {shown(sj.dependency)} can never be met: cancel it (scancel {sj.display_id})"
     if verdict == "wait":
         return f"waits for its dependency {shown(sj.dependency)}; it holds no GPUs meanwhile"
     begin = sj.eligible_time

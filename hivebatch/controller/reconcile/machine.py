@@ -252,7 +252,7 @@ def _keep_requeue_hold(
     account_run(session, job, rec.now)
     job.intent = None
     job.state = "queued"
-    job.reason = f"requeued and held by its owner or an admin: scontrol release {job.slurm_job_id} lets hivebatch place it again"
+    job.reason = f"requeued and held by its owner or an admin: scontrol release {sj.display_id} lets hivebatch place it again"
     rec.event(session, job, "requeued", job.reason)
 
 
