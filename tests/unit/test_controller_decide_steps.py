@@ -141,6 +141,17 @@ def test_a_job_taken_back_says_which_nodes_it_cannot_use(ctx: ControllerContext)
         " node1: Slurm did not start the job there before; node2: takes no new work; node3: takes no new work;"
         " and 1 more"
     )
+    # no node it may use now: no start is predicted for it (hq showed "now")
+    assert r.out.waits[0].not_startable
+    r = make_round(ctx, [job])
+    r.ledger.avoided = {4: frozenset({"node1"})}
+    r.requeued.append((job, JobRequest(vc="cv", gpus=1)))
+    r.alloc.occupy_foreign("busy@node2", "node2", [0])
+    r.alloc.occupy_foreign("busy@node3", "node3", [0])
+    r.alloc.occupy_foreign("busy@node4", "node4", [0])
+    r.gmap = r.alloc.gpu_map()
+    resume_requeued(r)
+    assert not r.out.places and not r.out.waits[0].not_startable  # node2-4 free their GPU 0 some time
 
 
 def test_screen_hopeless_keeps_only_jobs_that_may_fit(ctx: ControllerContext) -> None:

@@ -35,16 +35,24 @@ def _waits_for(job: Job, idx: list[int], nodes: int) -> str:
     return f"{_pinned_before(job, idx)}; waits until {nodes} node(s) have those indices free"
 
 
-def _cannot_use(r: Round, job: Job, req: JobRequest) -> str:
-    """The nodes of its GPU type it may not go to now, and why (seen on the lab: a job taken back from
-    node1 while the other nodes were drained waited "until 1 node(s) have those indices free", which
-    node1 had)."""
+def _typed_nodes(r: Round, req: JobRequest) -> set[str]:
+    return {n.name for n in r.ctx.spec.nodes if req.gpu_type is None or n.gpu_type == req.gpu_type}
+
+
+def _unusable(r: Round, job: Job, req: JobRequest) -> dict[str, str]:
+    """The nodes of its GPU type it may not go to now, and why."""
     sj = r.ledger.slurm.get(job.slurm_job_id)
     cannot = dict(r.unfit_for(job, sj)) if sj is not None else {}
     for name in r.ledger.bad_nodes:
         cannot.setdefault(name, "takes no new work")
-    typed = {n.name for n in r.ctx.spec.nodes if req.gpu_type is None or n.gpu_type == req.gpu_type}
-    cannot = {n: why for n, why in cannot.items() if n in typed}
+    typed = _typed_nodes(r, req)
+    return {n: why for n, why in cannot.items() if n in typed}
+
+
+def _cannot_use(r: Round, job: Job, req: JobRequest) -> str:
+    # seen on the lab: a job taken back from node1 while the other nodes were drained waited "until 1
+    # node(s) have those indices free", which node1 had
+    cannot = _unusable(r, job, req)
     return f"; it cannot use {unfit_text(cannot)}" if cannot else ""
 
 
@@ -125,7 +133,9 @@ def _resume_one(r: Round, job: Job, req: JobRequest, idle: list[int], leaving: s
     else:
         placed = resume_typed(r, job, req)
     if isinstance(placed, str):
-        r.out.waits.append(Wait(job, placed))
+        # no node it may use now: when it starts is not known (hq showed START "now" for such a job)
+        nowhere = _typed_nodes(r, req) <= set(_unusable(r, job, req))
+        r.out.waits.append(Wait(job, placed, not_startable=nowhere))
         return
     if str(job.gres or "").startswith("shard:"):
         # it held its GPU as shards before (Slurm keeps that gres): it leaves the rest again
