@@ -260,6 +260,8 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         start_time=epoch(job.get("start_time")) if state != "PENDING" else None,
         expected_start=epoch(job.get("start_time")) if state == "PENDING" else None,
         end_time=epoch(job.get("end_time")) if finished else None,
+        suspend_time=epoch(job.get("suspend_time")) if state != "PENDING" else None,
+        pre_suspend_s=_num(job.get("pre_sus_time")) or 0,
         time_limit_s=limit_min * 60 if limit_min else None,
         time_min_s=(_num(job.get("time_minimum")) or 0) * 60 or None,
         deadline=epoch(job.get("deadline")),

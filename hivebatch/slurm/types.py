@@ -163,6 +163,11 @@ class SlurmJob:
     nice: int = 0
     # --spread-job: Slurm spreads the job over as many nodes as it may (one task on each, up to -N)
     spread_job: bool = False
+    # an admin's scontrol suspend: when it was last suspended or resumed, and how long it ran before its
+    # last suspension (tests/fixtures/slurm/squeue_resumed_twice.json); Slurm moves its end by the time
+    # it was suspended
+    suspend_time: datetime | None = None
+    pre_suspend_s: int = 0
 
     @property
     def array_pending_meta(self) -> bool:
@@ -176,6 +181,13 @@ class SlurmJob:
         if self.array_job_id and self.array_task_id is not None:
             return f"{self.array_job_id}_{self.array_task_id}"
         return str(self.job_id)
+
+    def suspended_s(self, now: datetime) -> float:
+        """How long the job has been suspended in all, up to ``now`` (aware)."""
+        if self.suspend_time is None or self.start_time is None:
+            return 0.0
+        last = now if self.state == "SUSPENDED" else self.suspend_time
+        return max(0.0, (last - self.start_time).total_seconds() - self.pre_suspend_s)
 
     @property
     def finished(self) -> bool:

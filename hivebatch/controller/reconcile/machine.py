@@ -205,6 +205,7 @@ def _follow_running(
     if ph == "running":
         granted_kept(session, rec, job, sj, backend)
         _end_by_its_limit(job, sj)
+        _end_after_suspension(job, sj, rec.now)
         return
     # running → pending: Slurm requeued it (its own preemption, node failure, an admin)
     if sj.reason == REQUEUED_HELD:
@@ -233,6 +234,22 @@ def _end_by_its_limit(job: Job, sj: SlurmJob) -> None:
     job.predicted_end = limit_end
     if job.expected_completion is not None:
         job.slack_s = (job.expected_completion - limit_end).total_seconds()
+
+
+def _end_after_suspension(job: Job, sj: SlurmJob, now: dt.datetime) -> None:
+    """An admin's scontrol suspend stops the run and Slurm moves its end by the time it was suspended
+    (tests/fixtures/slurm/squeue_resumed_twice.json); the predicted end, and the slack, move with it, by
+    the clock while it stays suspended. A job never suspended keeps its prediction as it is."""
+    held = sj.suspended_s(now.replace(tzinfo=dt.UTC))
+    if held <= 0 or job.segment_start is None:
+        return
+    runs = [s for s in (job.latency_s, sj.time_limit_s) if s]
+    if not runs:
+        return
+    end = job.segment_start + dt.timedelta(seconds=min(runs) + held)
+    job.predicted_end = end
+    if job.expected_completion is not None:
+        job.slack_s = (job.expected_completion - end).total_seconds()
 
 
 def _keep_requeue_hold(
