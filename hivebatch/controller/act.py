@@ -17,7 +17,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_indices
 from hivebatch.controller.decide.spread import node_share
-from hivebatch.controller.decide.times import aware
 from hivebatch.controller.decide.types import TakeBack
 from hivebatch.controller.notice import send_notice, write_notice
 from hivebatch.controller.observe import phase
@@ -226,7 +225,7 @@ def act(
     for tb in decisions.take_backs:
         take_back(session, rec, backend, tb, result)
     for job, why in decisions.past_deadline:
-        end_past_deadline(session, rec, backend, job, why, result, slurm.get(job.slurm_job_id))
+        end_past_deadline(session, rec, backend, job, why, result)
     for p in decisions.places:
         if p.job.intent == "place":
             place(session, rec, backend, p.job, result, sj=slurm.get(p.job.slurm_job_id))
@@ -263,16 +262,15 @@ def end_past_deadline(
     job: Job,
     why: str,
     result: ActResult,
-    sj: SlurmJob | None,
 ) -> None:
     """Release a job that can no longer meet its --deadline: Slurm's scheduler ends it as DEADLINE at its
     next pass, as it ends a late job of its own (it holds no cells and no placement meanwhile)."""
     try:
-        if sj is not None and sj.eligible_time is not None and sj.eligible_time > aware(rec.now):
-            # a requeued job's short delay (cred_expire + 1 s: 121 s at Slurm's default): Slurm tests
-            # the deadline only of jobs it may start now
-            backend.clear_begin_time(job.slurm_job_id)
         backend.release(job.slurm_job_id)
+        # after the release: the job_submit plugin parks an unpinned job an Operator releases behind a
+        # far begin time, and a requeued job has its short delay (cred_expire + 1 s: 121 s at Slurm's
+        # default); Slurm tests the deadline only of jobs it may start now
+        backend.clear_begin_time(job.slurm_job_id)
     except SlurmError as exc:
         if _still_pending(backend, job.slurm_job_id) is not False:
             result.failed.append(f"release of job {job.slurm_job_id} past its deadline: {exc}")

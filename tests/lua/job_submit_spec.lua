@@ -402,8 +402,17 @@ describe("slurm_job_modify", function()
     local ctl = upd({ priority = 0, begin_time = 4102444800 + 3 * 86400 })
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(ctl, waiting, {}, 990))
     assert.are.equal(0, ctl.begin_time)
-    -- an Operator's other updates, its release, a running job and a job hivebatch does not hold are left
-    local other = upd({ priority = INFINITE })
+    -- an admin's release of a job not pinned yet is parked as an owner's is (seen on the lab: Slurm showed
+    -- it with no reason and no begin time, free to start it without GPUs); the controller releases pinned jobs
+    local released = upd({ priority = INFINITE })
+    slurm_job_modify(released, waiting, {}, 0)
+    assert.are.equal(4102444800, released.begin_time)
+    local pinned = { job_id = 7, admin_comment = managed.admin_comment, priority = 0, tres_per_node = "gres:gpu:g0:1", job_state = 0 }
+    local placed = upd({ priority = INFINITE })
+    slurm_job_modify(placed, pinned, {}, 990)
+    assert.are.equal(0, placed.begin_time)
+    -- an Operator's other updates, a running job and a job hivebatch does not hold are left
+    local other = upd({ time_limit = 30 })
     slurm_job_modify(other, waiting, {}, 0)
     assert.are.equal(0, other.begin_time)
     local running = { job_id = 8, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "gres:gpu:g0:1", job_state = 1 }

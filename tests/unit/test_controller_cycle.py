@@ -176,6 +176,21 @@ def test_a_job_an_admin_holds_waits_until_an_admin_releases_it(env: Env) -> None
     assert env.job(jid).placement and env.slurm.job(jid).state == "RUNNING"
 
 
+def test_a_job_an_admin_releases_before_it_is_placed_does_not_start_without_its_gpus(env: Env) -> None:
+    # seen on the lab: root's scontrol release of a held GPU job left it pending with no reason and no begin
+    # time, for Slurm to start without the GPUs the plugin took off it
+    env.submit("alice", "cv", 8)
+    env.submit("alice", "cv", 4)
+    env.cycle()
+    jid = env.submit("alice", "cv", 2)
+    env.cycle()
+    assert env.job(jid).state == "queued"
+    env.slurm.as_user("root").release(jid)
+    assert env.slurm.job(jid).state == "PENDING"  # parked behind the plugin's far begin time
+    env.cycle()
+    assert env.slurm.job(jid).held and not env.job(jid).placement  # the controller's own hold again
+
+
 def test_a_held_job_a_stale_plugin_left_a_far_begin_time_on_still_starts_when_placed(env: Env) -> None:
     # a plugin rendered before the controller's hold marker keeps the marker as the job's begin time
     # (Slurm does: tests/fixtures/slurm/admin_hold_marked.txt shows the begin time it is dropped from)

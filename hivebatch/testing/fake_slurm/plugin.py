@@ -45,7 +45,8 @@ def run_job_submit(
 
 
 def park_owner_release(j: Job) -> None:
-    """job_modify: an owner releasing an unplaced GPU job leaves it behind the plugin's far begin time."""
+    """job_modify: an owner (or an Operator) releasing an unplaced GPU job leaves it behind the plugin's far
+    begin time."""
     if j.admin_comment and "gpu" not in j.tres_per_node and "shard" not in j.tres_per_node:
         j.eligible_at = datetime.fromtimestamp(RELEASED_BEGIN, tz=UTC)
 
