@@ -859,6 +859,8 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   if is_operator(submit_uid) then
     if managed then
       operator_update(job_desc, job_rec)
+    elseif get(job_desc, "begin_time") == CONTROLLER_HOLD then
+      job_desc.begin_time = 0 -- the controller's hold of any job is a plain hold
     end
     return slurm.SUCCESS
   end

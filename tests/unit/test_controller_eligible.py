@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import replace
 
 from hivebatch.controller.decide.eligible import not_eligible, past_deadline
-from hivebatch.request import ADMIN_HELD_BEGIN, HELD_BEGIN
+from hivebatch.request import ADMIN_HELD_BEGIN, CONTROLLER_HOLD_AT, HELD_BEGIN, RELEASED_BEGIN
 from hivebatch.slurm.types import SlurmJob
 
 NOW = dt.datetime(2026, 11, 24, 7, 0)
@@ -74,6 +75,17 @@ def test_a_job_an_admin_held_waits_for_an_admins_release() -> None:
     )
     # released by the admin: the far begin time stays without the hold; the controller takes the job back
     assert not_eligible(replace(held, reason="BeginTime"), NOW) is None
+
+
+def test_the_hold_marks_are_those_recorded_on_the_lab(slurm_fixture: Callable[[str], str]) -> None:
+    text = slurm_fixture("admin_hold_marked.txt")
+    ours = CONTROLLER_HOLD_AT.strftime("%Y-%m-%dT%H:%M:%S")
+    assert f"Priority=0 StartTime={ours}" in text  # the controller's hold, as CliBackend sends it
+    admins = dt.datetime.fromtimestamp(ADMIN_HELD_BEGIN, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    released = dt.datetime.fromtimestamp(RELEASED_BEGIN, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    assert f"JobHeldAdmin {admins}" in text and f"None {released}" in text
+    listed = [line for line in text.splitlines() if line[:1].isdigit()]  # squeue's rows
+    assert listed and not any(ours in line for line in listed)  # the plugin drops it: no job shows it
 
 
 def test_a_job_past_its_deadline_is_slurms_to_end() -> None:

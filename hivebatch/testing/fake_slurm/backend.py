@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from hivebatch.request import CONTROLLER_HOLD_AT, HELD_BEGIN_AT
+from hivebatch.request import HELD_BEGIN_AT
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import expand_hostlist, split_gres
 from hivebatch.slurm.types import (
@@ -342,9 +342,6 @@ class FakeSlurm(SlurmBackend):
         j.reason = "JobHeldAdmin" if self._is_admin() else "JobHeldUser"
         if self._s.job_submit is not None and not self._is_admin():
             mark_owner_hold(j)
-        elif self._s.job_submit is None and self._is_admin():
-            # the controller's hold asks for a far begin time, which only hivebatch's plugin drops
-            j.eligible_at = CONTROLLER_HOLD_AT
 
     def admin_hold(self, job_id: int) -> None:
         """An admin's own ``scontrol hold`` (the controller's hold() carries the begin time the plugin drops)."""
