@@ -834,7 +834,8 @@ end
 -- lab: an admin's scontrol hold was released as soon as the job's VC had room). An admin's release of a
 -- job not pinned yet is parked behind a far begin time as an owner's is: Slurm would otherwise start it
 -- without GPUs before the controller takes it back (seen on the lab: reason None, no begin time). The
--- controller releases only pinned jobs, and a job past its --deadline clearing that time after.
+-- controller itself releases only pinned jobs, but for one past its --deadline, whose begin time it
+-- clears after the release so that Slurm ends it.
 local function operator_update(job_desc, job_rec)
   local pending = (job_rec.job_state or 0) % 256 == 0
   local priority = get(job_desc, "priority")
