@@ -829,9 +829,9 @@ local function refuse_whole_node_move(job_desc, job_rec, part_list)
   end
 end
 
--- An Operator's hold or release of a waiting hivebatch job. A hold is the controller's (its begin time
--- is CONTROLLER_HOLD, not kept) or an admin's, marked so the controller does not release it (seen on the
--- lab: an admin's scontrol hold was released as soon as the job's VC had room). An admin's release of a
+-- An admin's hold or release of a waiting hivebatch job (the controller's own hold carries
+-- CONTROLLER_HOLD and does not come here). A hold is marked so the controller does not release it (seen
+-- on the lab: an admin's scontrol hold was released as soon as the job's VC had room). An admin's release of a
 -- job not pinned yet is parked behind a far begin time as an owner's is: Slurm would otherwise start it
 -- without GPUs before the controller takes it back (seen on the lab: reason None, no begin time). The
 -- controller itself releases only pinned jobs, but for one past its --deadline, whose begin time it
@@ -843,12 +843,8 @@ local function operator_update(job_desc, job_rec)
     return
   end
   if priority == 0 then
-    if get(job_desc, "begin_time") == CONTROLLER_HOLD then
-      job_desc.begin_time = 0
-    else
-      job_desc.begin_time = ADMIN_HELD_BEGIN
-      slurm.log_info("hivebatch: admin held job %s; the controller leaves it until an admin releases it", tostring(job_rec.job_id))
-    end
+    job_desc.begin_time = ADMIN_HELD_BEGIN
+    slurm.log_info("hivebatch: admin held job %s; the controller leaves it until an admin releases it", tostring(job_rec.job_id))
   elseif priority == INFINITE and job_rec.priority == 0 and #split_gpu(job_rec.tres_per_node) == 0 then
     job_desc.begin_time = RELEASED_BEGIN
     slurm.log_info("hivebatch: admin released job %s before it was pinned; waiting for the controller", tostring(job_rec.job_id))
@@ -858,10 +854,10 @@ end
 local function modify(job_desc, job_rec, part_list, submit_uid)
   local managed = string.sub(job_rec.admin_comment or "", 1, #PREFIX) == PREFIX
   if is_operator(submit_uid) then
-    if managed then
+    if get(job_desc, "begin_time") == CONTROLLER_HOLD then
+      job_desc.begin_time = 0 -- the controller's hold, of any job, is a plain hold
+    elseif managed then
       operator_update(job_desc, job_rec)
-    elseif get(job_desc, "begin_time") == CONTROLLER_HOLD then
-      job_desc.begin_time = 0 -- the controller's hold of any job is a plain hold
     end
     return slurm.SUCCESS
   end

@@ -30,7 +30,7 @@ def hint(slurm_job_id: int) -> str:
 
 
 def _worth_telling(r: Round, w: Wait, waiting_on_notice: set[int]) -> bool:
-    if w.rejected or w.not_startable or w.shape is None or w.job.priority < 0:
+    if w.rejected or w.not_startable or w.job.priority < 0:
         return False
     if w.job.slurm_job_id in waiting_on_notice:  # it starts when the jobs told to leave are gone
         return False

@@ -13,6 +13,7 @@ from dataclasses import replace
 from sqlalchemy.orm import Session
 
 from hivebatch.controller.decide.gres import untyped_count
+from hivebatch.controller.decide.times import aware
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.notice import follow_notice
 from hivebatch.controller.observe import to_utc
@@ -240,7 +241,7 @@ def _end_after_suspension(job: Job, sj: SlurmJob, now: dt.datetime) -> None:
     """An admin's scontrol suspend stops the run and Slurm moves its end by the time it was suspended
     (tests/fixtures/slurm/squeue_resumed_twice.json); the predicted end, and the slack, move with it, by
     the clock while it stays suspended. A job never suspended keeps its prediction as it is."""
-    held = sj.suspended_s(now.replace(tzinfo=dt.UTC))
+    held = sj.suspended_s(aware(now))
     if held <= 0 or job.segment_start is None:
         return
     runs = [s for s in (job.latency_s, sj.time_limit_s) if s]
