@@ -314,6 +314,8 @@ def _node_needs(job: Mapping[str, Any]) -> dict[str, Any]:
         "tasks_per_node": _num(job.get("tasks_per_node")) or 0,
         "max_nodes": _num(job.get("max_nodes")) or 0,
         "mem_per_node_mb": mem,
+        # squeue shows no memory of any kind for such a job (tests/fixtures/slurm/squeue_mem_zero.json)
+        "whole_node_memory": not mem and not job.get("memory_per_tres"),
         "reservation": str(job.get("resv_name") or ""),
         "excluded_nodes": expand_hostlist(str(job.get("excluded_nodes") or "")),
     }

@@ -155,6 +155,9 @@ class SlurmJob:
     # over as many nodes as they need)
     max_nodes: int = 0
     mem_per_node_mb: int = 0
+    # no memory asked at all (--mem=0, or a site without DefMemPerCPU/Node): Slurm gives the job all of
+    # each node's memory, so it starts only where no other job holds any
+    whole_node_memory: bool = False
     reservation: str = ""
     excluded_nodes: list[str] = field(default_factory=list)
     # False for an srun or salloc job: its client waits in a terminal (squeue's batch_flag)

@@ -347,3 +347,30 @@ def test_squeue_gives_the_cpus_of_all_the_tasks(slurm_fixture) -> None:  # type:
 
     (job,) = parse_squeue_json(slurm_fixture("squeue_cpus_over_one_node.json"))
     assert (job.cpus_total, job.cpus_per_node) == (32, 1)
+
+
+def test_a_job_asking_for_all_of_a_nodes_memory_is_placed_only_where_no_job_holds_any(ctx, slurm_fixture):
+    # seen on the lab: alice's `--gres=gpu:1 --mem=0` was pinned to node1, where a 4 GB job ran; Slurm gives
+    # such a job all of each node's memory, so it waited there until the pin was taken back a minute later
+    jobs = {j.job_id: j for j in parse_squeue_json(slurm_fixture("squeue_mem_zero.json"))}
+    nodes = {n.name: n for n in parse_sinfo_json(slurm_fixture("sinfo_mem_held.json"))}
+    mem_zero, per_gpu, running = jobs[1171], jobs[1172], jobs[1169]
+    assert mem_zero.whole_node_memory and mem_zero.mem_per_node_mb == 0
+    assert not per_gpu.whole_node_memory and not jobs[1173].whole_node_memory
+    assert running.whole_node_memory  # Slurm started it on node3, which held no memory then
+    assert unfit_nodes(mem_zero, nodes) == {
+        "node1": "4096 MB memory held by other jobs, the job needs all of it (--mem=0)",
+        "node2": "64000 MB memory held by other jobs, the job needs all of it (--mem=0)",
+        "node3": "64000 MB memory held by other jobs, the job needs all of it (--mem=0)",
+    }
+    assert unfit_nodes(per_gpu, nodes) == {"node2": "0 MB memory free, the job needs 8192",
+                                           "node3": "0 MB memory free, the job needs 8192"}  # fmt: skip
+    job = row(1171, JobRequest(vc="cv", gpus=1))
+    r = make_round(ctx, [job])
+    r.ledger.slurm[1171] = replace(mem_zero, features="")
+    r.ledger.nodes = nodes
+    r.fresh.append((job, JobRequest(vc="cv", gpus=1), r.ledger.slurm[1171]))
+    screen_hopeless(r)
+    run_policy_round(r)
+    (place,) = r.out.places
+    assert list(place.placement) == ["node4"]

@@ -3,7 +3,7 @@
 Slurm stays the judge; this only keeps hivebatch from pinning a job where Slurm would leave it pending:
 the job's partition(s), its ``--constraint`` (plain AND/OR of features; bracketed or counted forms
 are left to Slurm), nodes it excluded, and the CPUs and memory per node it asked for against what the
-node has free now. A node where a pinned job did not start before is avoided too (``avoided``).
+node has free now (all of it for ``--mem=0``). A node where a pinned job did not start before is avoided too (``avoided``).
 """
 
 from __future__ import annotations
@@ -52,16 +52,18 @@ def why_unfit(sj: SlurmJob, node: SlurmNode) -> str | None:
         return f"{node.cpus_free} CPUs free, the job needs {sj.cpus_per_node}"
     if node.mem_mb and sj.mem_per_node_mb > node.mem_free_mb:
         return f"{node.mem_free_mb} MB memory free, the job needs {sj.mem_per_node_mb}"
+    if sj.whole_node_memory and node.mem_mb and node.mem_free_mb < node.mem_mb:
+        return f"{node.mem_mb - node.mem_free_mb} MB memory held by other jobs, the job needs all of it (--mem=0)"
     return None
 
 
-Needs = tuple[str, str, tuple[str, ...], str, int, int]
+Needs = tuple[str, str, tuple[str, ...], str, int, int, bool]
 
 
 def needs_of(sj: SlurmJob) -> Needs:
     """What ``why_unfit`` reads of a job: jobs with the same needs are unfit on the same nodes."""
     return (sj.partition, sj.reservation, tuple(sj.excluded_nodes), sj.features, sj.cpus_per_node,
-            sj.mem_per_node_mb)  # fmt: skip
+            sj.mem_per_node_mb, sj.whole_node_memory)  # fmt: skip
 
 
 def unfit_nodes(
