@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from hivebatch.errors import HivebatchError
+from hivebatch.slurm.parse import split_gres
 from hivebatch.slurm.types import REQUEUED_HELD
 
 #: the admin comment the job_submit plugin writes (hivebatch/data/job_submit.lua)
@@ -231,6 +232,13 @@ def released_by_owner(job: Any) -> bool:
     """The plugin parked the job behind its far begin time after its owner released it."""
     begin = _begin_s(job)
     return begin is not None and begin >= RELEASED_BEGIN
+
+
+def kept_gpus(job: Any) -> bool:
+    """A waiting job still asks Slurm for the GPUs of an earlier pin (taken back or requeued: Slurm never
+    re-types a job). The plugin parks the controller's hold of such a job behind RELEASED_BEGIN, so that
+    an admin's release does not start it there."""
+    return any(name in ("gpu", "shard") and count > 0 for name, _t, count, _ in split_gres(job.tres_per_node))
 
 
 def _begin_s(job: Any) -> int | None:

@@ -19,7 +19,8 @@ local RELEASED_BEGIN = 4102444800 -- 2100-01-01
 -- the plugin's own hold is the same user hold, so the controller tells the two apart by this
 local HELD_BEGIN = RELEASED_BEGIN + 86400
 -- begin time of a hivebatch job an admin held (scontrol hold): the controller's own holds are admin
--- holds too, so the controller holds with CONTROLLER_HOLD as the begin time, which is dropped here;
+-- holds too, so the controller holds with CONTROLLER_HOLD as the begin time, which is dropped here (or
+-- becomes RELEASED_BEGIN for a job that kept the GPUs of an earlier pin);
 -- a hold without it is an admin's, which the controller must leave until an admin releases the job
 local ADMIN_HELD_BEGIN = RELEASED_BEGIN + 2 * 86400
 local CONTROLLER_HOLD = RELEASED_BEGIN + 3 * 86400
@@ -855,7 +856,12 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   local managed = string.sub(job_rec.admin_comment or "", 1, #PREFIX) == PREFIX
   if is_operator(submit_uid) then
     if get(job_desc, "begin_time") == CONTROLLER_HOLD then
-      job_desc.begin_time = 0 -- the controller's hold, of any job, is a plain hold
+      -- the controller's hold, of any job, is a plain hold; a waiting job that kept the GPUs of an
+      -- earlier pin (taken back, requeued) is parked as well, or an admin's release would let Slurm
+      -- start it there at once, on GPUs the cells have given to others. The controller clears the
+      -- begin time when it places the job again.
+      local kept = managed and #split_gpu(job_rec.tres_per_node) > 0
+      job_desc.begin_time = kept and RELEASED_BEGIN or 0
     elseif managed then
       operator_update(job_desc, job_rec)
     end

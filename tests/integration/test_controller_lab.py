@@ -118,6 +118,27 @@ def test_a_job_an_admin_holds_waits_until_an_admin_releases_it(ctl: Ctl) -> None
     ctl.until(lambda: ctl.job(jid).state in ("running", "done"), what=lambda: ctl.job(jid).reason)
 
 
+def test_an_admins_release_of_a_job_that_kept_its_gpus_waits_for_the_controller(ctl: Ctl) -> None:
+    # a job requeued (or a pin taken back) keeps its typed gres; an admin's release let Slurm start it on
+    # those GPUs after its requeue delay, outside the cells (tests/fixtures/slurm/kept_gpus_parked.txt)
+    jid = ctl.submit("alice", "cv", 2)
+    ctl.cycle()
+    ctl.lab.wait_for(jid, {"RUNNING"})
+    ctl.until(lambda: ctl.job(jid).state == "running", what="ledger shows it running")
+    placed = ctl.job(jid).placement
+    subprocess.run(["scontrol", "requeue", str(jid)], check=True, capture_output=True)
+    ctl.lab.wait_for(jid, {"PENDING"})
+    ctl.cycle()  # it sees the requeue and holds the job
+    (held,) = ctl.backend.inner.list_jobs([jid])
+    assert held.held and held.tres_per_node, held
+    subprocess.run(["scontrol", "release", str(jid)], check=True, capture_output=True)
+    time.sleep(15)  # past the lab's 11 s requeue delay
+    (waiting,) = ctl.backend.inner.list_jobs([jid])
+    assert waiting.state == "PENDING" and waiting.reason == "BeginTime", waiting
+    ctl.until(lambda: ctl.job(jid).state == "running", what=lambda: ctl.job(jid).reason)
+    assert _running_on(ctl, jid) == placed  # on the GPU indices it kept
+
+
 def test_opportunistic_job_is_preempted_for_the_owner_and_resumes(ctl: Ctl) -> None:
     opp = [ctl.submit("carol", "sys", 8, qos="opportunistic", sleep=300) for _ in range(4)]
     ctl.cycle()

@@ -411,6 +411,11 @@ describe("slurm_job_modify", function()
     local placed = upd({ priority = INFINITE })
     slurm_job_modify(placed, pinned, {}, 990)
     assert.are.equal(0, placed.begin_time)
+    -- a pin the controller takes back keeps its GPUs (Slurm never re-types a job): its hold parks it
+    -- too, so an admin's release cannot start it on them (recorded: tests/fixtures/slurm/kept_gpus_parked.txt)
+    local taken = upd({ priority = 0, begin_time = 4102444800 + 3 * 86400 })
+    slurm_job_modify(taken, pinned, {}, 990)
+    assert.are.equal(4102444800, taken.begin_time)
     -- an Operator's other updates, a running job and a job hivebatch does not hold are left
     local other = upd({ time_limit = 30 })
     slurm_job_modify(other, waiting, {}, 0)

@@ -191,6 +191,31 @@ def test_a_job_an_admin_releases_before_it_is_placed_does_not_start_without_its_
     assert env.slurm.job(jid).held and not env.job(jid).placement  # the controller's own hold again
 
 
+def test_a_job_that_kept_its_gpus_is_not_started_by_an_admins_release_before_it_is_placed(env: Env) -> None:
+    # a job requeued or taken back keeps the typed GPUs of its pin (Slurm never re-types a job): an admin's
+    # release let Slurm start it on them, outside the cells, before the controller placed it again
+    jid = env.submit("alice", "cv", 2)
+    env.cycle()
+    env.cycle()
+    env.slurm.requeue(jid)  # an admin's scontrol requeue, or a node failure
+    env.cycle()
+    held = env.slurm.job(jid)
+    assert held.held and held.tres_per_node and held.eligible_time == dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
+    env.slurm.as_user("root").release(jid)
+    env.slurm.advance(300)  # past Slurm's requeue delay
+    assert env.slurm.job(jid).state == "PENDING"  # parked by its hold: Slurm does not start it
+    env.cycle()
+    again = env.slurm.job(jid)  # the controller's own hold again, parked as before
+    assert again.held and again.eligible_time == dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
+    env.cycle()
+    job = env.job(jid)
+    assert (
+        job.state == "placed"
+        and env.slurm.job(jid).state == "RUNNING"
+        and env.slurm.job(jid).eligible_time is None
+    )
+
+
 def test_a_held_job_a_stale_plugin_left_a_far_begin_time_on_still_starts_when_placed(env: Env) -> None:
     # a plugin rendered before the controller's hold marker keeps the marker as the job's begin time
     # (Slurm does: tests/fixtures/slurm/admin_hold_marked.txt shows the begin time it is dropped from)

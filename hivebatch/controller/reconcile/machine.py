@@ -21,7 +21,7 @@ from hivebatch.controller.preemption import book_preemption
 from hivebatch.controller.reconcile.slurm_view import gpus_of
 from hivebatch.controller.record import Recorder, account_run, placement_text
 from hivebatch.db.models import Job
-from hivebatch.request import HELD_BEGIN_AT, released_by_owner
+from hivebatch.request import HELD_BEGIN_AT, kept_gpus, released_by_owner
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import REQUEUED_HELD, AcctRecord, SlurmError, SlurmJob
 
@@ -179,8 +179,10 @@ def _follow_waiting(
         # the owner released their own hold: it would run without GPUs chosen by the cells
         rec.event(session, job, "held", "released without a placement; held again until hivebatch places it")
         hold(session, rec, job, backend)
-        if released_by_owner(sj):
-            # held by the Operator now, so the job_submit plugin's far begin time can go
+        if released_by_owner(sj) and not kept_gpus(sj):
+            # held by the Operator now, so the job_submit plugin's far begin time can go; one that kept
+            # an earlier pin's GPUs stays parked (its hold parks it again), or an admin's release would
+            # start it on them
             try:
                 backend.clear_begin_time(job.slurm_job_id)
             except SlurmError as exc:

@@ -24,6 +24,7 @@ from hivebatch.testing.fake_slurm.plugin import (
     JobSubmit,
     mark_admin_hold,
     mark_owner_hold,
+    park_kept_pin,
     park_owner_release,
     run_job_submit,
 )
@@ -340,8 +341,8 @@ class FakeSlurm(SlurmBackend):
     def hold(self, job_id: int) -> None:
         j = self._pending_to_hold(job_id)
         j.reason = "JobHeldAdmin" if self._is_admin() else "JobHeldUser"
-        if self._s.job_submit is not None and not self._is_admin():
-            mark_owner_hold(j)
+        if self._s.job_submit is not None:
+            (park_kept_pin if self._is_admin() else mark_owner_hold)(j)
 
     def admin_hold(self, job_id: int) -> None:
         """An admin's own ``scontrol hold`` (the controller's hold() carries the begin time the plugin drops)."""

@@ -51,6 +51,13 @@ def park_owner_release(j: Job) -> None:
         j.eligible_at = datetime.fromtimestamp(RELEASED_BEGIN, tz=UTC)
 
 
+def park_kept_pin(j: Job) -> None:
+    """job_modify: the controller's hold of a waiting GPU job that kept an earlier pin's GPUs parks it, so
+    an admin's release cannot start it there."""
+    if j.admin_comment and ("gpu" in j.tres_per_node or "shard" in j.tres_per_node):
+        j.eligible_at = datetime.fromtimestamp(RELEASED_BEGIN, tz=UTC)
+
+
 def mark_owner_hold(j: Job) -> None:
     """job_modify: an owner holding a pending GPU job marks it with the plugin's hold begin time."""
     if j.admin_comment:
