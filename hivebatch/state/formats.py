@@ -23,12 +23,17 @@ def _local(t: dt.datetime | None) -> dt.datetime | None:
 
 
 def format_time(t: dt.datetime | None, now: dt.datetime) -> str:
-    """``16:42`` today, ``11-22 09:00`` on another day, ``-`` when unknown (times are naive UTC)."""
+    """``16:42`` today, ``11-22 09:00`` on another day this year, ``2027-11-28 18:29`` in another year,
+    ``-`` when unknown (times are naive UTC)."""
     lt, ln = _local(t), _local(now)
     if lt is None or ln is None:
         return "-"
     if lt.date() == ln.date():
         return lt.strftime("%H:%M")
+    if lt.year != ln.year:
+        # Slurm expects a job blocked by jobs without a time limit to start a year on: without the year
+        # that read as today (seen in hq: START 11-28 18:29 on 11-28)
+        return lt.strftime("%Y-%m-%d %H:%M")
     return lt.strftime("%m-%d %H:%M")
 
 

@@ -13,6 +13,7 @@ from hivebatch.cli.hq.columns import Column, parse_format, render_plain
 from hivebatch.cli.hq.rows import Filters, collect_rows, parse_states, plain_reason
 from hivebatch.errors import HivebatchError
 from hivebatch.request import JobRequest
+from hivebatch.state import formats
 from hivebatch.state.formats import format_placement, format_slack
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, 0)
@@ -227,6 +228,15 @@ def test_slack_words() -> None:
     assert format_slack(3900) == "+1h05m"
     assert format_slack(None) == "-"
     assert format_slack(-0.4) == "+0s"  # seen in hq: a prediction 0.4 s past the ECT read "-0s"
+
+
+def test_times_far_away_carry_their_year(monkeypatch: pytest.MonkeyPatch) -> None:
+    # seen in hq: Slurm's start estimate a year on (a node held by jobs without a time limit) read as today
+    monkeypatch.setattr(formats, "_local", lambda t: t and t.replace(tzinfo=dt.UTC))  # shown in UTC
+    now = dt.datetime(2026, 11, 28, 18, 30)
+    assert formats.format_time(dt.datetime(2026, 11, 28, 19, 0), now) == "19:00"
+    assert formats.format_time(dt.datetime(2026, 12, 2, 9, 0), now) == "12-02 09:00"
+    assert formats.format_time(dt.datetime(2027, 11, 28, 18, 29), now) == "2027-11-28 18:29"
 
 
 def test_squeue_style_format() -> None:
