@@ -56,8 +56,19 @@ class Observation:
     errors: list[str] = field(default_factory=list)
 
 
+def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
+    """Every node as Slurm lists it, with the reservations on it."""
+    nodes = {n.name: n for n in backend.list_nodes()}
+    for r in backend.list_reservations():
+        for name in r.nodes:
+            if name in nodes:
+                nodes[name].reserved.append((r.start, r.end, r.name))
+    return nodes
+
+
 def observe(backend: SlurmBackend) -> Observation:
-    """List every job and node once (one squeue-like and one sinfo-like call, never one per job).
+    """List every job and node once (one squeue-like and one sinfo-like call, never one per job), and
+    the reservations on the nodes.
 
     Raises SlurmUnavailable when Slurm's answer cannot be trusted: a command failed or reported an
     error, or no node has registered with slurmctld (just restarted: node states and GPU use are
@@ -69,7 +80,7 @@ def observe(backend: SlurmBackend) -> Observation:
     now = utcnow()
     try:
         jobs = {int(j.job_id): j for j in backend.list_jobs()}
-        nodes = {n.name: n for n in backend.list_nodes()}
+        nodes = list_nodes(backend)
     except SlurmUnavailable:
         raise
     except SlurmError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from datetime import datetime
 
-from hivebatch.slurm.types import AcctRecord, SlurmJob, SlurmNode
+from hivebatch.slurm.types import AcctRecord, Reservation, SlurmJob, SlurmNode
 
 
 class SlurmBackend(ABC):
@@ -94,6 +94,10 @@ class SlurmBackend(ABC):
 
     @abstractmethod
     def list_nodes(self) -> list[SlurmNode]: ...
+
+    def list_reservations(self) -> list[Reservation]:
+        """Every advance reservation, active or to come (none where the backend cannot tell)."""
+        return []
 
     @abstractmethod
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:

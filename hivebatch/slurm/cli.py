@@ -15,6 +15,7 @@ from hivebatch.slurm.parse import (
     SACCT_FIELDS,
     parse_job_gpus,
     parse_job_id,
+    parse_reservations,
     parse_sacct,
     parse_show_config,
     parse_sinfo_json,
@@ -23,6 +24,7 @@ from hivebatch.slurm.parse import (
 from hivebatch.slurm.types import (
     SIGNAL_TARGETS,
     AcctRecord,
+    Reservation,
     SlurmError,
     SlurmJob,
     SlurmNode,
@@ -219,6 +221,9 @@ class CliBackend(SlurmBackend):
 
     def list_nodes(self) -> list[SlurmNode]:
         return parse_sinfo_json(self._run(["sinfo", "--json"]))
+
+    def list_reservations(self) -> list[Reservation]:
+        return parse_reservations(self._run(["scontrol", "show", "reservation", "-o"]))
 
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:
         return parse_job_gpus(self._run(["scontrol", "-d", "show", "job", self._name(job_id)]))

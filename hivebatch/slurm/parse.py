@@ -18,6 +18,7 @@ from hivebatch.slurm.types import (
     FINISHED_STATES,
     HELD_REASONS,
     AcctRecord,
+    Reservation,
     SlurmJob,
     SlurmNode,
     SlurmUnavailable,
@@ -510,3 +511,28 @@ def requeue_delay_s(config: Mapping[str, str]) -> int:
         if name.strip() == "cred_expire" and value.strip().isdigit():
             expire = int(value)
     return expire + 1
+
+
+def parse_reservations(text: str) -> list[Reservation]:
+    """``scontrol show reservation -o`` with ``SLURM_TIME_FORMAT=%s``: one ``Key=value`` line per
+    reservation, or "No reservations in the system" (tests/fixtures/slurm/reservations.txt)."""
+    out: list[Reservation] = []
+    for line in text.splitlines():
+        if not line.startswith("ReservationName="):
+            continue
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        try:
+            start = datetime.fromtimestamp(int(fields["StartTime"]), UTC).replace(tzinfo=None)
+            end = datetime.fromtimestamp(int(fields["EndTime"]), UTC).replace(tzinfo=None)
+        except (KeyError, ValueError):
+            continue  # a window Slurm does not give cannot be judged: Slurm keeps judging it
+        nodes = fields.get("Nodes", "")
+        out.append(
+            Reservation(
+                name=fields["ReservationName"],
+                start=start,
+                end=end,
+                nodes=tuple(expand_hostlist(nodes if nodes != "(null)" else "")),
+            )
+        )
+    return out

@@ -213,12 +213,27 @@ class SlurmNode:
     cpus_free: int = 0
     mem_mb: int = 0
     mem_free_mb: int = 0  # real memory less what Slurm allocated to jobs
+    #: reservations on the node, active or to come (naive UTC start, end, name): Slurm starts a job that
+    #: does not ask for one there only if its time limit ends before the next one starts
+    #: (tests/fixtures/slurm/reservation_time_limit.txt)
+    reserved: list[tuple[datetime, datetime, str]] = field(default_factory=list)
 
     @property
     def responding(self) -> bool:
         """False while slurmctld has not heard from the node (UNKNOWN after a restart, or ``*``)."""
         words = self.state.upper().replace("*", "+NOT_RESPONDING").split("+")
         return not any(w in UNRESPONSIVE_NODE_WORDS for w in words)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One advance reservation, as ``scontrol show reservation`` lists it (times naive UTC; a recurring one
+    shows its next occurrence)."""
+
+    name: str
+    start: datetime
+    end: datetime
+    nodes: tuple[str, ...]
 
 
 @dataclass

@@ -18,7 +18,7 @@ from hivebatch.controller.ledger import Ledger
 from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
 from hivebatch.request import JobRequest, request_of
-from hivebatch.slurm.types import SlurmJob
+from hivebatch.slurm.types import SlurmError, SlurmJob, SlurmNode
 from hivebatch.state.ledger import JOB_COLUMNS
 from hivebatch.submit.build import Submission
 
@@ -70,8 +70,16 @@ def _request(row: Job) -> JobRequest | None:
         return None
 
 
-def decide_with(ctx: Any, rows: list[Any], alloc: Any, req: JobRequest, now: dt.datetime) -> Decisions:
-    """The controller's own ``decide`` over the ledger's jobs and this one request, on ``alloc``."""
+def decide_with(
+    ctx: Any,
+    rows: list[Any],
+    alloc: Any,
+    req: JobRequest,
+    now: dt.datetime,
+    nodes: dict[str, SlurmNode] | None = None,
+) -> Decisions:
+    """The controller's own ``decide`` over the ledger's jobs and this one request, on ``alloc`` (and
+    ``nodes`` as Slurm lists them, with their reservations, when Slurm answered)."""
     jobs = {r.slurm_job_id: _job(r) for r in rows if not r.foreign}
     mine = Job(slurm_job_id=TEST_SID, name="test-only", state="queued", foreign=False, vc_name=req.vc,
                qos=req.qos, priority=req.priority, gpus=req.gpus, gpu_type=req.gpu_type, submit_time=now,
@@ -82,7 +90,7 @@ def decide_with(ctx: Any, rows: list[Any], alloc: Any, req: JobRequest, now: dt.
         waiting_req = _request(job) if job.state in ("queued", "preempted") and job.intent is None else None
         if waiting_req is not None:
             slurm[job.slurm_job_id] = _held_record(job, waiting_req)
-    return decide(ctx, Ledger(jobs=jobs, slurm=slurm, alloc=alloc), now)
+    return decide(ctx, Ledger(jobs=jobs, slurm=slurm, alloc=alloc, nodes=nodes or {}), now)
 
 
 def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
@@ -98,7 +106,7 @@ def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
     req = sub.request
     if is_slice(ctx.spec, req.gpus, req.gpu_mem_mib, req.gpu_type):
         return predict_slice(ctx, req, alloc, source, now)
-    out = decide_with(ctx, ledger.jobs, alloc, req, now)
+    out = decide_with(ctx, ledger.jobs, alloc, req, now, _nodes())
     others = [p for p in out.places if p.job.slurm_job_id != TEST_SID]
     for i, p in enumerate(out.places):
         if p.job.slurm_job_id == TEST_SID:
@@ -112,6 +120,18 @@ def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
                               predicted_start=w.predicted_start, predicted_end=w.predicted_end,
                               slack_s=w.slack_s, reason=w.reason, source=source, ahead=len(others))  # fmt: skip
     return Prediction(result="waiting", reason="the policy chose not to start it now", source=source)
+
+
+def _nodes() -> dict[str, SlurmNode] | None:
+    """The nodes and their reservations (a maintenance window a long job would run into), or None when
+    Slurm does not answer: the cell state alone then."""
+    from hivebatch.controller.observe import list_nodes
+    from hivebatch.slurm import get_backend
+
+    try:
+        return list_nodes(get_backend())
+    except SlurmError:
+        return None
 
 
 def predict_slice(ctx: Any, req: JobRequest, alloc: Any, source: str, now: dt.datetime) -> Prediction:

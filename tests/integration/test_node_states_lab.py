@@ -58,10 +58,27 @@ def test_a_maintenance_reservation_takes_its_node_out_of_the_cells_until_it_ends
     assert "node4" in {e.data["node"] for e in _events(ctl, "node_healthy")}
 
 
-def test_a_pin_slurm_does_not_start_is_taken_back_and_placed_elsewhere(ctl: Ctl) -> None:
+def test_a_job_is_placed_where_its_time_limit_runs_into_no_reservation(ctl: Ctl) -> None:
+    # seen on the lab: alice's 1-hour job was pinned into a maintenance window opening in 30 min, taken
+    # back a minute later, pinned to the next reserved node, and so on
+    # (tests/fixtures/slurm/reservation_time_limit.txt)
+    with reservation("starttime=now+300", "duration=30", "nodes=node[1-3]", "flags=maint", "users=root"):
+        jid = ctl.submit("alice", "cv", 1)  # 10 minutes: it would run into the window
+        short = ctl.submit("carol", "sys", 1, extra=["-t", "2"])  # ends before it opens
+        ctl.cycle()
+        assert list(ctl.job(jid).placement) == ["node4"], ctl.job(jid).reason
+        ctl.lab.wait_for(jid, {"RUNNING"}, timeout_s=30)
+        ctl.lab.wait_for(short, {"RUNNING"}, timeout_s=30)
+        assert not [e for e in _events(ctl, "taken_back") if e.slurm_job_id in (jid, short)]
+
+
+def test_a_pin_slurm_does_not_start_is_taken_back_and_placed_elsewhere(
+    ctl: Ctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ctl.ctx.settings = replace(ctl.ctx.settings, start_timeout_s=4.0)
     # a maintenance window that opens in 5 minutes on three nodes: Slurm will not start a 10-minute
-    # job there, and nothing about it shows on the nodes yet
+    # job there; the controller is kept from seeing it, as something it does not know of
+    monkeypatch.setattr(ctl.backend, "list_reservations", lambda: [])
     with reservation("starttime=now+300", "duration=30", "nodes=node[1-3]", "flags=maint", "users=root"):
         jid = ctl.submit("alice", "cv", 1)
         ctl.cycle()

@@ -374,3 +374,52 @@ def test_a_job_asking_for_all_of_a_nodes_memory_is_placed_only_where_no_job_hold
     run_policy_round(r)
     (place,) = r.out.places
     assert list(place.placement) == ["node4"]
+
+
+def test_a_node_is_unfit_for_a_job_whose_time_limit_runs_into_a_reservation_there(slurm_fixture):
+    # plain Slurm started `-w node1 -t 20` at once and kept `-t 60` until maint1 had ended
+    # (tests/fixtures/slurm/reservation_time_limit.txt)
+    from hivebatch.controller.decide.fit import clear_of_reservations
+    from hivebatch.slurm.parse import parse_reservations
+
+    node1 = _node("node1")
+    for r in parse_reservations(slurm_fixture("reservations.txt")):
+        if "node1" in r.nodes:
+            node1.reserved.append((r.start, r.end, r.name))
+    now = dt.datetime(2026, 11, 28, 18, 45, 57)  # maint1 starts in 30 min
+    job = replace(slurm_job(row(1, JobRequest(vc="cv", gpus=1))), time_limit_s=20 * 60)
+    assert why_unfit(job, node1, now) is None
+    late = replace(job, time_limit_s=60 * 60)
+    why = "reserved (maint1) until 2026-11-28 20:15 UTC, which its time limit would run into"
+    assert why_unfit(late, node1, now) == why
+    assert why_unfit(replace(job, time_limit_s=None), node1, now) == why  # no limit runs into any
+    assert why_unfit(replace(late, reservation="maint1"), node1, now) is None  # Slurm places those
+    assert why_unfit(late, node1) is None  # reservations judged only where the time is given
+    assert why_unfit(late, node1, dt.datetime(2026, 11, 28, 20, 16)) is None  # over
+    assert clear_of_reservations(late, node1, now) == dt.datetime(2026, 11, 28, 20, 15, 55)
+
+
+def test_jobs_are_placed_beside_a_coming_reservation_and_wait_for_its_end_when_nowhere_else(
+    tmp_path, monkeypatch
+):
+    # seen on the lab: with a maintenance reservation on node1 and node2 in 30 min, alice's 1-hour job was
+    # pinned to node1, taken back a minute later (Slurm expected it to start after the reservation), then
+    # pinned to node2, and so on
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    env = make_env(tmp_path)
+    env.slurm.reserve("maint", ["node1", "node2"], start_in_s=1800, duration_s=3600)
+    long = env.submit("alice", "cv", 1, time_limit_s=3600)
+    short = env.submit("carol", "sys", 1, time_limit_s=600)
+    env.cycle()
+    assert list(env.job(long).placement) in (["node3"], ["node4"]), env.job(long).reason
+    assert env.slurm.job(long).state == "RUNNING"
+    assert env.slurm.job(short).state == "RUNNING"  # it ends before the reservation starts: any node
+    env.slurm.reserve("all", ["node3", "node4"], start_in_s=1800, duration_s=3600)
+    late = env.submit("bob", "nlp", 1, time_limit_s=3600)
+    env.cycle()
+    job = env.job(late)
+    assert job.state == "queued" and not job.placement
+    assert job.reason.startswith("no node has what it needs besides GPUs now: node1: reserved (maint) until")
+    assert job.predicted_start is not None and job.predicted_start >= env.slurm.now().replace(
+        tzinfo=None
+    ) + dt.timedelta(hours=1.5)

@@ -95,3 +95,29 @@ def test_a_gpu_slice_is_binpacked_onto_the_gpu_a_running_slice_uses(site) -> Non
     too_big = prepare(["--config", str(tmp / "hivebatch.yaml"), "-A", "sys", "--gpu-mem", "13G", str(tmp / "job.sh")],
                       environ={}, stdin_read=None)  # fmt: skip
     assert predict(too_big, now).placement != {"node3": [5]}  # 20 + 13 > 32: another GPU
+
+
+def test_a_job_that_would_run_into_a_reservation_everywhere_is_told_it_waits_for_its_end(site) -> None:  # type: ignore[no-untyped-def]
+    # a student's question before a maintenance window: when would my job start? (as the controller decides)
+    tmp, fake = site
+    fake.reserve("maint", ["node1", "node2", "node3", "node4"], start_in_s=1800, duration_s=3600)
+    now = fake.now().replace(tzinfo=None)
+
+    def ask(limit: str):  # type: ignore[no-untyped-def]
+        args = [
+            "--config",
+            str(tmp / "hivebatch.yaml"),
+            "-A",
+            "cv",
+            "--gpus",
+            "1",
+            "-t",
+            limit,
+            str(tmp / "job.sh"),
+        ]
+        return predict(prepare(args, environ={}, stdin_read=None), now)
+
+    assert ask("20").result == "placed"  # it ends before the reservation starts
+    long = ask("60")
+    assert long.result == "waiting" and "node1: reserved (maint) until" in (long.reason or "")
+    assert long.predicted_start == now + dt.timedelta(seconds=5400)

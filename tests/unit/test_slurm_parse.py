@@ -178,3 +178,18 @@ def test_a_deadline_and_time_min_are_read_as_slurm_judges_them(slurm_fixture):
     assert (jobs["dlmin"].time_min_s, jobs["dlmin"].time_limit_s) == (120, 300)
     assert jobs["nodl"].deadline is None and jobs["nodl"].time_min_s is None
     assert jobs["dlbob"].state == "DEADLINE" and jobs["dlbob"].reason == "DeadLine"
+
+
+def test_reservations_are_read_with_their_windows_in_utc(slurm_fixture) -> None:
+    from hivebatch.slurm.parse import parse_reservations
+
+    found = {r.name: r for r in parse_reservations(slurm_fixture("reservations.txt"))}
+    assert sorted(found) == ["alice_res", "daily", "maint1", "part4"]
+    maint = found["maint1"]
+    assert maint.nodes == ("node1", "node2")
+    assert (maint.start, maint.end) == (
+        datetime(2026, 11, 28, 19, 15, 55),
+        datetime(2026, 11, 28, 20, 15, 55),
+    )
+    assert found["daily"].nodes == ("node4",) and found["alice_res"].nodes == ("node3",)
+    assert parse_reservations(slurm_fixture("reservations_none.txt")) == []

@@ -2,12 +2,14 @@
 
 Slurm stays the judge; this only keeps hivebatch from pinning a job where Slurm would leave it pending:
 the job's partition(s), its ``--constraint`` (plain AND/OR of features; bracketed or counted forms
-are left to Slurm), nodes it excluded, and the CPUs and memory per node it asked for against what the
-node has free now (all of it for ``--mem=0``). A node where a pinned job did not start before is avoided too (``avoided``).
+are left to Slurm), nodes it excluded, the CPUs and memory per node it asked for against what the
+node has free now (all of it for ``--mem=0``), and reservations its time limit would run into. A node
+where a pinned job did not start before is avoided too (``avoided``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Mapping
 
@@ -43,11 +45,36 @@ def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
     return None
 
 
-def why_unfit(sj: SlurmJob, node: SlurmNode) -> str | None:
-    """Why Slurm would not start ``sj`` on ``node`` now, in a few words; None when it could."""
+def reserved_until(sj: SlurmJob, node: SlurmNode, now: dt.datetime) -> tuple[dt.datetime, str] | None:
+    """The end and name of the reservation on ``node`` that ``sj``, started now, would run into (its time
+    limit ends after the reservation starts; no limit runs into any); None when there is none. A job that
+    asks for a reservation is Slurm's to place."""
+    if sj.reservation:
+        return None
+    end = now + dt.timedelta(seconds=sj.time_limit_s) if sj.time_limit_s else None
+    hit = [(stop, name) for start, stop, name in node.reserved if stop > now and (end is None or start < end)]
+    return max(hit) if hit else None
+
+
+def clear_of_reservations(sj: SlurmJob, node: SlurmNode, now: dt.datetime) -> dt.datetime:
+    """The first time from ``now`` at which ``sj`` could start on ``node`` without running into a
+    reservation there."""
+    at = now
+    while (blocked := reserved_until(sj, node, at)) is not None:
+        at = blocked[0]
+    return at
+
+
+def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> str | None:
+    """Why Slurm would not start ``sj`` on ``node`` now (naive UTC; None: reservations are not judged),
+    in a few words; None when it could."""
     never = why_never(sj, node)
     if never or sj.reservation:
         return never
+    blocked = reserved_until(sj, node, now) if now is not None else None
+    if blocked is not None:
+        stop, name = blocked
+        return f"reserved ({name}) until {stop:%Y-%m-%d %H:%M} UTC, which its time limit would run into"
     if node.cpus and sj.cpus_per_node > node.cpus_free:
         return f"{node.cpus_free} CPUs free, the job needs {sj.cpus_per_node}"
     if node.mem_mb and sj.mem_per_node_mb > node.mem_free_mb:
@@ -73,6 +100,7 @@ def unfit_nodes(
     wanted: str = "",
     *,
     ever: bool = False,
+    now: dt.datetime | None = None,
 ) -> dict[str, str]:
     """Every node the job cannot use now (``ever``: can never use), with the reason. ``wanted``: its
     owner's --nodelist (a hostlist, as Slurm keeps it), whose nodes sbatch counted into the job's node
@@ -81,9 +109,8 @@ def unfit_nodes(
     if wanted:
         listed = set(expand_hostlist(wanted))
         out.update({name: f"not in its --nodelist {wanted}" for name in nodes if name not in listed})
-    judge = why_never if ever else why_unfit
     for name, node in nodes.items():
-        why = judge(sj, node)
+        why = why_never(sj, node) if ever else why_unfit(sj, node, now)
         if why and name not in out:
             out[name] = why
     return out

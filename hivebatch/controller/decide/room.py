@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from functools import partial
 
 from hivebatch.cells import CellAllocator, ClusterSpec
-from hivebatch.controller.decide.fit import unfit_text
+from hivebatch.controller.decide.fit import clear_of_reservations, unfit_text, why_unfit
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.tasks import slurm_order, start_prediction
 from hivebatch.controller.decide.types import GpuMap, Round, Wait
@@ -93,6 +94,17 @@ def _head_key(job: Job, req: JobRequest, sj: SlurmJob) -> tuple[int, bool, float
     return (-req.priority, sj.nice > 0, submitted, *slurm_order(sj))
 
 
+def _usable_at(r: Round, sj: SlurmJob, name: str) -> dt.datetime | None:
+    """When ``sj`` could start on node ``name`` at the soonest (None: not known): the CPUs and memory
+    running jobs hold there free up no sooner than the first of their time limits, and it runs into no
+    reservation there."""
+    node = r.ledger.nodes.get(name)
+    if node is None:
+        return None
+    held = r.first_limit_end.get(name) if why_unfit(sj, node) else r.now
+    return max(held, clear_of_reservations(sj, node, r.now)) if held is not None else None
+
+
 def _to_round(r: Round, job: Job, req: JobRequest, sj: SlurmJob) -> None:
     task = r.builder.task(job, req, sj.time_limit_s, sj.nice, sj)
     task.avoid_nodes = frozenset(n for n in r.unfit_for(job, sj) if n in r.alloc.tree.node_cell)
@@ -121,8 +133,7 @@ def _screen_one(
     if all(n in unfit for n in of_type):
         wait = hopeless_wait(r, room, job, req, sj)
         wait.reason = f"no node has what it needs besides GPUs now: {unfit_text(unfit)}"
-        ends = r.first_limit_end
-        wait.not_before = min((ends[n] for n in of_type if n in ends), default=None)
+        wait.not_before = min(filter(None, (_usable_at(r, sj, n) for n in of_type)), default=None)
         r.out.waits.append(wait)
         return
     if room.may_fit(req):

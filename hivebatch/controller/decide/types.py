@@ -112,7 +112,9 @@ class Round:
     reqs: dict[str, tuple[Job, JobRequest]] = field(default_factory=dict)  # task id -> its job
     unfit: dict[int, dict[str, str]] = field(default_factory=dict)  # Slurm id -> nodes it cannot use, why
     # the same, per distinct needs: thousands of waiting jobs share a few, and each costs a pass over the nodes
-    unfit_by_needs: dict[tuple[Needs, frozenset[str], str], dict[str, str]] = field(default_factory=dict)
+    unfit_by_needs: dict[tuple[Needs, frozenset[str], str, int | None], dict[str, str]] = field(
+        default_factory=dict
+    )
     # the nodes jobs of these needs (and --nodelist) can never use: a rejected job is judged every cycle
     never_by_needs: dict[tuple[Needs, str], dict[str, str]] = field(default_factory=dict)
     # slurm id -> how it runs otherwise than asked (a lower class, more nodes)
@@ -120,6 +122,11 @@ class Round:
     # GPU type (None: any) -> the most CPUs and memory one of its nodes has, asked for each waiting job
     size_by_type: dict[str | None, NodeSize] = field(default_factory=dict)
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
+
+    @functools.cached_property
+    def reserved_nodes(self) -> bool:
+        """Some node has a reservation: jobs' time limits then decide where they may start."""
+        return any(n.reserved for n in self.ledger.nodes.values())
 
     @functools.cached_property
     def first_limit_end(self) -> dict[str, dt.datetime]:
@@ -175,9 +182,9 @@ class Round:
         if job.slurm_job_id not in self.unfit:
             avoided = self.ledger.avoided.get(job.slurm_job_id, frozenset())
             wanted = _nodelist(sj)
-            key = (needs_of(sj), avoided, wanted)
+            key = (needs_of(sj), avoided, wanted, sj.time_limit_s if self.reserved_nodes else None)
             if key not in self.unfit_by_needs:
-                self.unfit_by_needs[key] = unfit_nodes(sj, self.ledger.nodes, avoided, wanted)
+                self.unfit_by_needs[key] = unfit_nodes(sj, self.ledger.nodes, avoided, wanted, now=self.now)
             self.unfit[job.slurm_job_id] = self.unfit_by_needs[key]
         return self.unfit[job.slurm_job_id]
 

@@ -14,6 +14,7 @@ from hivebatch.slurm.types import (
     FINISHED_STATES,
     SIGNAL_TARGETS,
     AcctRecord,
+    Reservation,
     SlurmError,
     SlurmJob,
     SlurmNode,
@@ -155,6 +156,18 @@ class FakeSlurm(SlurmBackend):
         if j.state != "RUNNING":
             raise SlurmError(["requeue", str(job_id)], 1, f"job {job_id} is {j.state}, not RUNNING")
         j.requeue(self._s.now(), "BeginTime")
+
+    def reserve(self, name: str, nodes: list[str], start_in_s: float, duration_s: float) -> None:
+        """An admin's ``scontrol create reservation`` of whole nodes, starting ``start_in_s`` from now."""
+        start = self._s.now().replace(tzinfo=None) + timedelta(seconds=start_in_s)
+        self._s.reservations.append(
+            Reservation(name, start, start + timedelta(seconds=duration_s), tuple(nodes))
+        )
+
+    def list_reservations(self) -> list[Reservation]:
+        self._answering("scontrol show reservation", "Unspecified error")
+        now = self._s.now().replace(tzinfo=None)
+        return [r for r in self._s.reservations if r.end > now]
 
     def set_node_state(self, node: str, state: str, reason: str = "") -> None:
         """'DOWN' or 'DRAIN' make a node bad (jobs there keep running); 'IDLE'/'RESUME' make it good."""

@@ -27,7 +27,12 @@ def fit(
     state: State, j: Job, node: str, gpus_busy: set[int], shards_busy: dict[int, int]
 ) -> tuple[list[int], dict[int, int]] | None:
     n = state.nodes[node]
-    if n.state != "IDLE" or not n.registered or not state.controller_up:
+    if (
+        n.state != "IDLE"
+        or not n.registered
+        or not state.controller_up
+        or _runs_into_reservation(state, j, node)
+    ):
         return None
     want_gpus: list[int] = []
     want_shards: dict[int, int] = {}
@@ -51,6 +56,14 @@ def fit(
     if untyped > len(free):
         return None
     return sorted(want_gpus + free[:untyped]), want_shards
+
+
+def _runs_into_reservation(state: State, j: Job, node: str) -> bool:
+    """Slurm starts a job that asks for no reservation on a reserved node only if its time limit ends
+    before the reservation starts (recorded: tests/fixtures/slurm/reservation_time_limit.txt)."""
+    now = state.now().replace(tzinfo=None)
+    end = now + timedelta(seconds=j.time_limit_s) if j.time_limit_s else None
+    return any(node in r.nodes and r.end > now and (end is None or r.start < end) for r in state.reservations)
 
 
 def placement(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hivebatch.slurm.parse import requeue_delay_s
-from hivebatch.slurm.types import FINISHED_STATES, SlurmError
+from hivebatch.slurm.types import FINISHED_STATES, Reservation, SlurmError
 
 QOS_NAMES = ("urgent", "prior", "normal", "opportunistic")
 PREEMPTABLE_QOS = "opportunistic"
@@ -123,6 +123,8 @@ class State:
         self.controller_up = True  # False: slurmctld stopped (slurmdbd, hence history, still answers)
         #: slurmctld's job_submit plugin (hivebatch's, run by Lua); None = no plugin configured
         self.job_submit: Any = None
+        #: advance reservations (naive UTC, as parsed); no job here asks for one, so none may run into them
+        self.reservations: list[Reservation] = []
 
     def now(self) -> datetime:
         return (self._clock() + self._offset).replace(microsecond=0)
