@@ -116,9 +116,11 @@ def predict(sub: Submission, now: dt.datetime | None = None) -> Prediction:
                               ahead=sum(1 for q in out.places[:i] if q.job.slurm_job_id != TEST_SID))  # fmt: skip
     for w in out.waits:
         if w.job.slurm_job_id == TEST_SID:
+            # against its predicted end, as hq shows a waiting job's slack (the round's is as if it started now)
+            slack = (w.ect - w.predicted_end).total_seconds() if w.ect and w.predicted_end else w.slack_s
             return Prediction(result="rejected" if w.rejected else "waiting", shape=w.shape,
                               predicted_start=w.predicted_start, predicted_end=w.predicted_end,
-                              slack_s=w.slack_s, reason=w.reason, source=source, ahead=len(others))  # fmt: skip
+                              slack_s=slack, reason=w.reason, source=source, ahead=len(others))  # fmt: skip
     return Prediction(result="waiting", reason="the policy chose not to start it now", source=source)
 
 

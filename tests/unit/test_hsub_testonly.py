@@ -100,7 +100,6 @@ def test_a_gpu_slice_is_binpacked_onto_the_gpu_a_running_slice_uses(site) -> Non
 def test_a_job_that_would_run_into_a_reservation_everywhere_is_told_it_waits_for_its_end(site) -> None:  # type: ignore[no-untyped-def]
     # a student's question before a maintenance window: when would my job start? (as the controller decides)
     tmp, fake = site
-    fake.reserve("maint", ["node1", "node2", "node3", "node4"], start_in_s=1800, duration_s=3600)
     now = fake.now().replace(tzinfo=None)
 
     def ask(limit: str):  # type: ignore[no-untyped-def]
@@ -117,7 +116,12 @@ def test_a_job_that_would_run_into_a_reservation_everywhere_is_told_it_waits_for
         ]
         return predict(prepare(args, environ={}, stdin_read=None), now)
 
+    free = ask("60")
+    assert free.result == "placed" and free.slack_s is not None
+    fake.reserve("maint", ["node1", "node2", "node3", "node4"], start_in_s=1800, duration_s=3600)
     assert ask("20").result == "placed"  # it ends before the reservation starts
     long = ask("60")
     assert long.result == "waiting" and "node1: reserved (maint) until" in (long.reason or "")
     assert long.predicted_start == now + dt.timedelta(seconds=5400)
+    # its slack counts from that later end, as hq counts a waiting job's (before: as if it started now)
+    assert long.slack_s == free.slack_s - 5400
