@@ -174,6 +174,16 @@ def live_nodes() -> tuple[list[Any] | None, str | None]:
         return None, "no Slurm backend installed"
 
 
+def live_reservations() -> list[Any]:
+    """Slurm's advance reservations now (none when Slurm cannot be asked: the map says so already)."""
+    try:
+        from hivebatch.slurm import get_backend
+
+        return list(get_backend().list_reservations())
+    except (HivebatchError, ImportError, AttributeError):
+        return []
+
+
 def cluster_map(data: ReportData, use_slurm: bool = True) -> tuple[ClusterMap, str]:
     """The GPU map, and a short phrase saying where it came from."""
     job_users = {j.job_id: j.user for j in data.jobs}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import IO, Any
 
 from hivebatch.reports.gpumap import ClusterMap, GpuSlot
+from hivebatch.slurm.types import Reservation
 
 CELL_W = 5
 # Named colours survive 16-colour terminals; red is kept for bad nodes. Same order as the HTML palette.
@@ -200,3 +201,12 @@ def print_map(
     console.print(legend)
     for line_text in summary_lines(cmap):
         console.print(line_text, markup=False)
+
+
+def reservation_lines(reservations: list[Reservation]) -> list[str]:
+    """One line per reservation: the nodes where jobs whose time limit runs into it are not placed."""
+    return [
+        f"Reservation {r.name}: {', '.join(r.nodes) or 'no nodes'} from {r.start:%Y-%m-%d %H:%M} to "
+        f"{r.end:%Y-%m-%d %H:%M} UTC (a job not in it starts there only if its time limit ends before)"
+        for r in sorted(reservations, key=lambda r: (r.start, r.name))
+    ]

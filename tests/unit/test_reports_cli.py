@@ -129,6 +129,29 @@ def test_cluster_and_events(config: Path) -> None:
     assert "no events for job 999" in run("events", "--job", "999")
 
 
+def test_cluster_lists_the_reservations_slurm_has(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an admin planning maintenance sees the window the controller keeps long jobs out of
+    fake = FakeSlurm()
+    fake.reserve("maint1", ["node1", "node2"], start_in_s=1800, duration_s=3600)
+    monkeypatch.setattr("hivebatch.slurm.get_backend", lambda name=None: fake)
+    (resv,) = fake.list_reservations()
+    out = run("cluster")
+    assert (
+        f"Reservation maint1: node1, node2 from {resv.start:%Y-%m-%d %H:%M} to {resv.end:%Y-%m-%d %H:%M} UTC"
+        " (a job not in it starts there only if its time limit ends before)"
+    ) in out
+    data = json.loads(run("cluster", "--format", "json"))
+    assert data["reservations"] == [
+        {
+            "name": "maint1",
+            "nodes": ["node1", "node2"],
+            "start": resv.start.isoformat(),
+            "end": resv.end.isoformat(),
+        }
+    ]
+    assert "Reservation" not in run("cluster", "--no-slurm")
+
+
 def test_vc_check_config_only(config: Path) -> None:
     out = run("vc", "check", "--no-slurm")
     assert "ok     config feasible: 3 VCs reserve 32 of 32 GPUs on 4 nodes" in out
