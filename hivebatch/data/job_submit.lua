@@ -624,10 +624,21 @@ local function check_limits(user, uid, vc, cls)
 end
 
 -- an owner moving a waiting job into a strict class (or a strict job to another VC) meets the same limits
+-- An owner may move a waiting GPU job to another VC they belong to (scontrol update Account=), as Slurm
+-- lets them: the controller follows the account. Not once its GPUs are chosen: the cells holding them
+-- are the old VC's.
 local function check_class_change(job_desc, job_rec)
   local qos, account = get(job_desc, "qos"), get(job_desc, "account")
   local cls = (qos ~= nil and qos ~= "") and qos or job_rec.qos
   local vc = (account ~= nil and account ~= "") and account or job_rec.account
+  if vc ~= job_rec.account then
+    if SITE.vcs[vc] == nil then
+      fail("account '" .. vc .. "' is not a virtual cluster of hivebatch (VCs: " .. SITE.vc_list .. ")")
+    end
+    if #split_gpu(job_rec.tres_per_node) > 0 then
+      fail("hivebatch job " .. tostring(job_rec.job_id) .. " has its GPUs in VC " .. tostring(job_rec.account) .. " already: cancel and resubmit it with -A " .. vc)
+    end
+  end
   if cls ~= job_rec.qos or vc ~= job_rec.account then
     check_limits(job_rec.user_name, job_rec.user_id, vc, cls)
   end

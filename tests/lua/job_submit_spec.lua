@@ -434,6 +434,19 @@ describe("slurm_job_modify", function()
     assert.are.equal(0, c.begin_time)
   end)
 
+  it("lets the owner move a waiting job to another VC, not a placed one nor to an account that is no VC", function()
+    -- Slurm lets an owner change a pending job's account; the controller follows it (seen on the lab:
+    -- alice's job moved from nlp to cv kept nlp's cells until then)
+    local waiting = { job_id = 9, admin_comment = managed.admin_comment, account = "nlp", qos = "normal", priority = 0,
+                      tres_per_node = "", job_state = 0, user_name = "alice", user_id = 1001 }
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ account = "cv" }), waiting, {}, 1001))
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ account = "physics" }), waiting, {}, 1001))
+    local placed = { job_id = 9, admin_comment = managed.admin_comment, account = "nlp", qos = "normal", priority = 100,
+                     tres_per_node = "gres:gpu:g0:1", job_state = 0, user_name = "alice", user_id = 1001 }
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ account = "cv" }), placed, {}, 1001))
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ account = "nlp" }), placed, {}, 1001))  -- the same VC
+  end)
+
   it("refuses the owner moving the start time of a waiting job", function()
     assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ begin_time = 1700000000 }), managed, {}, 1001))
   end)

@@ -216,6 +216,37 @@ def test_a_job_that_kept_its_gpus_is_not_started_by_an_admins_release_before_it_
     )
 
 
+def test_a_waiting_job_its_owner_moves_to_another_vc_is_placed_and_booked_there(env: Env) -> None:
+    # seen on the lab: alice, in cv and nlp, moved a waiting job from nlp to cv (scontrol update Account=cv);
+    # Slurm books it to cv, but the ledger kept it in nlp
+    env.slurm.accounts["alice"] = ["cv", "nlp"]
+    for _ in range(2):
+        env.submit("bob", "nlp", 8)  # nlp full
+    env.cycle()
+    jid = env.submit("alice", "nlp", 2)
+    env.cycle()
+    assert env.job(jid).state == "queued" and env.job(jid).vc_name == "nlp"
+    env.slurm.as_user("alice").set_account(jid, "cv")
+    env.cycle()
+    job = env.job(jid)
+    assert job.vc_name == "cv" and job.placement and env.slurm.job(jid).state == "RUNNING"
+    with env.factory() as s:
+        (cell,) = {b.vc_name for b in s.scalars(select(GpuBinding)) if b.slurm_job_id == jid}
+    assert cell == "cv"
+    (moved,) = env.events(jid, kind="moved")
+    assert moved.message == "moved from VC nlp to VC cv: its Slurm account is cv now"
+    with pytest.raises(SlurmError):  # its GPUs are cv's now
+        env.slurm.as_user("alice").set_account(jid, "nlp")
+    env.cycle()  # seen running
+    env.slurm.advance(600)
+    env.slurm.finish(jid)
+    env.cycle()
+    ((node, gpus),) = job.placement.items()
+    with env.factory() as s:
+        booked = {u.vc_name for u in s.scalars(select(GpuUsage)) if u.node == node and u.gpu_index in gpus}
+    assert booked == {"cv"}  # its GPU time is cv's, as Slurm's accounting has it
+
+
 def test_a_held_job_a_stale_plugin_left_a_far_begin_time_on_still_starts_when_placed(env: Env) -> None:
     # a plugin rendered before the controller's hold marker keeps the marker as the job's begin time
     # (Slurm does: tests/fixtures/slurm/admin_hold_marked.txt shows the begin time it is dropped from)

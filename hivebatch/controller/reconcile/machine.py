@@ -21,7 +21,7 @@ from hivebatch.controller.preemption import book_preemption
 from hivebatch.controller.reconcile.slurm_view import gpus_of
 from hivebatch.controller.record import Recorder, account_run, placement_text
 from hivebatch.db.models import Job
-from hivebatch.request import HELD_BEGIN_AT, kept_gpus, released_by_owner
+from hivebatch.request import CLASS_PRIORITY, HELD_BEGIN_AT, kept_gpus, released_by_owner
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import REQUEUED_HELD, AcctRecord, SlurmError, SlurmJob
 
@@ -169,6 +169,18 @@ def _follow_preempt_intent(
         finish(session, rec, job, ph, sj, f"Slurm state {sj.state}")
 
 
+def _follow_account(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> None:
+    """A waiting job's VC and class are its Slurm account and QOS, which its owner may change
+    (``scontrol update job N Account=… QOS=…``): the ledger follows, so its cells, estimates and usage
+    are booked where Slurm books the job."""
+    if sj.qos and sj.qos != job.qos and sj.qos in CLASS_PRIORITY:
+        job.qos, job.priority = sj.qos, CLASS_PRIORITY[sj.qos]
+    if sj.account and sj.account != job.vc_name:
+        why = f"moved from VC {job.vc_name} to VC {sj.account}: its Slurm account is {sj.account} now"
+        job.vc_name = job.account = sj.account
+        rec.event(session, job, "moved", why, {"vc": sj.account})
+
+
 def _follow_waiting(
     session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
 ) -> None:
@@ -291,6 +303,7 @@ def follow(
             session, rec, job, ph, sj, f"Slurm state {sj.state}" + (f" ({sj.reason})" if sj.reason else "")
         )
     elif job.state in ("queued", "preempted", "rejected"):
+        _follow_account(session, rec, job, sj)
         _follow_waiting(session, rec, job, sj, ph, backend)
     elif job.state == "placed":
         _follow_placed(session, rec, ledger, job, sj, ph, backend)

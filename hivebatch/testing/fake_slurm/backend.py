@@ -117,6 +117,24 @@ class FakeSlurm(SlurmBackend):
         """An owner moving a pending job to another QOS they are granted (``scontrol update QOS=``)."""
         self._get(job_id, "scontrol").qos = qos
 
+    def set_account(self, job_id: int, account: str) -> None:
+        """An owner moving a pending job to another account they belong to (``scontrol update Account=``);
+        the job_submit plugin refuses it once the job's GPUs are chosen."""
+        cmd = ["scontrol", "update", f"JobId={job_id}", f"Account={account}"]
+        j = self._get(job_id, "scontrol")
+        mine = self.accounts.get(j.user) if self.accounts is not None else None
+        if j.state != "PENDING" or (mine is not None and account not in mine):
+            raise SlurmError(
+                cmd, 1, f"Invalid account or account/partition combination specified for job {job_id}"
+            )
+        if (
+            self._s.job_submit is not None
+            and j.admin_comment
+            and ("gpu" in j.tres_per_node or "shard" in j.tres_per_node)
+        ):
+            raise SlurmError(cmd, 1, f"Access/permission denied for job {job_id}")
+        j.account = account
+
     def advance(self, seconds: float) -> None:
         """Move the fake clock on (and let waiting jobs start, when auto_schedule)."""
         self._s._offset += timedelta(seconds=seconds)
