@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from hivebatch.db.models import utcnow
 from hivebatch.slurm.base import SlurmBackend
-from hivebatch.slurm.types import SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
+from hivebatch.slurm.types import STOPPED_PARTITION_STATES, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
 
 # Slurm job states, grouped by what they mean for the GPUs a job holds.
 RUNNING_STATES = frozenset(
@@ -57,12 +57,18 @@ class Observation:
 
 
 def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
-    """Every node as Slurm lists it, with the reservations on it."""
+    """Every node as Slurm lists it, with the reservations on it and its partitions Slurm starts no
+    job in."""
     nodes = {n.name: n for n in backend.list_nodes()}
     for r in backend.list_reservations():
         for name in r.nodes:
             if name in nodes:
                 nodes[name].reserved.append((r.start, r.end, r.name))
+    for p in backend.list_partitions():
+        if p.state in STOPPED_PARTITION_STATES:
+            for name in nodes if p.nodes == ("ALL",) else p.nodes:
+                if name in nodes:
+                    nodes[name].stopped[p.name] = p.state
     return nodes
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from datetime import datetime
 
-from hivebatch.slurm.types import AcctRecord, Reservation, SlurmJob, SlurmNode
+from hivebatch.slurm.types import AcctRecord, Partition, Reservation, SlurmJob, SlurmNode
 
 
 class SlurmBackend(ABC):
@@ -97,6 +97,10 @@ class SlurmBackend(ABC):
 
     def list_reservations(self) -> list[Reservation]:
         """Every advance reservation, active or to come (none where the backend cannot tell)."""
+        return []
+
+    def list_partitions(self) -> list[Partition]:
+        """Every partition with its state (none where the backend cannot tell)."""
         return []
 
     @abstractmethod

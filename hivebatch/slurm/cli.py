@@ -15,6 +15,7 @@ from hivebatch.slurm.parse import (
     SACCT_FIELDS,
     parse_job_gpus,
     parse_job_id,
+    parse_partitions,
     parse_reservations,
     parse_sacct,
     parse_show_config,
@@ -24,6 +25,7 @@ from hivebatch.slurm.parse import (
 from hivebatch.slurm.types import (
     SIGNAL_TARGETS,
     AcctRecord,
+    Partition,
     Reservation,
     SlurmError,
     SlurmJob,
@@ -224,6 +226,9 @@ class CliBackend(SlurmBackend):
 
     def list_reservations(self) -> list[Reservation]:
         return parse_reservations(self._run(["scontrol", "show", "reservation", "-o"]))
+
+    def list_partitions(self) -> list[Partition]:
+        return parse_partitions(self._run(["scontrol", "show", "partition", "-o"]))
 
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:
         return parse_job_gpus(self._run(["scontrol", "-d", "show", "job", self._name(job_id)]))

@@ -18,6 +18,7 @@ from hivebatch.slurm.types import (
     FINISHED_STATES,
     HELD_REASONS,
     AcctRecord,
+    Partition,
     Reservation,
     SlurmJob,
     SlurmNode,
@@ -517,10 +518,7 @@ def parse_reservations(text: str) -> list[Reservation]:
     """``scontrol show reservation -o`` with ``SLURM_TIME_FORMAT=%s``: one ``Key=value`` line per
     reservation, or "No reservations in the system" (tests/fixtures/slurm/reservations.txt)."""
     out: list[Reservation] = []
-    for line in text.splitlines():
-        if not line.startswith("ReservationName="):
-            continue
-        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+    for fields in _key_values(text, "ReservationName"):
         try:
             start = datetime.fromtimestamp(int(fields["StartTime"]), UTC).replace(tzinfo=None)
             end = datetime.fromtimestamp(int(fields["EndTime"]), UTC).replace(tzinfo=None)
@@ -535,4 +533,24 @@ def parse_reservations(text: str) -> list[Reservation]:
                 nodes=tuple(expand_hostlist(nodes if nodes != "(null)" else "")),
             )
         )
+    return out
+
+
+def _key_values(text: str, first: str) -> list[dict[str, str]]:
+    """The ``Key=value`` fields of each ``scontrol show … -o`` line starting with ``first=``."""
+    return [
+        dict(item.split("=", 1) for item in line.split() if "=" in item)
+        for line in text.splitlines()
+        if line.startswith(f"{first}=")
+    ]
+
+
+def parse_partitions(text: str) -> list[Partition]:
+    """``scontrol show partition -o`` (tests/fixtures/slurm/partitions_down.txt); a partition of
+    ``Nodes=ALL`` keeps that word as its one node."""
+    out = []
+    for fields in _key_values(text, "PartitionName"):
+        nodes = fields.get("Nodes", "")
+        listed = ["ALL"] if nodes == "ALL" else expand_hostlist(nodes if nodes != "(null)" else "")
+        out.append(Partition(fields["PartitionName"], fields.get("State", "UP").upper(), tuple(listed)))
     return out

@@ -217,6 +217,9 @@ class SlurmNode:
     #: does not ask for one there only if its time limit ends before the next one starts
     #: (tests/fixtures/slurm/reservation_time_limit.txt)
     reserved: list[tuple[datetime, datetime, str]] = field(default_factory=list)
+    #: the node's partitions in which Slurm starts no job now (name -> DOWN or INACTIVE): it keeps their
+    #: jobs pending (PartitionDown) until an admin sets the partition UP
+    stopped: dict[str, str] = field(default_factory=dict)
 
     @property
     def responding(self) -> bool:
@@ -233,6 +236,20 @@ class Reservation:
     name: str
     start: datetime
     end: datetime
+    nodes: tuple[str, ...]
+
+
+#: partition states in which slurmctld starts no job (a DRAIN partition takes no new job but starts those
+#: it has queued)
+STOPPED_PARTITION_STATES = frozenset({"DOWN", "INACTIVE"})
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition as ``scontrol show partition`` lists it."""
+
+    name: str
+    state: str
     nodes: tuple[str, ...]
 
 

@@ -72,6 +72,25 @@ def test_a_job_is_placed_where_its_time_limit_runs_into_no_reservation(ctl: Ctl)
         assert not [e for e in _events(ctl, "taken_back") if e.slurm_job_id in (jid, short)]
 
 
+def test_a_job_waits_without_cells_while_its_partition_is_down(ctl: Ctl) -> None:
+    # seen on the lab: pinned node after node while the partition was DOWN, then every node avoided for an
+    # hour once it was UP again (tests/fixtures/slurm/partitions_down.txt)
+    subprocess.run(["scontrol", "update", "partitionname=gpu", "state=down"], check=True, capture_output=True)
+    try:
+        jid = ctl.submit("alice", "cv", 1)
+        ctl.cycle()
+        ctl.cycle()
+        job = ctl.job(jid)
+        assert not job.placement and (job.reason or "").startswith("its partition gpu is DOWN"), job.reason
+    finally:
+        subprocess.run(
+            ["scontrol", "update", "partitionname=gpu", "state=up"], check=True, capture_output=True
+        )
+    ctl.cycle()
+    assert ctl.job(jid).placement, ctl.job(jid).reason
+    ctl.lab.wait_for(jid, {"RUNNING"}, timeout_s=30)
+
+
 def test_a_pin_slurm_does_not_start_is_taken_back_and_placed_elsewhere(
     ctl: Ctl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,10 +116,12 @@ def test_a_pin_whose_node_a_cpu_job_filled_is_placed_again_where_it_fits(
     ctl: Ctl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a CPU-only job taking node1's CPUs between the placing and Slurm's start, made certain: with the
-    # partition DOWN Slurm queues both, and the Operator's job, submitted first, starts first once it is UP
+    # partition DOWN Slurm queues both, and the Operator's job, submitted first, starts first once it is UP;
+    # the controller is kept from seeing the partition's state, or it would place nothing meanwhile
     from hivebatch.controller.decide import unstarted
 
     monkeypatch.setattr(unstarted, "BLOCKED_AFTER_S", 3.0)
+    monkeypatch.setattr(ctl.backend, "list_partitions", lambda: [])
     subprocess.run(["scontrol", "update", "partitionname=gpu", "state=down"], check=True, capture_output=True)
     try:
         cpu = run_as("hbctl", ["sbatch", "--parsable", "-A", "hivebatch", "-J", f"{ctl.tag}-cpu", "-w", "node1",

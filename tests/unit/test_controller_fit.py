@@ -423,3 +423,41 @@ def test_jobs_are_placed_beside_a_coming_reservation_and_wait_for_its_end_when_n
     assert job.predicted_start is not None and job.predicted_start >= env.slurm.now().replace(
         tzinfo=None
     ) + dt.timedelta(hours=1.5)
+
+
+def test_a_job_waits_without_cells_while_its_partition_is_down_and_is_placed_once_it_is_up(
+    tmp_path, monkeypatch
+):
+    # seen on the lab: with the partition DOWN, alice's job was pinned to node1, taken back, pinned to node2,
+    # and so on; once the partition was UP again every node was avoided, and it waited for an hour
+    # (Slurm: PartitionDown, tests/fixtures/slurm/partitions_down.txt)
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    env = make_env(tmp_path)
+    env.slurm.set_partition_state("gpu", "DOWN")
+    jid = env.submit("alice", "cv", 1)
+    env.cycle()
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "queued" and not job.placement
+    assert job.reason == (
+        "its partition gpu is DOWN: Slurm starts no job there until an admin sets it UP again; "
+        "it holds no GPUs meanwhile"
+    )
+    env.slurm.set_partition_state("gpu", "UP")
+    env.cycle()
+    assert env.job(jid).placement and env.slurm.job(jid).state == "RUNNING"
+
+
+def test_a_pin_whose_partition_went_down_is_taken_back_without_avoiding_its_node(ctx):
+    from hivebatch.controller.decide.unstarted import BLOCKED_AFTER_S
+
+    job = row(1, JobRequest(vc="cv", gpus=1), state="placed", placement={"node1": [0]}, gres="gpu:g0:1",
+              placed_at=NOW - dt.timedelta(seconds=ctx.settings.start_timeout_s + BLOCKED_AFTER_S))  # fmt: skip
+    r = make_round(ctx, [job])
+    r.ledger.nodes = {n: _node(n, stopped={"gpu": "DOWN"}) for n in NODES}
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], held=False, reason="PartitionDown", partition="gpu")
+    r.alloc.adopt("1", "cv", 0, job.placement)
+    take_back_unstarted(r)
+    (tb,) = r.out.take_backs
+    assert not tb.avoid  # the node is fine: it is used again once the partition is UP
+    assert "where it no longer fits: node1: its partition gpu is DOWN" in tb.why

@@ -193,3 +193,14 @@ def test_reservations_are_read_with_their_windows_in_utc(slurm_fixture) -> None:
     )
     assert found["daily"].nodes == ("node4",) and found["alice_res"].nodes == ("node3",)
     assert parse_reservations(slurm_fixture("reservations_none.txt")) == []
+
+
+def test_partitions_are_read_with_their_state_and_nodes(slurm_fixture) -> None:
+    from hivebatch.slurm.parse import parse_partitions
+
+    text = slurm_fixture("partitions_down.txt")
+    states = [p.state for p in parse_partitions(text)]
+    assert states == ["DOWN", "INACTIVE"]
+    (first, _) = parse_partitions(text)
+    assert first.name == "gpu" and first.nodes == ("node1", "node2", "node3", "node4")
+    assert parse_partitions("PartitionName=all Nodes=ALL State=UP")[0].nodes == ("ALL",)

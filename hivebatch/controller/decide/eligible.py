@@ -59,3 +59,16 @@ def past_deadline(sj: SlurmJob, now: dt.datetime) -> str | None:
         f"its deadline {sj.deadline.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC can no longer be met "
         f"(its {which} of {run_s // 60} min would end after it): Slurm ends it as DEADLINE"
     )
+
+
+def partition_stopped(sj: SlurmJob, stopped: Mapping[str, str]) -> str | None:
+    """Why Slurm starts the job nowhere now: every partition it asked for is DOWN or INACTIVE
+    (``stopped``: partition -> state), as an admin sets one for maintenance; None otherwise."""
+    asked = [p for p in sj.partition.split(",") if p]
+    if not asked or not all(p in stopped for p in asked):
+        return None
+    which = ", ".join(f"{p} is {stopped[p]}" for p in asked)
+    return (
+        f"its partition {which}: Slurm starts no job there until an admin sets it UP again; "
+        "it holds no GPUs meanwhile"
+    )

@@ -2,8 +2,9 @@
 
 Slurm stays the judge; this only keeps hivebatch from pinning a job where Slurm would leave it pending:
 the job's partition(s), its ``--constraint`` (plain AND/OR of features; bracketed or counted forms
-are left to Slurm), nodes it excluded, the CPUs and memory per node it asked for against what the
-node has free now (all of it for ``--mem=0``), and reservations its time limit would run into. A node
+are left to Slurm), nodes it excluded, partitions an admin set DOWN or INACTIVE, the CPUs and memory
+per node it asked for against what the node has free now (all of it for ``--mem=0``), and
+reservations its time limit would run into. A node
 where a pinned job did not start before is avoided too (``avoided``).
 """
 
@@ -65,12 +66,25 @@ def clear_of_reservations(sj: SlurmJob, node: SlurmNode, now: dt.datetime) -> dt
     return at
 
 
+def _stopped_partition(sj: SlurmJob, node: SlurmNode) -> str | None:
+    """The job's partition on ``node`` in which Slurm starts no job now (DOWN or INACTIVE), when every
+    partition of the job the node is in is such."""
+    asked = [p for p in sj.partition.split(",") if p] or node.partitions
+    here = [p for p in asked if p in node.partitions] if node.partitions else asked
+    if node.stopped and here and all(p in node.stopped for p in here):
+        return f"its partition {here[0]} is {node.stopped[here[0]]}"
+    return None
+
+
 def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> str | None:
     """Why Slurm would not start ``sj`` on ``node`` now (naive UTC; None: reservations are not judged),
     in a few words; None when it could."""
     never = why_never(sj, node)
     if never or sj.reservation:
         return never
+    stopped = _stopped_partition(sj, node)
+    if stopped:
+        return stopped
     blocked = reserved_until(sj, node, now) if now is not None else None
     if blocked is not None:
         stop, name = blocked

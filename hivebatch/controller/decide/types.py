@@ -124,6 +124,11 @@ class Round:
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
 
     @functools.cached_property
+    def stopped_partitions(self) -> dict[str, str]:
+        """The partitions in which Slurm starts no job now (name -> DOWN or INACTIVE)."""
+        return {p: state for n in self.ledger.nodes.values() for p, state in n.stopped.items()}
+
+    @functools.cached_property
     def reserved_nodes(self) -> bool:
         """Some node has a reservation: jobs' time limits then decide where they may start."""
         return any(n.reserved for n in self.ledger.nodes.values())

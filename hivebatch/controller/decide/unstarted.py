@@ -42,13 +42,14 @@ def take_back_unstarted(r: Round) -> None:
             continue
         where = placement_text(job.placement)
         said = f"(Slurm's reason: {sj.reason or 'none'})"
-        if waited >= bound:
-            why = f"Slurm did not start it within {bound:.0f} s on {where} {said}"
-            avoid = True
-        elif blocked := {n: w for n, w in r.unfit_for(job, sj).items() if n in job.placement}:
-            # the node is judged again each cycle by what it has free: no need to avoid it for an hour
+        if blocked := {n: w for n, w in r.unfit_for(job, sj).items() if n in job.placement}:
+            # the node is judged again each cycle by what it has free (or whether its partition is up): no
+            # need to avoid it for an hour
             why = f"Slurm did not start it on {where}, where it no longer fits: {unfit_text(blocked)} {said}"
             avoid = False
+        elif waited >= bound:
+            why = f"Slurm did not start it within {bound:.0f} s on {where} {said}"
+            avoid = True
         elif sj.expected_start is not None and sj.expected_start > aware(job.placed_at) + dt.timedelta(
             seconds=bound
         ):

@@ -14,6 +14,7 @@ from hivebatch.slurm.types import (
     FINISHED_STATES,
     SIGNAL_TARGETS,
     AcctRecord,
+    Partition,
     Reservation,
     SlurmError,
     SlurmJob,
@@ -181,6 +182,15 @@ class FakeSlurm(SlurmBackend):
         self._s.reservations.append(
             Reservation(name, start, start + timedelta(seconds=duration_s), tuple(nodes))
         )
+
+    def set_partition_state(self, name: str, state: str) -> None:
+        """An admin's ``scontrol update PartitionName=… State=…``."""
+        self._s.partitions[name] = state.upper()
+        self._maybe_schedule()
+
+    def list_partitions(self) -> list[Partition]:
+        self._answering("scontrol show partition", "Unspecified error")
+        return [Partition(name, state, tuple(self._s.nodes)) for name, state in self._s.partitions.items()]
 
     def list_reservations(self) -> list[Reservation]:
         self._answering("scontrol show reservation", "Unspecified error")
@@ -491,6 +501,7 @@ class FakeSlurm(SlurmBackend):
                     gpus_used=sorted(used),
                     gpus_shared=sorted(shared),
                     reason=n.reason,
+                    partitions=list(self._s.partitions),
                 )
             )
         return out

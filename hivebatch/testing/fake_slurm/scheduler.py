@@ -103,6 +103,9 @@ def try_start(state: State, j: Job) -> bool:
     if j.eligible_at and j.eligible_at > state.now():
         j.reason = "BeginTime"
         return False
+    if state.partitions["gpu"] in ("DOWN", "INACTIVE"):  # every job here is in the lab's one partition
+        j.reason = "PartitionDown" if state.partitions["gpu"] == "DOWN" else "PartitionInactive"
+        return False
     status = dependency_status(state, j.dependency)
     if status == "fulfilled" and past_deadline(state, j):
         return False

@@ -125,6 +125,8 @@ class State:
         self.job_submit: Any = None
         #: advance reservations (naive UTC, as parsed); no job here asks for one, so none may run into them
         self.reservations: list[Reservation] = []
+        #: the lab's one partition over every node, and its state (UP, DOWN, DRAIN, INACTIVE)
+        self.partitions: dict[str, str] = {"gpu": "UP"}
 
     def now(self) -> datetime:
         return (self._clock() + self._offset).replace(microsecond=0)
