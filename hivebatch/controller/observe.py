@@ -65,10 +65,13 @@ def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
             if name in nodes:
                 nodes[name].reserved.append((r.start, r.end, r.name))
     for p in backend.list_partitions():
-        if p.state in STOPPED_PARTITION_STATES:
-            for name in nodes if p.nodes == ("ALL",) else p.nodes:
-                if name in nodes:
-                    nodes[name].stopped[p.name] = p.state
+        for name in nodes if p.nodes == ("ALL",) else p.nodes:
+            if name not in nodes:
+                continue
+            if p.state in STOPPED_PARTITION_STATES:
+                nodes[name].stopped[p.name] = p.state
+            if p.max_time_s is not None:
+                nodes[name].max_time_s[p.name] = p.max_time_s
     return nodes
 
 

@@ -24,6 +24,7 @@ from hivebatch.slurm.types import (
     SlurmNode,
     SlurmUnavailable,
 )
+from hivebatch.submit.timefmt import parse_time_limit
 
 #: sacct columns asked for, in order; Comment last because it is the only one that may contain "|".
 SACCT_FIELDS = (
@@ -552,5 +553,10 @@ def parse_partitions(text: str) -> list[Partition]:
     for fields in _key_values(text, "PartitionName"):
         nodes = fields.get("Nodes", "")
         listed = ["ALL"] if nodes == "ALL" else expand_hostlist(nodes if nodes != "(null)" else "")
-        out.append(Partition(fields["PartitionName"], fields.get("State", "UP").upper(), tuple(listed)))
+        try:
+            max_time = parse_time_limit(fields.get("MaxTime", "UNLIMITED"))
+        except HivebatchError:
+            max_time = None  # a form Slurm alone reads: Slurm keeps judging it
+        state = fields.get("State", "UP").upper()
+        out.append(Partition(fields["PartitionName"], state, tuple(listed), max_time))
     return out

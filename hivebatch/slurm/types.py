@@ -220,6 +220,9 @@ class SlurmNode:
     #: the node's partitions in which Slurm starts no job now (name -> DOWN or INACTIVE): it keeps their
     #: jobs pending (PartitionDown) until an admin sets the partition UP
     stopped: dict[str, str] = field(default_factory=dict)
+    #: the node's partitions with a MaxTime (name -> seconds): Slurm never starts a job whose time limit is
+    #: longer there (PartitionTimeLimit)
+    max_time_s: dict[str, int] = field(default_factory=dict)
 
     @property
     def responding(self) -> bool:
@@ -251,6 +254,7 @@ class Partition:
     name: str
     state: str
     nodes: tuple[str, ...]
+    max_time_s: int | None = None  # MaxTime (None: UNLIMITED)
 
 
 @dataclass

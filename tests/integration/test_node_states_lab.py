@@ -91,6 +91,24 @@ def test_a_job_waits_without_cells_while_its_partition_is_down(ctl: Ctl) -> None
     ctl.lab.wait_for(jid, {"RUNNING"}, timeout_s=30)
 
 
+def test_a_job_over_its_partitions_max_time_waits_until_its_owner_lowers_its_limit(ctl: Ctl) -> None:
+    # Slurm never starts it (PartitionTimeLimit, tests/fixtures/slurm/partition_time_limit.txt)
+    subprocess.run(["scontrol", "update", "partitionname=gpu", "maxtime=5"], check=True, capture_output=True)
+    try:
+        jid = ctl.submit("alice", "cv", 1)  # 10 minutes
+        ctl.cycle()
+        assert not ctl.job(jid).placement
+        assert "partition gpu's MaxTime is 00:05:00" in (ctl.job(jid).reason or ""), ctl.job(jid).reason
+        out = run_as("alice", ["scontrol", "update", f"job={jid}", "TimeLimit=5"])
+        assert out.returncode == 0, out.stderr
+        ctl.cycle()
+        assert ctl.job(jid).placement, ctl.job(jid).reason
+        ctl.lab.wait_for(jid, {"RUNNING"}, timeout_s=30)
+    finally:
+        subprocess.run(["scontrol", "update", "partitionname=gpu", "maxtime=unlimited"], check=True,
+                       capture_output=True)  # fmt: skip
+
+
 def test_a_pin_slurm_does_not_start_is_taken_back_and_placed_elsewhere(
     ctl: Ctl, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -106,3 +106,31 @@ def test_a_job_past_its_deadline_is_slurms_to_end() -> None:
     # no deadline, or no limit: never late
     assert past_deadline(replace(late, deadline=None), NOW) is None
     assert past_deadline(replace(late, time_limit_s=None), NOW) is None
+
+
+def test_a_job_whose_time_limit_is_over_its_partitions_max_time_waits_saying_how_to_fix_it() -> None:
+    # Slurm accepts such a job (EnforcePartLimits=NO, its default) and never starts it
+    # (tests/fixtures/slurm/partition_time_limit.txt); the controller pinned it node after node
+    from hivebatch.controller.decide.eligible import over_partition_time
+
+    long = job(7, partition="gpu", time_limit_s=3600)
+    assert over_partition_time(long, {"gpu": 1800}) == (
+        "its time limit (01:00:00) is longer than Slurm allows: partition gpu's MaxTime is 00:30:00; "
+        "lower it (scontrol update job 7 TimeLimit=00:30:00) or cancel it"
+    )
+    assert over_partition_time(replace(long, time_limit_s=1800), {"gpu": 1800}) is None
+    assert over_partition_time(long, {}) is None  # no MaxTime
+    assert over_partition_time(replace(long, partition="gpu,long"), {"gpu": 1800}) is None  # long has none
+    assert over_partition_time(replace(long, partition="gpu,short"), {"gpu": 1800, "short": 600}) is not None
+
+
+def test_a_job_whose_partitions_are_all_down_waits() -> None:
+    from hivebatch.controller.decide.eligible import partition_stopped
+
+    down = job(7, partition="gpu")
+    assert partition_stopped(down, {"gpu": "DOWN"}) == (
+        "its partition gpu is DOWN: Slurm starts no job there until an admin sets it UP again; "
+        "it holds no GPUs meanwhile"
+    )
+    assert partition_stopped(replace(down, partition="gpu,debug"), {"gpu": "DOWN"}) is None
+    assert partition_stopped(down, {}) is None

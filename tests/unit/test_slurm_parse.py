@@ -204,3 +204,11 @@ def test_partitions_are_read_with_their_state_and_nodes(slurm_fixture) -> None:
     (first, _) = parse_partitions(text)
     assert first.name == "gpu" and first.nodes == ("node1", "node2", "node3", "node4")
     assert parse_partitions("PartitionName=all Nodes=ALL State=UP")[0].nodes == ("ALL",)
+
+
+def test_a_partitions_max_time_is_read(slurm_fixture) -> None:
+    from hivebatch.slurm.parse import parse_partitions
+
+    (gpu,) = parse_partitions(slurm_fixture("partition_time_limit.txt"))
+    assert (gpu.state, gpu.max_time_s) == ("UP", 1800)
+    assert parse_partitions(slurm_fixture("partitions_down.txt"))[0].max_time_s is None  # UNLIMITED

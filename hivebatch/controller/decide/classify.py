@@ -6,7 +6,12 @@ from functools import partial
 
 from hivebatch.controller.decide.arrays import ArrayGate
 from hivebatch.controller.decide.checks import check_request
-from hivebatch.controller.decide.eligible import not_eligible, partition_stopped, past_deadline
+from hivebatch.controller.decide.eligible import (
+    not_eligible,
+    over_partition_time,
+    partition_stopped,
+    past_deadline,
+)
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.limits import within_limits
 from hivebatch.controller.decide.spread import PerGpu, spread_over_nodes
@@ -63,8 +68,10 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
         gate.hold_back(r, job, sj)
         return
     first = job.state != "preempted" and not job.placement
-    not_yet = not_eligible(sj, r.now, first_start=first, others=r.listing) or partition_stopped(
-        sj, r.stopped_partitions
+    not_yet = (
+        not_eligible(sj, r.now, first_start=first, others=r.listing)
+        or partition_stopped(sj, r.stopped_partitions)
+        or over_partition_time(sj, r.partition_max_time)
     )
     if not_yet:
         r.out.waits.append(Wait(job, not_yet, not_startable=True))

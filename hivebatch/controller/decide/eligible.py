@@ -12,6 +12,7 @@ from hivebatch.controller.decide.dependency import Listing, judge, shown
 from hivebatch.controller.decide.times import aware
 from hivebatch.request import admin_holds, owner_holds, released_by_owner
 from hivebatch.slurm.types import SlurmJob
+from hivebatch.submit.timefmt import format_duration
 
 
 def not_eligible(
@@ -71,4 +72,22 @@ def partition_stopped(sj: SlurmJob, stopped: Mapping[str, str]) -> str | None:
     return (
         f"its partition {which}: Slurm starts no job there until an admin sets it UP again; "
         "it holds no GPUs meanwhile"
+    )
+
+
+def over_partition_time(sj: SlurmJob, max_time: Mapping[str, int]) -> str | None:
+    """Why Slurm never starts the job: its time limit is longer than the MaxTime of every partition it
+    asked for (``max_time``: partition -> seconds; a site without EnforcePartLimits accepts such a job
+    and leaves it pending, PartitionTimeLimit); None otherwise. Its owner may lower the limit."""
+    asked = [p for p in sj.partition.split(",") if p]
+    if not asked or not all(p in max_time for p in asked):
+        return None
+    longest = max(max_time[p] for p in asked)
+    if sj.time_limit_s is not None and sj.time_limit_s <= longest:
+        return None
+    limit = format_duration(sj.time_limit_s)
+    where = ", ".join(f"{p}'s MaxTime is {format_duration(max_time[p])}" for p in asked)
+    return (
+        f"its time limit ({limit}) is longer than Slurm allows: partition {where}; lower it "
+        f"(scontrol update job {sj.display_id} TimeLimit={format_duration(longest)}) or cancel it"
     )

@@ -129,6 +129,11 @@ class Round:
         return {p: state for n in self.ledger.nodes.values() for p, state in n.stopped.items()}
 
     @functools.cached_property
+    def partition_max_time(self) -> dict[str, int]:
+        """The partitions with a MaxTime (name -> seconds)."""
+        return {p: s for n in self.ledger.nodes.values() for p, s in n.max_time_s.items()}
+
+    @functools.cached_property
     def reserved_nodes(self) -> bool:
         """Some node has a reservation: jobs' time limits then decide where they may start."""
         return any(n.reserved for n in self.ledger.nodes.values())
