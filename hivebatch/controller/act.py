@@ -248,9 +248,8 @@ def take_back(
     if tb.avoid:
         avoid_nodes(session, job.slurm_job_id, sorted(job.placement or {}), rec.now)
     job.state = "queued"
-    job.reason = (
-        f"{tb.why}; placed again on other nodes" if tb.avoid else f"{tb.why}; placed again where it fits"
-    )
+    then = tb.then or ("placed again on other nodes" if tb.avoid else "placed again where it fits")
+    job.reason = f"{tb.why}; {then}"
     rec.event(session, job, "taken_back", job.reason, {"placement": job.placement})
     session.commit()
 

@@ -109,6 +109,35 @@ def test_a_job_over_its_partitions_max_time_waits_until_its_owner_lowers_its_lim
                        capture_output=True)  # fmt: skip
 
 
+def test_a_pin_slurms_own_limit_keeps_waiting_gives_its_cells_back_and_starts_once_the_limit_allows(
+    ctl: Ctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the normal QOS capped at 2 GPUs per user (tests/fixtures/slurm/qos_user_gpu_limit.txt): before, alice's
+    # second job was pinned node after node with its cells held idle, and each node then avoided
+    from hivebatch.controller.decide import unstarted
+
+    monkeypatch.setattr(unstarted, "LIMIT_RETRY_S", 3.0)
+    cap = ["sacctmgr", "-i", "modify", "qos", "normal", "set"]
+    subprocess.run([*cap, "MaxTRESPerUser=gres/gpu=2"], check=True, capture_output=True)
+    try:
+        first = ctl.submit("alice", "cv", 2, sleep=15)
+        second = ctl.submit("alice", "cv", 2)
+        ctl.cycle()
+        ctl.lab.wait_for(first, {"RUNNING"}, timeout_s=30)
+        ctl.until(lambda: (ctl.job(second).reason or "").startswith("Slurm's own limits keep it from starting"),
+                  timeout_s=30, what=lambda: ctl.job(second).reason)  # fmt: skip
+        assert ctl.job(second).state == "queued"
+        ctl.until(
+            lambda: ctl.job(second).state == "running", timeout_s=90, what=lambda: ctl.job(second).reason
+        )
+        from hivebatch.controller.avoid import load_avoided
+
+        with ctl.factory() as s:  # no node was kept from it
+            assert second not in load_avoided(s, ctl.job(second).placed_at, {second})
+    finally:
+        subprocess.run([*cap, "MaxTRESPerUser=gres/gpu=-1"], check=True, capture_output=True)
+
+
 def test_a_pin_slurm_does_not_start_is_taken_back_and_placed_elsewhere(
     ctl: Ctl, monkeypatch: pytest.MonkeyPatch
 ) -> None:

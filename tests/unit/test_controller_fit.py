@@ -460,3 +460,47 @@ def test_a_pin_whose_partition_went_down_is_taken_back_without_avoiding_its_node
     (tb,) = r.out.take_backs
     assert not tb.avoid  # the node is fine: it is used again once the partition is UP
     assert "where it no longer fits: node1: its partition gpu is DOWN" in tb.why
+
+
+def test_a_pin_slurms_own_limit_keeps_from_starting_is_taken_back_at_once_and_tried_again_later(
+    tmp_path, monkeypatch
+):
+    # seen on the lab: with the normal QOS capped at 2 GPUs per user (tests/fixtures/slurm/qos_user_gpu_limit.txt),
+    # alice's second 2-GPU job was pinned node after node, its cells held idle, each node then avoided
+    from hivebatch.controller.decide import unstarted
+
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    env = make_env(tmp_path)
+    env.slurm.set_qos_gpu_limit("normal", 2)
+    first = env.submit("alice", "cv", 2)
+    second = env.submit("alice", "cv", 2)
+    env.cycle()
+    assert env.slurm.job(first).state == "RUNNING"
+    assert env.slurm.job(second).reason == "QOSMaxGRESPerUser"  # pinned, released, not started
+    env.cycle()
+    job = env.job(second)
+    assert job.state == "queued" and job.reason.startswith(
+        "Slurm's own limits keep it from starting (Slurm's reason: QOSMaxGRESPerUser); hivebatch places it "
+        "again within 60 s, holding no GPUs meanwhile"
+    )
+    assert second not in {b.slurm_job_id for b in _bindings(env)}  # its cells are free
+    env.cycle()
+    assert env.job(second).state == "queued" and len(env.events(second, kind="placed")) == 1  # not tried yet
+    with env.factory() as s:
+        from hivebatch.controller.avoid import load_avoided
+
+        assert second not in load_avoided(s, env.job(second).placed_at, {second})  # no node is avoided
+    env.slurm.finish(first)
+    monkeypatch.setattr(unstarted, "LIMIT_RETRY_S", 0.0)
+    env.cycle()
+    env.cycle()
+    assert env.slurm.job(second).state == "RUNNING"
+
+
+def _bindings(env):  # type: ignore[no-untyped-def]
+    from sqlalchemy import select
+
+    from hivebatch.db import GpuBinding
+
+    with env.factory() as s:
+        return list(s.scalars(select(GpuBinding)).all())

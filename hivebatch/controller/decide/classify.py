@@ -16,6 +16,7 @@ from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.limits import within_limits
 from hivebatch.controller.decide.spread import PerGpu, spread_over_nodes
 from hivebatch.controller.decide.types import Place, Round, Wait
+from hivebatch.controller.decide.unstarted import limited_lately
 from hivebatch.db.models import Job
 from hivebatch.request import JobRequest, plugin_extras
 from hivebatch.sharing.integration import is_slice
@@ -72,6 +73,7 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
         not_eligible(sj, r.now, first_start=first, others=r.listing)
         or partition_stopped(sj, r.stopped_partitions)
         or over_partition_time(sj, r.partition_max_time)
+        or limited_lately(job, r.now)
     )
     if not_yet:
         r.out.waits.append(Wait(job, not_yet, not_startable=True))

@@ -69,6 +69,7 @@ class TakeBack:
     job: Job
     why: str
     avoid: bool = True  # keep it off the nodes it waited on for a while (unstarted.AVOID_FOR_S)
+    then: str = ""  # what comes next, when not just being placed again
 
 
 @dataclass

@@ -21,12 +21,32 @@ from hivebatch.controller.decide.times import aware
 from hivebatch.controller.decide.types import Round, TakeBack
 from hivebatch.controller.observe import phase
 from hivebatch.controller.record import placement_text
+from hivebatch.db.models import Job
 
 AVOID_FOR_S = 3600.0
+# A limit of the job's QOS or association (per-user GPUs, the account's GPUs, running jobs …: Slurm's
+# reasons QOS* and Assoc*) keeps a released job from starting anywhere until other jobs of its user or
+# VC end (seen on the lab: QOSMaxGRESPerUser, pinned node after node). Such a pin is taken back at the
+# next cycle, its node not avoided, and placed again at most once per LIMIT_RETRY_S, so its cells are
+# not held idle meanwhile.
+LIMITED = "Slurm's own limits keep it from starting"
+LIMIT_RETRY_S = 60.0
 # a pin whose node no longer has room for the job besides its GPUs is taken back after this, not after
 # the whole bound (seen on the lab: a CPU-only job took node2's CPUs between the placing and Slurm's
 # start, and the job waited the 300 s out with other nodes free); Slurm's next passes had their chance
 BLOCKED_AFTER_S = 60.0
+
+
+def slurm_limit(reason: str | None) -> bool:
+    """Slurm keeps the job pending for a limit of its QOS or association, wherever it would run."""
+    return bool(reason) and str(reason).startswith(("QOS", "Assoc"))
+
+
+def limited_lately(job: Job, now: dt.datetime) -> str | None:
+    """The job's reason while it waits out LIMIT_RETRY_S after Slurm's limits kept it from starting."""
+    reason = job.reason or ""
+    waiting = job.placed_at is not None and (now - job.placed_at).total_seconds() < LIMIT_RETRY_S
+    return reason if reason.startswith(LIMITED) and waiting else None
 
 
 def take_back_unstarted(r: Round) -> None:
@@ -37,11 +57,16 @@ def take_back_unstarted(r: Round) -> None:
         sj = r.ledger.slurm.get(job.slurm_job_id)
         if sj is None or sj.held or phase(sj.state) != "pending":
             continue
+        where = placement_text(job.placement)
+        said = f"(Slurm's reason: {sj.reason or 'none'})"
+        if slurm_limit(sj.reason):
+            then = f"hivebatch places it again within {LIMIT_RETRY_S:.0f} s, holding no GPUs meanwhile"
+            r.out.take_backs.append(TakeBack(job, f"{LIMITED} {said}", avoid=False, then=then))
+            r.alloc.release(str(job.slurm_job_id))
+            continue
         waited = (r.now - job.placed_at).total_seconds()
         if waited < min(bound, BLOCKED_AFTER_S):
             continue
-        where = placement_text(job.placement)
-        said = f"(Slurm's reason: {sj.reason or 'none'})"
         if blocked := {n: w for n, w in r.unfit_for(job, sj).items() if n in job.placement}:
             # the node is judged again each cycle by what it has free (or whether its partition is up): no
             # need to avoid it for an hour

@@ -183,6 +183,10 @@ class FakeSlurm(SlurmBackend):
             Reservation(name, start, start + timedelta(seconds=duration_s), tuple(nodes))
         )
 
+    def set_qos_gpu_limit(self, qos: str, per_user: int) -> None:
+        """An admin's ``sacctmgr modify qos QOS set MaxTRESPerUser=gres/gpu=N``."""
+        self._s.qos_max_gpus_per_user[qos] = per_user
+
     def set_partition_state(self, name: str, state: str) -> None:
         """An admin's ``scontrol update PartitionName=… State=…``."""
         self._s.partitions[name] = state.upper()

@@ -58,6 +58,21 @@ def fit(
     return sorted(want_gpus + free[:untyped]), want_shards
 
 
+def _gpus(j: Job) -> int:
+    return sum(c for name, _t, c, _ in split_gres(j.tres_per_node) if name == "gpu") * max(j.num_nodes, 1)
+
+
+def _over_user_gpu_limit(state: State, j: Job) -> bool:
+    """The job's QOS caps its user's GPUs in running jobs (recorded: tests/fixtures/slurm/qos_user_gpu_limit.txt)."""
+    cap = state.qos_max_gpus_per_user.get(j.qos)
+    if cap is None:
+        return False
+    held = sum(
+        _gpus(o) for o in state.jobs.values() if o.state == "RUNNING" and o.user == j.user and o.qos == j.qos
+    )
+    return held + _gpus(j) > cap
+
+
 def _runs_into_reservation(state: State, j: Job, node: str) -> bool:
     """Slurm starts a job that asks for no reservation on a reserved node only if its time limit ends
     before the reservation starts (recorded: tests/fixtures/slurm/reservation_time_limit.txt)."""
@@ -105,6 +120,9 @@ def try_start(state: State, j: Job) -> bool:
         return False
     if state.partitions["gpu"] in ("DOWN", "INACTIVE"):  # every job here is in the lab's one partition
         j.reason = "PartitionDown" if state.partitions["gpu"] == "DOWN" else "PartitionInactive"
+        return False
+    if _over_user_gpu_limit(state, j):
+        j.reason = "QOSMaxGRESPerUser"
         return False
     status = dependency_status(state, j.dependency)
     if status == "fulfilled" and past_deadline(state, j):

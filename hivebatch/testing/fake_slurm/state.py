@@ -127,6 +127,8 @@ class State:
         self.reservations: list[Reservation] = []
         #: the lab's one partition over every node, and its state (UP, DOWN, DRAIN, INACTIVE)
         self.partitions: dict[str, str] = {"gpu": "UP"}
+        #: QOS -> MaxTRESPerUser=gres/gpu=N (sacctmgr modify qos … set MaxTRESPerUser=gres/gpu=N)
+        self.qos_max_gpus_per_user: dict[str, int] = {}
 
     def now(self) -> datetime:
         return (self._clock() + self._offset).replace(microsecond=0)
