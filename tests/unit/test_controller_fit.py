@@ -504,3 +504,18 @@ def _bindings(env):  # type: ignore[no-untyped-def]
 
     with env.factory() as s:
         return list(s.scalars(select(GpuBinding)).all())
+
+
+def test_a_limit_on_each_job_tells_its_owner_to_change_the_job(ctx, slurm_fixture):
+    # Slurm keeps a job over its QOS's MaxWall pending until its owner lowers its limit
+    # (tests/fixtures/slurm/qos_max_wall.txt)
+    assert "QOSMaxWallDurationPerJobLimit" in slurm_fixture("qos_max_wall.txt")
+    job = row(5, JobRequest(vc="cv", gpus=1), state="placed", placement={"node1": [0]}, gres="gpu:g0:1",
+              placed_at=NOW - dt.timedelta(seconds=3))  # fmt: skip
+    r = make_round(ctx, [job])
+    r.ledger.slurm[5] = replace(r.ledger.slurm[5], held=False, reason="QOSMaxWallDurationPerJobLimit")
+    r.alloc.adopt("5", "cv", 0, job.placement)
+    take_back_unstarted(r)
+    (tb,) = r.out.take_backs
+    assert not tb.avoid and tb.why.startswith("Slurm's own limits keep it from starting")
+    assert tb.then.endswith("the limit is on each job: change it (scontrol update job 5 …) or cancel it")

@@ -61,6 +61,8 @@ def take_back_unstarted(r: Round) -> None:
         said = f"(Slurm's reason: {sj.reason or 'none'})"
         if slurm_limit(sj.reason):
             then = f"hivebatch places it again within {LIMIT_RETRY_S:.0f} s, holding no GPUs meanwhile"
+            if "PerJob" in sj.reason:  # QOSMaxWallDurationPerJobLimit …: it holds until the job is changed
+                then += f"; the limit is on each job: change it (scontrol update job {sj.display_id} …) or cancel it"
             r.out.take_backs.append(TakeBack(job, f"{LIMITED} {said}", avoid=False, then=then))
             r.alloc.release(str(job.slurm_job_id))
             continue
