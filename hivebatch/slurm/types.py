@@ -178,6 +178,11 @@ class SlurmJob:
         return bool(self.array_pending)
 
     @property
+    def partitions(self) -> list[str]:
+        """The partitions it asked for (``-p a,b``; none when Slurm lists none)."""
+        return [p for p in self.partition.split(",") if p]
+
+    @property
     def display_id(self) -> str:
         if self.array_job_id and self.array_pending:
             return f"{self.array_job_id}_[{self.array_pending}]"

@@ -32,6 +32,15 @@ def _running_on(ctl: Ctl, jid: int) -> dict[str, list[int]]:
     return jobs[0].gpus if jobs and jobs[0].state == "RUNNING" else {}
 
 
+def _alice_running(ctl: Ctl) -> tuple[int, dict[str, list[int]]]:
+    """Alice's 2-GPU job, placed and running in Slurm and in the ledger; its id and placement."""
+    jid = ctl.submit("alice", "cv", 2)
+    ctl.cycle()
+    ctl.lab.wait_for(jid, {"RUNNING"})
+    ctl.until(lambda: ctl.job(jid).state == "running", what="ledger shows it running")
+    return jid, ctl.job(jid).placement
+
+
 def test_alice_job_runs_on_exactly_the_gpus_the_cells_chose(ctl: Ctl) -> None:
     jid = ctl.submit("alice", "cv", 2, qos="prior")
     report = ctl.cycle()
@@ -82,11 +91,7 @@ def test_a_job_past_its_deadline_ends_as_slurm_ends_it(ctl: Ctl) -> None:
 
 def test_a_job_its_owner_requeue_holds_waits_until_they_release_it(ctl: Ctl) -> None:
     # plain Slurm keeps it held until its owner releases it (tests/fixtures/slurm/requeuehold_owner.txt)
-    jid = ctl.submit("alice", "cv", 2)
-    ctl.cycle()
-    ctl.lab.wait_for(jid, {"RUNNING"})
-    ctl.until(lambda: ctl.job(jid).state == "running", what="ledger shows it running")
-    placed = ctl.job(jid).placement
+    jid, placed = _alice_running(ctl)
     ctl.lab.backend("alice").requeue_hold(jid)
     for _ in range(4):
         ctl.cycle()
@@ -121,11 +126,7 @@ def test_a_job_an_admin_holds_waits_until_an_admin_releases_it(ctl: Ctl) -> None
 def test_an_admins_release_of_a_job_that_kept_its_gpus_waits_for_the_controller(ctl: Ctl) -> None:
     # a job requeued (or a pin taken back) keeps its typed gres; an admin's release let Slurm start it on
     # those GPUs after its requeue delay, outside the cells (tests/fixtures/slurm/kept_gpus_parked.txt)
-    jid = ctl.submit("alice", "cv", 2)
-    ctl.cycle()
-    ctl.lab.wait_for(jid, {"RUNNING"})
-    ctl.until(lambda: ctl.job(jid).state == "running", what="ledger shows it running")
-    placed = ctl.job(jid).placement
+    jid, placed = _alice_running(ctl)
     subprocess.run(["scontrol", "requeue", str(jid)], check=True, capture_output=True)
     ctl.lab.wait_for(jid, {"PENDING"})
     ctl.cycle()  # it sees the requeue and holds the job

@@ -65,7 +65,7 @@ def past_deadline(sj: SlurmJob, now: dt.datetime) -> str | None:
 def partition_stopped(sj: SlurmJob, stopped: Mapping[str, str]) -> str | None:
     """Why Slurm starts the job nowhere now: every partition it asked for is DOWN or INACTIVE
     (``stopped``: partition -> state), as an admin sets one for maintenance; None otherwise."""
-    asked = [p for p in sj.partition.split(",") if p]
+    asked = sj.partitions
     if not asked or not all(p in stopped for p in asked):
         return None
     which = ", ".join(f"{p} is {stopped[p]}" for p in asked)
@@ -79,7 +79,7 @@ def over_partition_time(sj: SlurmJob, max_time: Mapping[str, int]) -> str | None
     """Why Slurm never starts the job: its time limit is longer than the MaxTime of every partition it
     asked for (``max_time``: partition -> seconds; a site without EnforcePartLimits accepts such a job
     and leaves it pending, PartitionTimeLimit); None otherwise. Its owner may lower the limit."""
-    asked = [p for p in sj.partition.split(",") if p]
+    asked = sj.partitions
     if not asked or not all(p in max_time for p in asked):
         return None
     longest = max(max_time[p] for p in asked)

@@ -4,8 +4,8 @@ Slurm stays the judge; this only keeps hivebatch from pinning a job where Slurm 
 the job's partition(s), its ``--constraint`` (plain AND/OR of features; bracketed or counted forms
 are left to Slurm), nodes it excluded, partitions an admin set DOWN or INACTIVE, the CPUs and memory
 per node it asked for against what the node has free now (all of it for ``--mem=0``), and
-reservations its time limit would run into. A node
-where a pinned job did not start before is avoided too (``avoided``).
+reservations its time limit would run into. A node where a pinned job did not start before is avoided
+too (``avoided``).
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ def features_met(expr: str, have: list[str]) -> bool:
 def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
     """Why Slurm could never start ``sj`` on ``node``, whatever else runs there (what the node is, not
     what it has free); None when it could some day."""
-    partitions = [p for p in sj.partition.split(",") if p]
-    if partitions and node.partitions and not set(partitions) & set(node.partitions):
+    if sj.partitions and node.partitions and not set(sj.partitions) & set(node.partitions):
         return f"not in partition {sj.partition}"
     if sj.reservation:
         return None  # a reservation's own nodes: Slurm places such jobs itself (the plugin passes them)
@@ -69,7 +68,7 @@ def clear_of_reservations(sj: SlurmJob, node: SlurmNode, now: dt.datetime) -> dt
 def _stopped_partition(sj: SlurmJob, node: SlurmNode) -> str | None:
     """The job's partition on ``node`` in which Slurm starts no job now (DOWN or INACTIVE), when every
     partition of the job the node is in is such."""
-    asked = [p for p in sj.partition.split(",") if p] or node.partitions
+    asked = sj.partitions or node.partitions
     here = [p for p in asked if p in node.partitions] if node.partitions else asked
     if node.stopped and here and all(p in node.stopped for p in here):
         return f"its partition {here[0]} is {node.stopped[here[0]]}"
