@@ -24,6 +24,8 @@ from hivebatch.slurmconf import DEFAULT_QOS, PREEMPTABLE_QOS, SHARD_MIB
 #: Users every site treats as Operators besides the configured ones: root and Slurm's own user.
 ALWAYS_OPERATORS = ("root",)
 USAGE_FILE = "hivebatch_usage.lua"
+#: the GPU nodes' largest CPU count and memory, which the controller writes beside the usage file
+NODES_FILE = "hivebatch_nodes.lua"
 #: where Slurm's daemons and clients look for slurm.conf when $SLURM_CONF is not set
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 #: the usage file goes stale after this many missed controller cycles, and never sooner than 5 minutes
@@ -50,6 +52,12 @@ def usage_file(data: Mapping[str, Any], conf_dir: str | os.PathLike[str] | None 
             )
         return Path(named)
     return slurm_conf_dir(conf_dir) / USAGE_FILE
+
+
+def nodes_file(data: Mapping[str, Any], conf_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The controller's node sizes file for the plugin: in the usage file's directory, which the
+    controller can write to."""
+    return usage_file(data, conf_dir).parent / NODES_FILE
 
 
 def slurm_conf_dir(conf_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -151,6 +159,7 @@ def site_table(
         "user_limits": site_limits(parse_user_limits(data, spec.vcs), spec.vcs),
         "usage_file": str(usage_file(data, conf_dir)),
         "usage_max_age_s": usage_max_age_s(data),
+        "nodes_file": str(nodes_file(data, conf_dir)),
         # node -> its GPU type: an --exclusive job that can land on one takes all its GPUs
         "gpu_nodes": {n.name: n.gpu_type.lower() for n in spec.nodes},
     }

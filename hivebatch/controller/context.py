@@ -59,6 +59,8 @@ class ControllerContext:
     user_limits: UserLimits = field(default_factory=UserLimits)
     #: the job_submit plugin's usage file, written each cycle while user_limits has any
     usage_path: Path | None = None
+    #: the job_submit plugin's node sizes file, written each cycle by the controller serving slurmctld
+    nodes_path: Path | None = None
     notice: NoticeSettings = field(default_factory=NoticeSettings)
 
 
@@ -104,7 +106,10 @@ def build_platform(spec: ClusterSpec, qos_settings: QosSettings) -> Platform:
     )
 
 
-def load_context(config: str | os.PathLike[str] | None = None) -> ControllerContext:
+def load_context(config: str | os.PathLike[str] | None = None, *, publish: bool = False) -> ControllerContext:
+    """The controller's whole setting from a config file. ``publish``: the controller that serves
+    slurmctld writes the node sizes file its plugin reads (tests and benches leave slurmctld's
+    directory alone)."""
     from hivebatch import qos
     from hivebatch.cells import parse_cluster_config
     from hivebatch.config import load_config
@@ -121,7 +126,7 @@ def load_context(config: str | os.PathLike[str] | None = None) -> ControllerCont
             f"controller.policy {settings.policy!r} is unknown: use one of {', '.join(qos.POLICY_NAMES)}"
         )
     profiles = qos.ProfileStore.load(qos_settings.profiles)
-    from hivebatch.jobsubmit import usage_file
+    from hivebatch.jobsubmit import nodes_file, usage_file
 
     user_limits = parse_user_limits(data, spec.vcs)
     return ControllerContext(
@@ -135,5 +140,6 @@ def load_context(config: str | os.PathLike[str] | None = None) -> ControllerCont
         limits=parse_limits(data),
         user_limits=user_limits,
         usage_path=None if user_limits.empty else usage_file(data),
+        nodes_path=nodes_file(data) if publish else None,
         notice=parse_notice(data),
     )

@@ -18,6 +18,7 @@ from hivebatch.controller.avoid import load_avoided
 from hivebatch.controller.context import ControllerContext
 from hivebatch.controller.decide import Decisions, Wait, decide
 from hivebatch.controller.ledger import Ledger
+from hivebatch.controller.node_sizes import node_sizes, node_sizes_lua
 from hivebatch.controller.observe import Observation, observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
 from hivebatch.controller.reconcile.usage import recent_usage
@@ -257,6 +258,9 @@ def _record(
     set_state(session, "slurm_jobs_seen", len(obs.jobs), obs.now)
     if ctx.usage_path is not None:
         _write_usage_file(ctx.usage_path, ledger, obs.now)
+    if ctx.nodes_path is not None and obs.nodes:
+        sizes = node_sizes(obs.nodes.values(), {n.name: n.gpu_type for n in ctx.spec.nodes})
+        _write_plugin_file(ctx.nodes_path, node_sizes_lua(sizes, obs.now), "node sizes")
     set_state(
         session,
         "last_cycle",
@@ -276,10 +280,31 @@ def _write_usage_file(path: Path, ledger: Ledger, now: dt.datetime) -> None:
         for j in ledger.jobs.values()
         if not j.foreign and j.priority >= 0 and j.state in HOLDING_STATES
     ]
+    _write_plugin_file(path, usage_lua(with_holding(ledger.strict_use, holding), now), "usage")
+
+
+#: files this process could not write at its last try: their failure was logged once already
+_UNWRITABLE: set[Path] = set()
+
+
+def _write_plugin_file(path: Path, text: str, what: str) -> None:
+    """Replace a file the job_submit plugin reads. A failure is logged once until a write succeeds
+    again, not each cycle: the plugin stops trusting the file once it is stale, and the controller
+    checks the same things again at placement."""
     try:
-        write_usage(path, usage_lua(with_holding(ledger.strict_use, holding), now))
+        write_usage(path, text)
     except OSError as exc:
-        log.warning("cannot write the usage file %s for the job_submit plugin: %s", path, exc.strerror or exc)
+        level = logging.DEBUG if path in _UNWRITABLE else logging.WARNING
+        _UNWRITABLE.add(path)
+        log.log(
+            level,
+            "cannot write the %s file %s for the job_submit plugin: %s",
+            what,
+            path,
+            exc.strerror or exc,
+        )
+    else:
+        _UNWRITABLE.discard(path)
 
 
 def check_database(engine: Engine) -> None:

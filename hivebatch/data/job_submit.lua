@@ -562,24 +562,102 @@ local function field(t, k)
   return nil
 end
 
--- the controller's usage table, or nil and why not; the chunk runs in an empty environment, so the
--- file can hand back data and do nothing else
-function M.load_usage(now)
-  local path = SITE.usage_file
+-- a table the controller writes each cycle (``what``: "usage" or "node sizes", whose table is under
+-- ``key``), or nil and why not; the chunk runs in an empty environment, so the file can hand back
+-- data and do nothing else
+local function load_controller_table(path, now, what, key)
   local chunk, err = loadfile(path)
   if chunk == nil then
-    return nil, "cannot read the usage file: " .. tostring(err)
+    return nil, "cannot read the " .. what .. " file: " .. tostring(err)
   end
   setfenv(chunk, {})
-  local ok, usage = pcall(chunk)
-  if not ok or type(field(usage, "users")) ~= "table" or type(field(usage, "written_at")) ~= "number" then
-    return nil, "the usage file " .. path .. " holds no usage table"
+  local ok, data = pcall(chunk)
+  if not ok or type(field(data, key)) ~= "table" or type(field(data, "written_at")) ~= "number" then
+    return nil, "the " .. what .. " file " .. path .. " holds no " .. what .. " table"
   end
-  local age = now - usage.written_at
+  local age = now - data.written_at
   if age > SITE.usage_max_age_s then
-    return nil, "the usage file " .. path .. " is " .. age .. " s old (the controller rewrites it each cycle)"
+    return nil, "the " .. what .. " file " .. path .. " is " .. age .. " s old (the controller rewrites it each cycle)"
   end
-  return usage
+  return data
+end
+
+-- the controller's usage table, or nil and why not
+function M.load_usage(now)
+  return load_controller_table(SITE.usage_file, now, "usage", "users")
+end
+
+-- the most CPUs and memory (MB) a node with GPUs has, per GPU type and over all ("any"), as the
+-- controller last saw them; nil and why not
+function M.load_node_sizes(now)
+  local data, why = load_controller_table(SITE.nodes_file, now, "node sizes", "sizes")
+  return data and data.sizes, why
+end
+
+-- the CPUs one node must have for the job, from the fields sbatch, srun and salloc fill: a task's CPUs,
+-- --mincpus (and --cpus-per-gpu, translated above), the tasks on one node, and all the job's CPUs when it
+-- may use one node only (min_cpus is 1 with --overcommit, which Slurm then accepts)
+function M.cpus_per_node(job_desc)
+  local cpt = get(job_desc, "cpus_per_task")
+  cpt = is_set(cpt) and cpt or 1
+  local need = cpt
+  local pn, tpn = get(job_desc, "pn_min_cpus"), get(job_desc, "ntasks_per_node")
+  if is_set(pn) and pn > need then
+    need = pn
+  end
+  if is_set(tpn) and tpn * cpt > need then
+    need = tpn * cpt
+  end
+  local min_cpus = get(job_desc, "min_cpus")
+  if get(job_desc, "max_nodes") == 1 and is_set(min_cpus) and min_cpus > need then
+    need = min_cpus
+  end
+  return need
+end
+
+-- the memory (MB) one node must have for the job: --mem (0: whatever the node has), --mem-per-gpu
+-- (translated above) or --mem-per-cpu times its CPUs there; 0 when it names none
+function M.mem_per_node(job_desc, cpus)
+  local per_node, per_cpu = get(job_desc, "min_mem_per_node"), get(job_desc, "min_mem_per_cpu")
+  if type(per_node) == "number" then
+    return per_node
+  end
+  if type(per_cpu) == "number" then
+    return per_cpu * cpus
+  end
+  return 0
+end
+
+-- Slurm refuses at submit a job no node could ever hold ("Requested node configuration is not
+-- available"), but it does not test a held job, and this plugin holds every GPU job
+-- (tests/fixtures/slurm/held_job_sizes.txt): so the test is made here, against the largest node with
+-- the job's GPUs. A job its owner holds (-H) is accepted, as Slurm accepts it; without a fresh sizes
+-- file nothing is refused (the controller still says why such a job never runs).
+local function check_node_sizes(job_desc, req)
+  if req.user_hold or SITE.nodes_file == nil then
+    return
+  end
+  local sizes, why = M.load_node_sizes(os.time())
+  if sizes == nil then
+    slurm.log_info("hivebatch: %s; node sizes are not checked at submit", why)
+    return
+  end
+  local key = req.gpu_type and string.lower(req.gpu_type) or "any"
+  local largest = field(sizes, key)
+  if type(largest) ~= "table" then
+    return
+  end
+  local where = "the largest node with " .. (req.gpu_type and (req.gpu_type .. " ") or "") .. "GPUs"
+  local cpus = M.cpus_per_node(job_desc)
+  local have_cpus = tonumber(field(largest, "cpus"))
+  if have_cpus ~= nil and cpus > have_cpus then
+    fail("the job needs " .. cpus .. " CPUs on one node, but " .. where .. " has " .. have_cpus .. ": ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)")
+  end
+  local mem = M.mem_per_node(job_desc, cpus)
+  local have_mem = tonumber(field(largest, "mem_mb"))
+  if have_mem ~= nil and mem > have_mem then
+    fail("the job needs " .. mem .. " MB of memory on one node, but " .. where .. " has " .. have_mem .. " MB: ask for less (--mem, --mem-per-gpu, --mem-per-cpu)")
+  end
 end
 
 local function hours(x)
@@ -779,6 +857,7 @@ local function submit(job_desc, part_list, submit_uid)
     req.user_hold = 1
   end
   translate_per_gpu(job_desc, req)
+  check_node_sizes(job_desc, req)
   record_signal(job_desc, req)
   if get(job_desc, "script") == nil and req.user_hold == nil then
     -- srun and salloc say only "Job is in held state, pending scheduler release"

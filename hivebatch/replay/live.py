@@ -251,7 +251,7 @@ def replay_hivebatch(plan: Plan, config_data: dict[str, Any], settings: LiveSett
         data["preemption"] = compressed_notice(config_data, plan.spec.speedup)
         cfg = Path(tmp) / "hivebatch.yaml"
         cfg.write_text(yaml.safe_dump(data), encoding="utf-8")
-        ctx = load_context(cfg)
+        ctx = load_context(cfg, publish=True)
         engine = make_engine(url)
         migrate.upgrade(engine)
         factory = make_sessionmaker(engine)

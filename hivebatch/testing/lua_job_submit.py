@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hivebatch.jobsubmit import job_submit_lua, lua_literal
@@ -45,17 +46,23 @@ class Verdict:
     fields: dict[str, str]
 
 
-class LuaJobSubmit:
-    """Runs the plugin rendered for one cluster config on a job_desc mapping."""
+#: where the fake's plugin looks for the controller's files unless told: nowhere a test or a lab
+#: controller writes, so a fresh lab file on the same machine never decides a unit test
+NO_SLURMCTLD_DIR = Path("/nonexistent/hivebatch-fake-slurmctld")
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+
+class LuaJobSubmit:
+    """Runs the plugin rendered for one cluster config on a job_desc mapping; ``conf_dir`` is the
+    directory it reads the controller's files from (as slurm.conf's, where no config names them)."""
+
+    def __init__(self, config: Mapping[str, Any], conf_dir: Path = NO_SLURMCTLD_DIR) -> None:
         lua = shutil.which("lua5.1")
         if lua is None:
             raise RuntimeError(
                 "lua5.1 is not installed (Debian package lua5.1): the fake runs the real plugin"
             )
         self._lua = lua
-        self._plugin = job_submit_lua(config, [])
+        self._plugin = job_submit_lua(config, [], conf_dir)
 
     def __call__(self, desc: Mapping[str, Any]) -> Verdict:
         table = {k: v for k, v in desc.items() if v is not None}

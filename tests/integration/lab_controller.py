@@ -118,7 +118,7 @@ def ctl(
     data["database"] = {"url": url}
     cfg = tmp_path / "hivebatch.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    ctx = load_context(cfg)
+    ctx = load_context(cfg, publish=True)
     engine = make_engine(url)
     migrate.upgrade(engine)
     mine: set[int] = set()

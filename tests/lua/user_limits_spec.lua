@@ -3,13 +3,9 @@
 --   lua5.1 /usr/bin/busted tests/lua
 
 local NO_VAL, NO_VAL16 = 4294967294, 65534
-local USAGE = os.tmpname()
-
-local function usage_file(text)
-  local fh = assert(io.open(USAGE, "w"))
-  fh:write(text)
-  fh:close()
-end
+local support = dofile("tests/lua/controller_file.lua")
+local file = support.file()
+local USAGE, usage_file = file.path, file.write
 
 local function usage(users, written_at)
   local parts = {}
@@ -22,20 +18,10 @@ local function usage(users, written_at)
 end
 
 local function load_plugin()
-  dofile("tests/lua/fake_slurm.lua")
-  local v100 = { name = "V100", max_per_node = 8, nodes = 4, total = 32, mem_mib = 32768 }
-  _G.HIVEBATCH_SITE = {
-    gpu_types = { v100 = v100 }, type_list = "v100", largest = v100,
-    vcs = { cv = { gpus = 12 }, nlp = { gpus = 16 } }, vc_list = "cv, nlp",
-    classes = { urgent = true, prior = true, normal = true, opportunistic = true },
-    class_list = "urgent, prior, normal, opportunistic",
-    default_class = "normal", opportunistic = "opportunistic", shard_mib = 1024, max_time_min = 525600,
-    operator_uids = { [0] = true },
+  support.load_plugin({
     user_limits = { cv = { urgent = { gpu_hours_per_week = 48, running_jobs = 2 } } },
     usage_file = USAGE,
-    usage_max_age_s = 300,
-  }
-  dofile("hivebatch/data/job_submit.lua")
+  })
 end
 
 local function urgent(fields)

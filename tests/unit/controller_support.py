@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,3 +103,14 @@ def make_env(tmp_path: Path, config: str = CONFIG, **fake_args: Any) -> Env:
     fake_args.setdefault("job_submit", LuaJobSubmit(ctx.data))
     fake = FakeSlurm(accounts={"alice": ["cv"], "bob": ["nlp"], "carol": ["sys"]}, **fake_args)
     return Env(ctx=ctx, factory=factory, slurm=fake)
+
+
+def lua_read(path: Path, expr: str) -> str:
+    """``expr`` over the table a controller file returns (as ``u``), loaded the way the job_submit
+    plugin loads it (an empty environment)."""
+    lua = shutil.which("lua5.1")
+    assert lua, "lua5.1 is missing (scripts/test installs it)"
+    probe = f"local c = assert(loadfile({str(path)!r})); setfenv(c, {{}}); local u = c(); io.write(tostring({expr}))"
+    out = subprocess.run([lua, "-e", probe], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return out.stdout

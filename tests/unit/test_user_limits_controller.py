@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from controller_support import CONFIG, Env, make_env
+from controller_support import CONFIG, Env, lua_read, make_env
 
 from hivebatch.cli.hsub.main import slurm_refusal
 from hivebatch.controller.usage import usage_lua, write_usage
@@ -39,16 +37,6 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     return env
 
 
-def _lua_read(path: Path, expr: str) -> str:
-    """``expr`` over the file's table, loaded the way the plugin loads it (empty environment)."""
-    lua = shutil.which("lua5.1")
-    assert lua, "lua5.1 is missing (scripts/test installs it)"
-    probe = f"local c = assert(loadfile({str(path)!r})); setfenv(c, {{}}); local u = c(); io.write(tostring({expr}))"
-    out = subprocess.run([lua, "-e", probe], capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
 def test_the_usage_file_is_a_data_chunk_lua_reads_back(tmp_path: Path) -> None:
     now = dt.datetime(2026, 11, 24, 9, tzinfo=dt.UTC)
     usage = {
@@ -59,12 +47,12 @@ def test_the_usage_file_is_a_data_chunk_lua_reads_back(tmp_path: Path) -> None:
     path = tmp_path / "hivebatch_usage.lua"
     write_usage(path, usage_lua(usage, now))
     assert path.stat().st_mode & 0o777 == 0o644
-    assert _lua_read(path, "u.users.alice.cv.urgent.gpu_hours") == "47.5"
-    assert _lua_read(path, "u.users.alice.cv.urgent.running") == "1"
-    assert _lua_read(path, 'u.users["ev\\"il\\nname"].cv.prior.gpu_hours') == "0.123"
-    assert _lua_read(path, "u.written_at") == str(int(now.timestamp()))
+    assert lua_read(path, "u.users.alice.cv.urgent.gpu_hours") == "47.5"
+    assert lua_read(path, "u.users.alice.cv.urgent.running") == "1"
+    assert lua_read(path, 'u.users["ev\\"il\\nname"].cv.prior.gpu_hours') == "0.123"
+    assert lua_read(path, "u.written_at") == str(int(now.timestamp()))
     # slurmctld names an updated job's owner by uid only: the file maps the uids this host knows
-    assert _lua_read(path, "u.uids[0]") == "root"
+    assert lua_read(path, "u.uids[0]") == "root"
     assert len(path.read_text().splitlines()) == 2  # a comment and one return line, whatever a name holds
 
 
@@ -101,7 +89,7 @@ def test_a_user_over_the_urgent_limit_is_refused_at_submit_and_may_submit_normal
     env.slurm.advance(6 * 3600)  # 8 GPUs for 6 hours: 48 GPU-hours, the whole week's budget
     env.cycle()
     assert env.ctx.usage_path is not None
-    assert _lua_read(env.ctx.usage_path, "u.users.alice.cv.urgent.gpu_hours") == "48"
+    assert lua_read(env.ctx.usage_path, "u.users.alice.cv.urgent.gpu_hours") == "48"
     with pytest.raises(HivebatchError) as refused:
         env.submit("alice", "cv", 1, qos="urgent")
     assert (
@@ -129,8 +117,8 @@ def test_a_job_whose_owner_went_over_the_limit_after_submit_runs_one_class_down(
     assert placed.message.endswith("; " + third.reason)  # the audit trail keeps why after it starts
     path = env.ctx.usage_path
     assert path is not None
-    assert _lua_read(path, "u.users.alice.cv.urgent.running") == "2"
-    assert _lua_read(path, "u.users.alice.cv.prior.running") == "1"
+    assert lua_read(path, "u.users.alice.cv.urgent.running") == "2"
+    assert lua_read(path, "u.users.alice.cv.prior.running") == "1"
 
 
 def test_an_unwritable_usage_file_is_logged_and_the_cycle_goes_on(

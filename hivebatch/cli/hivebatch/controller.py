@@ -60,7 +60,7 @@ def run(mode: str, interval: float | None, config: str | None, quiet: bool) -> N
     _setup_logging(quiet)
     if interval is not None and mode != "loop":
         raise click.UsageError("--interval only makes sense with --loop")
-    ctx = load_context(config)
+    ctx = load_context(config, publish=True)
     pause = interval if interval is not None else ctx.settings.interval_s
     engine, factory = open_database(ctx.config_path, ctx.data)
     check_database(engine)

@@ -1,0 +1,47 @@
+"""The largest CPU count and memory of the GPU nodes, for the job_submit plugin's test at submit.
+
+Slurm refuses at submit a job no node could ever hold, but it skips that test for a held job, and the
+plugin holds every GPU job (tests/fixtures/slurm/held_job_sizes.txt). The plugin cannot ask Slurm for
+node sizes (22.05's Lua API has none), so the controller writes them each cycle next to the usage file
+(``hivebatch_nodes.lua``): a Lua chunk returning, per GPU type and over all of them (``any``), the
+most CPUs and MB of memory one node has. The plugin reads it as it reads the usage file: data only,
+and not at all once it is stale.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+
+from hivebatch.jobsubmit import lua_literal
+from hivebatch.slurm.types import SlurmNode
+from hivebatch.userlimits import aware_utc
+
+#: the key of the figures over every GPU type, for a job that names none
+ANY_TYPE = "any"
+
+
+def node_sizes(nodes: Iterable[SlurmNode], gpu_type_of: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """Per GPU type (lower case, as the plugin keys them) and ``any``: the most CPUs and memory of one
+    node. Only nodes with GPUs count (``gpu_type_of``: node name → its GPU type), and only the figures
+    Slurm reported (a node it lists without CPUs or memory adds nothing)."""
+    sizes: dict[str, dict[str, int]] = {}
+    for node in nodes:
+        gpu_type = gpu_type_of.get(node.name)
+        if gpu_type is None:
+            continue
+        for key in (gpu_type.lower(), ANY_TYPE):
+            most = sizes.setdefault(key, {"cpus": 0, "mem_mb": 0})
+            most["cpus"] = max(most["cpus"], node.cpus)
+            most["mem_mb"] = max(most["mem_mb"], node.mem_mb)
+    # a size Slurm did not report is left out, so the plugin tests nothing against it
+    return {key: {k: v for k, v in most.items() if v > 0} for key, most in sizes.items()}
+
+
+def node_sizes_lua(sizes: Mapping[str, Mapping[str, int]], now: dt.datetime) -> str:
+    """The node sizes file's text: one ``return { ... }`` chunk."""
+    table = {"written_at": int(aware_utc(now).timestamp()), "sizes": dict(sorted(sizes.items()))}
+    return (
+        "-- written by the hivebatch controller each cycle; read by job_submit.lua; do not edit\n"
+        f"return {lua_literal(table)}\n"
+    )

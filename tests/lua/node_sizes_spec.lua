@@ -1,0 +1,109 @@
+-- The job_submit plugin's test of a GPU job against the largest GPU node, which Slurm skips for the
+-- held jobs the plugin makes (tests/fixtures/slurm/held_job_sizes.txt); the node sizes come from the
+-- file the controller writes each cycle (hivebatch/controller/node_sizes.py).
+--   lua5.1 /usr/bin/busted tests/lua
+
+local NO_VAL, NO_VAL16 = 4294967294, 65534
+local support = dofile("tests/lua/controller_file.lua")
+local file = support.file()
+local SIZES, sizes_file = file.path, file.write
+
+-- the lab's nodes: 16 CPUs and 64000 MB each
+local function lab_sizes(written_at)
+  sizes_file(string.format('return { ["written_at"] = %d, ["sizes"] = { ["any"] = { ["cpus"] = 16, ["mem_mb"] = 64000 }, '
+    .. '["v100"] = { ["cpus"] = 16, ["mem_mb"] = 64000 } } }', written_at or os.time()))
+end
+
+local function load_plugin()
+  support.load_plugin({ nodes_file = SIZES })
+end
+
+-- a job as sbatch hands it to the plugin (fields recorded on the lab, see the fixture), with `fields` over it
+local function job(fields)
+  local d = {
+    user_name = "alice", default_account = "cv", priority = NO_VAL, min_nodes = NO_VAL, max_nodes = NO_VAL,
+    num_tasks = NO_VAL, ntasks_per_node = NO_VAL16, ntasks_per_tres = NO_VAL16, sockets_per_node = NO_VAL16,
+    cpus_per_task = NO_VAL16, pn_min_cpus = NO_VAL16, min_cpus = 1, time_limit = NO_VAL,
+    tres_per_node = "gres:gpu:1",
+  }
+  for k, v in pairs(fields or {}) do d[k] = v end
+  return d
+end
+
+local CPUS = "hivebatch: the job needs %d CPUs on one node, but the largest node with GPUs has 16: "
+  .. "ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)"
+local MEM = "hivebatch: the job needs %d MB of memory on one node, but the largest node with GPUs has 64000 MB: "
+  .. "ask for less (--mem, --mem-per-gpu, --mem-per-cpu)"
+
+describe("the size of a GPU job's node at submit", function()
+  before_each(function()
+    load_plugin()
+    lab_sizes()
+  end)
+  teardown(function() os.remove(SIZES) end)
+
+  -- each refused by plain Slurm on the lab with "Requested node configuration is not available"
+  local refused = {
+    { "-c 32", { cpus_per_task = 32, pn_min_cpus = 32, min_cpus = 32 }, CPUS:format(32) },
+    { "-N 1 -n 32", { num_tasks = 32, min_cpus = 32, min_nodes = 1, max_nodes = 1 }, CPUS:format(32) },
+    { "--ntasks-per-node=4 -c 8", { cpus_per_task = 8, pn_min_cpus = 8, ntasks_per_node = 4, num_tasks = 4, min_cpus = 32 }, CPUS:format(32) },
+    { "--mincpus=20", { pn_min_cpus = 20 }, CPUS:format(20) },
+    { "--cpus-per-gpu=8 --gres=gpu:4", { tres_per_node = "gres:gpu:4", cpus_per_tres = "gres:gpu:8" }, CPUS:format(32) },
+    { "--mem=100G", { min_mem_per_node = 102400 }, MEM:format(102400) },
+    { "--mem-per-cpu=5000 -c 16", { cpus_per_task = 16, pn_min_cpus = 16, min_cpus = 16, min_mem_per_cpu = 5000 }, MEM:format(80000) },
+    { "--mem-per-gpu=40G --gres=gpu:2", { tres_per_node = "gres:gpu:2", mem_per_tres = "gres:gpu:40960" }, MEM:format(81920) },
+  }
+  for _, case in ipairs(refused) do
+    it("refuses " .. case[1] .. ", as Slurm would, with one line naming what to change", function()
+      assert.are.equal(slurm.ERROR, slurm_job_submit(job(case[2]), {}, 1001))
+      assert.are.same({ case[3] }, slurm.user_msgs)
+    end)
+  end
+
+  -- each accepted by plain Slurm on the lab
+  local accepted = {
+    { "-c 16 (the node's size)", { cpus_per_task = 16, pn_min_cpus = 16, min_cpus = 16 } },
+    { "-N 1 -n 32 -O (overcommit: one CPU)", { num_tasks = 32, min_cpus = 1, min_nodes = 1, max_nodes = 1 } },
+    { "-n 32 without -N (Slurm spreads the tasks)", { num_tasks = 32, min_cpus = 32 } },
+    { "--mem=0 (whatever the node has)", { min_mem_per_node = 0 } },
+    { "--mem=64000", { min_mem_per_node = 64000 } },
+    { "-c 32 -H (Slurm does not test a held job)", { cpus_per_task = 32, pn_min_cpus = 32, min_cpus = 32, priority = 0 } },
+  }
+  for _, case in ipairs(accepted) do
+    it("accepts " .. case[1], function()
+      assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(case[2]), {}, 1001))
+    end)
+  end
+
+  it("names the GPU type a typed ask is measured against", function()
+    local d = job({ tres_per_node = "gres:gpu:v100:1", cpus_per_task = 32, pn_min_cpus = 32, min_cpus = 32 })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(d, {}, 1001))
+    assert.matches("the largest node with V100 GPUs has 16", slurm.user_msgs[1], 1, true)
+  end)
+
+  it("leaves an Operator's job and a job without GPUs to Slurm", function()
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job({ cpus_per_task = 32, pn_min_cpus = 32 }), {}, 0))
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job({ tres_per_node = "", cpus_per_task = 32 }), {}, 1001))
+  end)
+
+  local unusable = {
+    { "a missing file", function() os.remove(SIZES) end, "cannot read the node sizes file" },
+    { "a file that returns no sizes", function() sizes_file("return { written_at = 0 }") end, "holds no node sizes table" },
+    { "a stale file", function() lab_sizes(os.time() - 301) end, "is 301 s old" },
+    { "a file that reaches for globals", function() sizes_file("os.execute('true'); return {}") end, "holds no node sizes table" },
+  }
+  for _, case in ipairs(unusable) do
+    it("refuses nothing with " .. case[1] .. ", and says why in slurmctld's log", function()
+      case[2]()
+      assert.are.equal(slurm.SUCCESS, slurm_job_submit(job({ cpus_per_task = 32, pn_min_cpus = 32 }), {}, 1001))
+      local said = table.concat(slurm.logged, "\n")
+      assert.matches(case[3], said, 1, true)
+      assert.matches("node sizes are not checked at submit", said, 1, true)
+    end)
+  end
+
+  it("refuses nothing for a GPU type the file does not list", function()
+    sizes_file(string.format("return { written_at = %d, sizes = {} }", os.time()))
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job({ cpus_per_task = 32, pn_min_cpus = 32 }), {}, 1001))
+  end)
+end)

@@ -1,0 +1,120 @@
+"""The node sizes file the controller writes each cycle for the job_submit plugin, which tests a GPU job
+against the largest GPU node at submit because Slurm skips that test for the held jobs the plugin
+makes (tests/fixtures/slurm/held_job_sizes.txt; the plugin's side: tests/lua/node_sizes_spec.lua)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controller_support import CONFIG, Env, lua_read, make_env
+
+from hivebatch.controller.context import load_context
+from hivebatch.controller.node_sizes import node_sizes, node_sizes_lua
+from hivebatch.controller.usage import write_usage
+from hivebatch.jobsubmit import nodes_file, site_table
+from hivebatch.slurm.parse import parse_sinfo_json
+from hivebatch.slurm.types import SlurmNode
+
+
+def _node(name: str, cpus: int, mem_mb: int) -> SlurmNode:
+    return SlurmNode(name, "IDLE", False, list(range(8)), cpus=cpus, mem_mb=mem_mb)
+
+
+def test_the_largest_figures_per_gpu_type_and_over_all_of_them() -> None:
+    nodes = [
+        _node("a1", 16, 64000),
+        _node("a2", 64, 32000),
+        _node("v1", 32, 512000),
+        _node("cpu1", 128, 1024000),
+    ]
+    types = {"a1": "A100", "a2": "A100", "v1": "V100"}  # cpu1 has no GPUs: its size is no GPU job's
+    assert node_sizes(nodes, types) == {
+        "a100": {"cpus": 64, "mem_mb": 64000},
+        "v100": {"cpus": 32, "mem_mb": 512000},
+        "any": {"cpus": 64, "mem_mb": 512000},
+    }
+
+
+def test_a_figure_slurm_did_not_report_is_left_out_so_nothing_is_tested_against_it() -> None:
+    # a node slurmctld has not heard from yet lists no memory (sinfo shows 0 or nothing)
+    assert node_sizes([_node("v1", 16, 0)], {"v1": "V100"}) == {"v100": {"cpus": 16}, "any": {"cpus": 16}}
+
+
+def test_the_sizes_of_the_lab_as_sinfo_lists_them(slurm_fixture: Any) -> None:
+    nodes = parse_sinfo_json(slurm_fixture("sinfo_mem_held.json"))
+    sizes = node_sizes(nodes, {n.name: "V100" for n in nodes})
+    assert sizes["v100"] == sizes["any"] == {"cpus": 16, "mem_mb": 64000}
+
+
+def test_the_file_is_a_data_chunk_lua_reads_back(tmp_path: Path) -> None:
+    now = dt.datetime(2026, 11, 28, 21, tzinfo=dt.UTC)
+    path = tmp_path / "hivebatch_nodes.lua"
+    write_usage(path, node_sizes_lua({"v100": {"cpus": 16, "mem_mb": 64000}, "any": {"cpus": 16}}, now))
+    assert lua_read(path, "u.sizes.v100.cpus") == "16"
+    assert lua_read(path, "u.sizes.v100.mem_mb") == "64000"
+    assert lua_read(path, "u.sizes.any.mem_mb") == "nil"
+    assert lua_read(path, "u.written_at") == str(int(now.timestamp()))
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_the_plugin_reads_it_beside_the_usage_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", "/srv/slurm/etc/slurm.conf")
+    assert nodes_file({}) == Path("/srv/slurm/etc/hivebatch_nodes.lua")
+    assert nodes_file({}, "/out") == Path("/out/hivebatch_nodes.lua")
+    # where the controller cannot write beside slurm.conf, the config's usage_file names its directory
+    assert nodes_file({"controller": {"usage_file": "/var/lib/hb/u.lua"}}) == Path(
+        "/var/lib/hb/hivebatch_nodes.lua"
+    )
+
+
+@pytest.fixture()
+def env(tmp_path: Path) -> Env:
+    return make_env(tmp_path, CONFIG)
+
+
+class _SizedNodes:
+    """The fake Slurm with the lab's node sizes (the fake lists none of its own)."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def list_nodes(self) -> list[SlurmNode]:
+        return [dataclasses.replace(n, cpus=16, mem_mb=64000) for n in self._backend.list_nodes()]
+
+
+def test_only_the_controller_serving_slurmctld_writes_it(tmp_path: Path, env: Env) -> None:
+    cfg = tmp_path / "hivebatch.yaml"
+    assert load_context(cfg).nodes_path is None  # tests and benches leave slurmctld's directory alone
+    published = load_context(cfg, publish=True)
+    assert published.nodes_path == Path(site_table(published.data, [])["nodes_file"])
+
+
+def test_each_cycle_writes_the_sizes_slurm_lists(tmp_path: Path, env: Env) -> None:
+    env.ctx.nodes_path = tmp_path / "etc" / "hivebatch_nodes.lua"
+    env.ctx.nodes_path.parent.mkdir()
+    assert env.cycle(_SizedNodes(env.ctl)).ok
+    assert lua_read(env.ctx.nodes_path, "u.sizes.v100.cpus") == "16"
+    assert lua_read(env.ctx.nodes_path, "u.sizes.any.mem_mb") == "64000"
+    first = int(lua_read(env.ctx.nodes_path, "u.written_at"))
+    assert abs(first - dt.datetime.now(dt.UTC).timestamp()) < 60
+
+
+def test_an_unwritable_file_is_logged_once_and_the_cycle_goes_on(
+    tmp_path: Path, env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    env.ctx.nodes_path = tmp_path / "missing-dir" / "hivebatch_nodes.lua"
+    env.submit("alice", "cv", 1)
+    with caplog.at_level(logging.WARNING, logger="hivebatch.controller"):
+        report = env.cycle(_SizedNodes(env.ctl))
+        again = env.cycle(_SizedNodes(env.ctl))
+    assert report.ok and report.placed == 1 and again.ok
+    warned = [r for r in caplog.records if "cannot write the node sizes file" in r.getMessage()]
+    assert len(warned) == 1  # not once a cycle: the plugin only stops checking sizes at submit
