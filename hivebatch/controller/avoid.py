@@ -10,11 +10,12 @@ from collections.abc import Collection
 
 from sqlalchemy.orm import Session
 
-from hivebatch.controller.decide.unstarted import AVOID_FOR_S
 from hivebatch.controller.record import set_state
 from hivebatch.state.shares import get_state
 
 KEY = "avoid_nodes"
+#: how long a job stays off a node where Slurm did not start it, or found it never runnable
+AVOID_FOR_S = 3600.0
 
 
 def _entries(session: Session, now: dt.datetime) -> dict[int, tuple[frozenset[str], dt.datetime]]:

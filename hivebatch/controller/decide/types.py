@@ -68,7 +68,7 @@ class TakeBack:
 
     job: Job
     why: str
-    avoid: bool = True  # keep it off the nodes it waited on for a while (unstarted.AVOID_FOR_S)
+    avoid: bool = True  # keep it off the nodes it waited on for a while (avoid.AVOID_FOR_S)
     then: str = ""  # what comes next, when not just being placed again
 
 

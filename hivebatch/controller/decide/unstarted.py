@@ -3,7 +3,7 @@
 Something hivebatch does not see kept Slurm from starting it where it was pinned (a reservation
 starting soon, a node drained between placing and starting, a need the pin could not know). Its cells
 are given back at once, the job is held again (``act.take_back``) and placed again on other nodes: the
-nodes it waited on are avoided for ``AVOID_FOR_S``. A pin whose node visibly lost the room it needs
+nodes it waited on are avoided for ``avoid.AVOID_FOR_S``. A pin whose node visibly lost the room it needs
 (CPUs, memory, the node itself) is taken back after ``BLOCKED_AFTER_S`` instead, and that node is
 not avoided: each cycle judges it by what it has free. So is a pin Slurm itself expects to start only
 past the bound (its backfill keeps the node for a job of higher priority, which hivebatch does not
@@ -23,7 +23,6 @@ from hivebatch.controller.observe import phase
 from hivebatch.controller.record import placement_text
 from hivebatch.db.models import Job
 
-AVOID_FOR_S = 3600.0
 # A limit of the job's QOS or association (per-user GPUs, the account's GPUs, running jobs …: Slurm's
 # reasons QOS* and Assoc*) keeps a released job from starting anywhere until other jobs of its user or
 # VC end (seen on the lab: QOSMaxGRESPerUser, pinned node after node). Such a pin is taken back at the

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
+from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide.gres import untyped_count
 from hivebatch.controller.decide.times import aware
 from hivebatch.controller.ledger import Ledger
@@ -24,6 +25,9 @@ from hivebatch.db.models import Job
 from hivebatch.request import CLASS_PRIORITY, HELD_BEGIN_AT, kept_gpus, released_by_owner
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import REQUEUED_HELD, AcctRecord, SlurmError, SlurmJob
+
+#: Slurm's reason for a job its scheduler held because it can never run as it stands
+NEVER_RUNNABLE = "BadConstraints"
 
 
 def finish(
@@ -209,6 +213,17 @@ def _follow_placed(
             start(session, rec, job, sj)
     elif sj.reason == REQUEUED_HELD:  # it started, and was requeued held before we saw it run
         _keep_requeue_hold(session, rec, ledger, job, sj, backend)
+    elif sj.held and sj.reason == NEVER_RUNNABLE:
+        # Slurm's scheduler held the pin itself: it can never run the job as asked on those nodes
+        # (tests/fixtures/slurm/bad_constraints_held.txt). Placed there again it would be held again
+        # at once, each cycle; other nodes may serve, and none for an hour if none does.
+        avoid_nodes(session, job.slurm_job_id, sorted(job.placement or {}), rec.now)
+        job.state = "queued"
+        job.reason = (
+            f"Slurm found it can never run as asked on {placement_text(job.placement or {})} (Slurm's reason: "
+            f"{NEVER_RUNNABLE}); placed again on other nodes"
+        )
+        rec.event(session, job, "taken_back", job.reason, {"placement": job.placement})
     elif sj.held:
         job.state = "queued"
         rec.event(session, job, "held", "held again in Slurm after it was placed; its cells are given back")

@@ -89,6 +89,11 @@ class FakeSlurm(SlurmBackend):
     def job(self, job_id: int) -> SlurmJob:
         return squeue_view(self._s, self._get(job_id, "squeue"))
 
+    def never_runnable_on(self, job_id: int, nodes: list[str]) -> None:
+        """Make Slurm's scheduler find the job never runnable when pinned to any of ``nodes``, for a need
+        the fake does not model (on the lab: ``-N 1 -n 32 --overcommit --gres=gpu:1``)."""
+        self._get(job_id, "never_runnable_on").never_on = frozenset(nodes)
+
     def as_interactive(self, job_id: int) -> None:
         """Make a job one an srun or salloc waits for in a terminal (the fake submits only batch scripts)."""
         self._get(job_id, "srun").batch = False
@@ -367,6 +372,7 @@ class FakeSlurm(SlurmBackend):
         if j.held:
             bad = j.required_nodes and len(j.required_nodes) > j.num_nodes
             j.reason = "BadConstraints" if bad else "None"
+            j.held_by_slurm = False
             if self._s.job_submit is not None:  # an Operator's release of an unpinned job too
                 park_owner_release(j)
         self._maybe_schedule()

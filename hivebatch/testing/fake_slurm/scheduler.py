@@ -115,6 +115,11 @@ def try_start(state: State, j: Job) -> bool:
     if j.required_nodes and len(j.required_nodes) > j.num_nodes:
         j.reason = "BadConstraints"
         return False
+    if set(j.required_nodes) & j.never_on:
+        # slurmctld's schedule() holds a job it can never run where it is pinned
+        # (tests/fixtures/slurm/bad_constraints_held.txt)
+        j.reason, j.held_by_slurm = "BadConstraints", True
+        return False
     if j.eligible_at and j.eligible_at > state.now():
         j.reason = "BeginTime"
         return False

@@ -73,6 +73,12 @@ class Job:
     cpus_per_node: int = 0
     mem_per_node_mb: int = 0
     tasks_per_node: int = 0
+    # nodes where Slurm's scheduler finds the job never runnable, for a need the fake does not model
+    # (FakeSlurm.never_runnable_on): pinned there, it is held by Slurm itself
+    never_on: frozenset[str] = frozenset()
+    held_by_slurm: bool = (
+        False  # BadConstraints with priority 0 (tests/fixtures/slurm/bad_constraints_held.txt)
+    )
 
     def requeue(self, now: datetime, reason: str) -> None:
         """Back to PENDING without its allocation, as Slurm requeues, and eligible again only after a
@@ -94,10 +100,8 @@ class Job:
 
     @property
     def held(self) -> bool:
-        return self.state == "PENDING" and self.reason in (
-            "JobHeldUser",
-            "JobHeldAdmin",
-            "job_requeued_in_held_state",
+        return self.state == "PENDING" and (
+            self.reason in ("JobHeldUser", "JobHeldAdmin", "job_requeued_in_held_state") or self.held_by_slurm
         )
 
 
