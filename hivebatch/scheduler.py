@@ -11,10 +11,11 @@ core's reason (or is rejected when no shape could ever be placed).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from hivebatch.fairshare import by_nice, reorder
+from hivebatch.node_room import NodeNeeds, NodeRoom
 from hivebatch.reservation import DEFAULT_STARVE_AFTER_S, Forkable, Reservation, Scratch, reserve
 
 if TYPE_CHECKING:
@@ -141,9 +142,30 @@ class _Round:
     scratch: Scratch | None = None  # the allocator copy the round's reservations walk on
     # the cells as the cycle found them, when the caller placed jobs before the round (see heads)
     found: Forkable | None = None
+    # node -> its CPUs and memory left, less what the round's placements take (hivebatch.node_room)
+    rooms: dict[str, NodeRoom] = field(default_factory=dict)
+    cramped: dict[NodeNeeds, frozenset[str]] = field(default_factory=dict)  # needs -> nodes without room
+
+    def avoid(self, task: Task) -> frozenset[str]:
+        """The nodes ``task`` cannot use: its own, and those whose CPUs or memory it does not fit in now."""
+        needs = task.node_needs
+        if not self.rooms or needs is None:
+            return task.avoid_nodes
+        if needs not in self.cramped:
+            self.cramped[needs] = frozenset(n for n, room in self.rooms.items() if not room.fits(needs))
+        return task.avoid_nodes | self.cramped[needs]
+
+    def take_room(self, task: Task, nodes: Iterable[str]) -> None:
+        """What ``task``, placed on ``nodes``, takes of each."""
+        if task.node_needs is None or not self.rooms:
+            return
+        for name in nodes:
+            if name in self.rooms:
+                self.rooms[name].take(task.node_needs)
+        self.cramped.clear()
 
     def _key(self, task: Task, shape: Shape) -> RefusalKey:
-        return (task.vc, shape.gpus, shape.d_node, task.gpu_type, self.prio(task), task.avoid_nodes)
+        return (task.vc, shape.gpus, shape.d_node, task.gpu_type, self.prio(task), self.avoid(task))
 
     def request(self, task: Task, shape: Shape) -> Request:
         from hivebatch.cells import Request
@@ -156,7 +178,7 @@ class _Round:
             gpu_type=task.gpu_type,
             within=None,
             priority=self.prio(task),
-            avoid_nodes=task.avoid_nodes,
+            avoid_nodes=self.avoid(task),
         )
 
     def allocate(self, task: Task, shape: Shape) -> Placement:
@@ -263,6 +285,7 @@ class _Round:
             if decision.result == "placed":
                 lat = _predicted_latency(plan, shape, self.platform)
                 self.ends[str(task.job_id)] = self.now + lat
+                self.take_room(task, decision.placement)
                 return Outcome(
                     task,
                     "placed",
@@ -408,6 +431,7 @@ def schedule_round(
     usage: Mapping[str, float] | None = None,
     starve_after_s: float = DEFAULT_STARVE_AFTER_S,
     found: Forkable | None = None,
+    rooms: Mapping[str, NodeRoom] | None = None,
 ) -> list[Outcome]:
     """Plan the waiting ``tasks`` with ``policy`` and place them on ``alloc``, in the policy's order.
 
@@ -428,6 +452,8 @@ def schedule_round(
     they are in the simulator, which places those jobs in the round. A job resumed a moment earlier
     would otherwise turn a task that fitted when the cycle began into its VC's head, whose
     reservation then holds back the tasks ranked before it.
+    ``rooms`` (node -> its CPUs and memory free): each placed task's ``node_needs`` are taken from its
+    nodes, and a later task does not get a node it no longer fits on (hivebatch.node_room).
     Placements (and the preemptions they cause) are applied to ``alloc``; the caller requeues the
     jobs listed in ``Outcome.preempted``.
     """
@@ -448,7 +474,8 @@ def schedule_round(
     if any(p.task.nice for p in plans):
         plans = _niced(plans, prio)
     strict = bool(getattr(policy, "strict_order", False))
-    round_ = _Round(alloc, now, platform, prio, ends=dict(ends or {}), found=found)
+    round_ = _Round(alloc, now, platform, prio, ends=dict(ends or {}), found=found,
+                    rooms={n: replace(r) for n, r in (rooms or {}).items()})  # fmt: skip
     reserved, first = round_.heads(plans, starve_after_s) if reserving else ({}, set())
     first |= _claimants(alloc, plans, prio)
     if first:

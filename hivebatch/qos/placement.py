@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from hivebatch.errors import ConfigError, HivebatchError
+from hivebatch.node_room import NodeNeeds
 from hivebatch.qos.perfmodel import (
     ModelRangeError,
     Profile,
@@ -120,6 +121,8 @@ class Task:
     gpu_type: str | None = None
     weight: float = 1.0
     avoid_nodes: frozenset[str] = frozenset()  # nodes the task cannot use (passed on to the cells)
+    # what it needs of each node besides GPUs (None: nothing the round counts; hivebatch.node_room)
+    node_needs: NodeNeeds | None = None
     user: str | None = None  # whose job: fairshare orders a VC's jobs of one class by user
     nice: int = 0  # Slurm's nice: a positive one lets the VC's other jobs of its class go first
     # Slurm's order among jobs alike in everything else: the array's job id (a plain job's own) and

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from controller_support import CONFIG, make_env
@@ -519,3 +520,21 @@ def test_a_limit_on_each_job_tells_its_owner_to_change_the_job(ctx, slurm_fixtur
     (tb,) = r.out.take_backs
     assert not tb.avoid and tb.why.startswith("Slurm's own limits keep it from starting")
     assert tb.then.endswith("the limit is on each job: change it (scontrol update job 5 …) or cancel it")
+
+
+def test_jobs_placed_in_one_cycle_get_nodes_that_hold_their_cpus_together(tmp_path: Path) -> None:
+    # on the lab four -c 16 GPU jobs were pinned to one 16-CPU node in one cycle; three waited a minute
+    # each, one started per minute, while nodes stood idle
+    env = make_env(tmp_path)
+    jobs = [env.submit("bob", "nlp", 1, extra=["-c", "16"]) for _ in range(3)]
+    env.cycle()
+    placed = [env.job(j) for j in jobs if env.job(j).state in ("placed", "running")]
+    nodes = [next(iter(j.placement or {})) for j in placed]
+    assert len(placed) == 2 and len(set(nodes)) == 2  # nlp's two node cells, one job on each
+    third = env.job(jobs[2])
+    assert third.state == "queued"
+    assert "CPUs" in (third.reason or ""), third.reason
+    env.slurm.as_user("hbctl").cancel(jobs[0])
+    env.cycle()
+    env.cycle()
+    assert env.job(jobs[2]).state in ("placed", "running")

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+from hivebatch.node_room import NodeNeeds, NodeRoom
 from hivebatch.slurm.parse import expand_hostlist
 from hivebatch.slurm.types import SlurmJob, SlurmNode
 
@@ -98,6 +99,33 @@ def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> 
 
 
 Needs = tuple[str, str, tuple[str, ...], str, int, int, bool]
+
+
+def node_needs(sj: SlurmJob) -> NodeNeeds:
+    """What the job takes of each node it runs on besides GPUs, as the round counts it."""
+    return NodeNeeds(sj.cpus_per_node, sj.mem_per_node_mb, sj.whole_node_memory)
+
+
+def node_rooms(
+    nodes: Mapping[str, SlurmNode], pins: Iterable[tuple[SlurmJob, Iterable[str]]]
+) -> dict[str, NodeRoom]:
+    """What each node has left for new pins: what Slurm reports free, less what ``pins`` (jobs pinned
+    there that Slurm has not started: it counts a job's CPUs and memory only once it runs) will take."""
+    rooms = {name: NodeRoom(n.cpus, n.cpus_free, n.mem_mb, n.mem_free_mb) for name, n in nodes.items()}
+    for sj, names in pins:
+        for name in names:
+            if name in rooms:
+                rooms[name].take(node_needs(sj))
+    return rooms
+
+
+def short_text(room: NodeRoom, needs: NodeNeeds) -> str:
+    """Why a node's room left after the pins on it does not fit ``needs``."""
+    if room.cpus and needs.cpus > room.cpus_free:
+        return f"{room.cpus_free} CPUs left beside the jobs pinned there, the job needs {needs.cpus}"
+    if room.mem_mb and needs.mem_mb > room.mem_free_mb:
+        return f"{room.mem_free_mb} MB memory left beside the jobs pinned there, the job needs {needs.mem_mb}"
+    return "memory taken by the jobs pinned there, the job needs all of it (--mem=0)"
 
 
 def needs_of(sj: SlurmJob) -> Needs:

@@ -7,12 +7,13 @@ from functools import partial
 
 from hivebatch.cells import JobState
 from hivebatch.controller.decide.ends import running_ends
-from hivebatch.controller.decide.fit import unfit_text
+from hivebatch.controller.decide.fit import short_text, unfit_text
 from hivebatch.controller.decide.isolate import isolated, reject
 from hivebatch.controller.decide.tasks import predicted_latency
 from hivebatch.controller.decide.times import after, epoch, finite, from_epoch
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.victims import take_victims
+from hivebatch.node_room import NodeRoom
 from hivebatch.qos import Task
 from hivebatch.scheduler import Outcome, lowest_priority, schedule_round, vc_free_gpus
 
@@ -32,14 +33,31 @@ def _placed(r: Round, o: Outcome) -> None:
     r.add_place(p)
 
 
-def _waiting(r: Round, o: Outcome) -> None:
+def _short(r: Round, task: Task, rooms: dict[str, NodeRoom], known: dict[str, str]) -> dict[str, str]:
+    """The nodes whose CPUs or memory the pins not started yet (this cycle's among them) leave too
+    little of for ``task``, beside those it cannot use anyway (``known``)."""
+    needs = task.node_needs
+    if needs is None:
+        return {}
+    if needs not in r.short_by_needs:
+        r.short_by_needs[needs] = {
+            n: short_text(room, needs) for n, room in rooms.items() if not room.fits(needs)
+        }
+    return {
+        n: why for n, why in r.short_by_needs[needs].items() if n not in known and n in r.alloc.tree.node_cell
+    }
+
+
+def _waiting(r: Round, rooms: dict[str, NodeRoom], o: Outcome) -> None:
     job, _req = r.reqs[str(o.task.job_id)]
     slack = finite(o.slack)
     lat = predicted_latency(o.task, o.shape or o.task.shape, r.ctx)
     ect = after(r.now, lat + slack) if lat is not None and slack is not None else None
     reason = o.reason or ("rejected by the cells" if o.result == "rejected" else "waiting for GPUs")
-    if o.task.avoid_nodes and o.result != "rejected":
-        reason += f"; it cannot use {unfit_text(r.unfit.get(job.slurm_job_id, {}))}"
+    unfit = dict(r.unfit.get(job.slurm_job_id, {})) if o.task.avoid_nodes else {}
+    unfit.update(_short(r, o.task, rooms, unfit))
+    if unfit and o.result != "rejected":
+        reason += f"; it cannot use {unfit_text(unfit)}"
     r.out.waits.append(
         Wait(
             job,
@@ -74,6 +92,7 @@ def _round(r: Round, tasks: list[Task]) -> list[Outcome]:
         usage=r.ledger.usage,
         starve_after_s=settings.starve_after_s,
         found=r.found,
+        rooms=r.node_rooms(),
     )
 
 
@@ -112,6 +131,11 @@ def _outcomes(r: Round) -> list[Outcome]:
 
 
 def run_policy_round(r: Round) -> None:
-    for o in _outcomes(r):
-        job = r.reqs[str(o.task.job_id)][0]
-        isolated(r, job, partial(_placed if o.result == "placed" else _waiting, r, o))
+    outcomes = _outcomes(r)
+    for o in outcomes:
+        if o.result == "placed":
+            isolated(r, r.reqs[str(o.task.job_id)][0], partial(_placed, r, o))
+    rooms = r.node_rooms()  # what the round's pins leave, for the reasons of the tasks that wait
+    for o in outcomes:
+        if o.result != "placed":
+            isolated(r, r.reqs[str(o.task.job_id)][0], partial(_waiting, r, rooms, o))

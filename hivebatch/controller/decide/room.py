@@ -6,7 +6,7 @@ import datetime as dt
 from functools import partial
 
 from hivebatch.cells import CellAllocator, ClusterSpec
-from hivebatch.controller.decide.fit import clear_of_reservations, unfit_text, why_unfit
+from hivebatch.controller.decide.fit import clear_of_reservations, node_needs, unfit_text, why_unfit
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.tasks import slurm_order, start_prediction
 from hivebatch.controller.decide.types import GpuMap, Round, Wait
@@ -108,6 +108,7 @@ def _usable_at(r: Round, sj: SlurmJob, name: str) -> dt.datetime | None:
 def _to_round(r: Round, job: Job, req: JobRequest, sj: SlurmJob) -> None:
     task = r.builder.task(job, req, sj.time_limit_s, sj.nice, sj)
     task.avoid_nodes = frozenset(n for n in r.unfit_for(job, sj) if n in r.alloc.tree.node_cell)
+    task.node_needs = node_needs(sj)
     r.tasks.append(task)
     r.reqs[task.job_id] = (job, req)
 

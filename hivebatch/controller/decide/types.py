@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from hivebatch.cells import CellAllocator, GpuUse
 from hivebatch.controller.context import ControllerContext
 from hivebatch.controller.decide.dependency import Listing
-from hivebatch.controller.decide.fit import Needs, needs_of, unfit_nodes
+from hivebatch.controller.decide.fit import Needs, needs_of, node_rooms, unfit_nodes
 from hivebatch.controller.decide.spread import NodeSize
 from hivebatch.controller.decide.tasks import TaskBuilder
 from hivebatch.controller.decide.times import aware
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import phase
 from hivebatch.db.models import Job
+from hivebatch.node_room import NodeNeeds, NodeRoom
 from hivebatch.qos import Task
 from hivebatch.request import JobRequest, plugin_extras
 from hivebatch.slurm.types import SlurmJob
@@ -120,6 +121,8 @@ class Round:
     never_by_needs: dict[tuple[Needs, str], dict[str, str]] = field(default_factory=dict)
     # slurm id -> how it runs otherwise than asked (a lower class, more nodes)
     run_notes: dict[int, str] = field(default_factory=dict)
+    # a task's needs besides GPUs -> the nodes the pins not started yet leave too little for, and why
+    short_by_needs: dict[NodeNeeds, dict[str, str]] = field(default_factory=dict)
     # GPU type (None: any) -> the most CPUs and memory one of its nodes has, asked for each waiting job
     size_by_type: dict[str | None, NodeSize] = field(default_factory=dict)
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
@@ -206,6 +209,23 @@ class Round:
         if key not in self.never_by_needs:
             self.never_by_needs[key] = unfit_nodes(sj, self.ledger.nodes, wanted=wanted, ever=True)
         return self.never_by_needs[key]
+
+    def node_rooms(self) -> dict[str, NodeRoom]:
+        """Each node's CPUs and memory left for the policy round: Slurm's free figures, less the pins
+        it has not started (placed in earlier cycles and still pending, or earlier this cycle)."""
+        taken_back = {tb.job.slurm_job_id for tb in self.out.take_backs}
+        pins: dict[int, dict[str, list[int]]] = {
+            job.slurm_job_id: job.placement
+            for job in self.ledger.jobs.values()
+            if job.state == "placed" and job.placement and job.slurm_job_id not in taken_back
+        }
+        pins.update({sid: p.placement for sid, p in self.placed_now.items()})
+        pending = [
+            (sj, nodes)
+            for sid, nodes in pins.items()
+            if (sj := self.ledger.slurm.get(sid)) is not None and phase(sj.state) == "pending"
+        ]
+        return node_rooms(self.ledger.nodes, pending)
 
     def add_place(self, place: Place) -> None:
         self.out.places.append(place)

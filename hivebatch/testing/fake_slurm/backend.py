@@ -304,6 +304,8 @@ class FakeSlurm(SlurmBackend):
             script=script_text,
             env=dict(env or {}),
         )
+        if opts.get("cpus_per_task"):  # MinCPUsNode: a task's CPUs times the tasks on one node
+            j.cpus_per_node = int(opts["cpus_per_task"]) * int(opts.get("ntasks_per_node") or 1)
         if opts.get("array"):
             make_array(j, opts["array"])
         if opts.get("begin", "").startswith("now+"):
@@ -499,7 +501,8 @@ class FakeSlurm(SlurmBackend):
                 if j.state == "RUNNING":
                     used.update(j.gpus.get(n.name, []))
                     shared.update(j.shards.get(n.name, {}))
-            busy = any(j.state == "RUNNING" and n.name in j.nodes for j in self._s.jobs.values())
+            running = [j for j in self._s.jobs.values() if j.state == "RUNNING" and n.name in j.nodes]
+            busy = bool(running)
             base = {"DOWN": "DOWN"}.get(n.state, "MIXED" if busy else "IDLE")
             state = base + ("+DRAIN" if n.state == "DRAIN" else "")
             out.append(
@@ -512,6 +515,10 @@ class FakeSlurm(SlurmBackend):
                     gpus_shared=sorted(shared),
                     reason=n.reason,
                     partitions=list(self._s.partitions),
+                    cpus=n.cpus,
+                    cpus_free=max(0, n.cpus - sum(j.cpus_per_node for j in running)),
+                    mem_mb=n.mem_mb,
+                    mem_free_mb=max(0, n.mem_mb - sum(j.mem_per_node_mb for j in running)),
                 )
             )
         return out

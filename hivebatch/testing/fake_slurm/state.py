@@ -113,6 +113,10 @@ class Node:
     state: str = "IDLE"  # IDLE | DOWN | DRAIN
     reason: str = ""
     registered: bool = True  # False from a slurmctld restart until its slurmd registers again
+    # the lab's node size (tests/fixtures/slurm/sinfo_mem_held.json); the fake schedules by GPUs only,
+    # but lists what its running jobs hold of these, as sinfo does
+    cpus: int = 16
+    mem_mb: int = 64000
 
 
 class State:
