@@ -533,7 +533,9 @@ def test_jobs_placed_in_one_cycle_get_nodes_that_hold_their_cpus_together(tmp_pa
     assert len(placed) == 2 and len(set(nodes)) == 2  # nlp's two node cells, one job on each
     third = env.job(jobs[2])
     assert third.state == "queued"
-    assert "CPUs" in (third.reason or ""), third.reason
+    assert "node1: 0 CPUs left beside the jobs pinned there, the job needs 16" in (third.reason or "")
+    # its GPUs are free now, the CPUs beside them once the first pins end
+    assert third.predicted_start == min(j.predicted_end for j in placed if j.predicted_end)
     env.slurm.as_user("hbctl").cancel(jobs[0])
     env.cycle()
     env.cycle()
