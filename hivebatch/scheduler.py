@@ -153,7 +153,8 @@ class _Round:
             return task.avoid_nodes
         if needs not in self.cramped:
             self.cramped[needs] = frozenset(n for n, room in self.rooms.items() if not room.fits(needs))
-        return task.avoid_nodes | self.cramped[needs]
+        cramped = self.cramped[needs]
+        return task.avoid_nodes | cramped if cramped else task.avoid_nodes
 
     def take_room(self, task: Task, nodes: Iterable[str]) -> None:
         """What ``task``, placed on ``nodes``, takes of each."""

@@ -491,17 +491,21 @@ class FakeSlurm(SlurmBackend):
     def list_nodes(self) -> list[SlurmNode]:
         self._answering("sinfo --json", "Unspecified error")
         out = []
+        running_on: dict[str, list[Job]] = {}  # one pass over the jobs, not one per node
+        for j in self._s.jobs.values():
+            if j.state == "RUNNING":
+                for name in {*j.nodes, *j.gpus, *j.shards}:
+                    running_on.setdefault(name, []).append(j)
         for n in self._s.nodes.values():
             if not n.registered:
                 out.append(SlurmNode(n.name, "UNKNOWN", True, list(range(n.gpus))))
                 continue
             used: set[int] = set()
             shared: set[int] = set()
-            for j in self._s.jobs.values():
-                if j.state == "RUNNING":
-                    used.update(j.gpus.get(n.name, []))
-                    shared.update(j.shards.get(n.name, {}))
-            running = [j for j in self._s.jobs.values() if j.state == "RUNNING" and n.name in j.nodes]
+            for j in running_on.get(n.name, []):
+                used.update(j.gpus.get(n.name, []))
+                shared.update(j.shards.get(n.name, {}))
+            running = [j for j in running_on.get(n.name, []) if n.name in j.nodes]
             busy = bool(running)
             base = {"DOWN": "DOWN"}.get(n.state, "MIXED" if busy else "IDLE")
             state = base + ("+DRAIN" if n.state == "DRAIN" else "")
