@@ -3,19 +3,17 @@ the same function the simulator uses."""
 
 from __future__ import annotations
 
-import datetime as dt
-from dataclasses import dataclass
 from functools import partial
 
 from hivebatch.cells import JobState
 from hivebatch.controller.decide.ends import running_ends
 from hivebatch.controller.decide.fit import short_text, unfit_text
+from hivebatch.controller.decide.frees import Frees
 from hivebatch.controller.decide.isolate import isolated, reject
 from hivebatch.controller.decide.tasks import predicted_latency
 from hivebatch.controller.decide.times import after, epoch, finite, from_epoch
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.victims import take_victims
-from hivebatch.db.models import Job
 from hivebatch.node_room import NodeRoom
 from hivebatch.qos import Task
 from hivebatch.scheduler import Outcome, lowest_priority, schedule_round, vc_free_gpus
@@ -51,53 +49,7 @@ def _short(r: Round, task: Task, rooms: dict[str, NodeRoom], known: dict[str, st
     }
 
 
-@dataclass
-class _Frees:
-    """When what a waiting task cannot use now may change: per node, the soonest a job holding CPUs or
-    memory there ends (a running one at its time limit, a pin not started yet at its predicted end);
-    per VC, the soonest one of its jobs ends (its cells may move then), None when one has no known end."""
-
-    node: dict[str, dt.datetime]
-    vc: dict[str, dt.datetime | None]
-
-    @classmethod
-    def of(cls, r: Round) -> _Frees:
-        node = dict(r.first_limit_end)
-        vc: dict[str, dt.datetime | None] = {}
-        held = [(j.vc_name, j.placement, j.predicted_end, j.state == "placed") for j in r.ledger.jobs.values()
-                if j.state in ("placed", "running") and not j.foreign]  # fmt: skip
-        held += [(p.job.vc_name, p.placement, p.predicted_end, True) for p in r.placed_now.values()]
-        for vc_name, placement, end, pin in held:
-            if vc_name:
-                soonest = vc.get(vc_name, end)
-                vc[vc_name] = None if end is None or soonest is None else min(end, soonest)
-            if pin and end is not None:
-                for n in placement or {}:
-                    node[n] = min(end, node.get(n, end))
-        return cls(node, vc)
-
-    def not_before(self, r: Round, job: Job, unfit: dict[str, str]) -> dt.datetime | None:
-        """The soonest ``job`` may start though GPUs are free: when a node it cannot use now frees what it
-        lacks, or a job of its VC ends. None when that is not known (a node or job without a known end),
-        and when it cannot use a node only for reasons no job's end changes."""
-        sj = r.ledger.slurm.get(job.slurm_job_id)
-        if sj is None:
-            return None
-        never = r.never_for(job, sj)
-        avoided = r.ledger.avoided.get(job.slurm_job_id, frozenset())
-        nodes = [n for n in unfit if n not in never and n not in avoided]
-        if not nodes or any(n not in self.node for n in nodes):
-            return None
-        ends = [self.node[n] for n in nodes]
-        if job.vc_name in self.vc:
-            vc_end = self.vc[job.vc_name]
-            if vc_end is None:
-                return None
-            ends.append(vc_end)
-        return max(min(ends), r.now)
-
-
-def _waiting(r: Round, rooms: dict[str, NodeRoom], frees: _Frees, o: Outcome) -> None:
+def _waiting(r: Round, rooms: dict[str, NodeRoom], frees: Frees, o: Outcome) -> None:
     job, _req = r.reqs[str(o.task.job_id)]
     slack = finite(o.slack)
     lat = predicted_latency(o.task, o.shape or o.task.shape, r.ctx)
@@ -189,7 +141,7 @@ def run_policy_round(r: Round) -> None:
         if o.result == "placed":
             isolated(r, r.reqs[str(o.task.job_id)][0], partial(_placed, r, o))
     # what the round's pins leave, and when they go, for the tasks that wait
-    rooms, frees = r.node_rooms(), _Frees.of(r)
+    rooms, frees = r.node_rooms(), Frees.of(r)
     for o in outcomes:
         if o.result != "placed":
             isolated(r, r.reqs[str(o.task.job_id)][0], partial(_waiting, r, rooms, frees, o))
