@@ -75,24 +75,32 @@ class SharingLedger(WholeJobs, Rebuild):
     # --- placing slices ----------------------------------------------------------------------------
 
     def place(
-        self, job_id: str, vc: str, mem_mib: int, priority: int = 0, gpu_type: str | None = None
+        self,
+        job_id: str,
+        vc: str,
+        mem_mib: int,
+        priority: int = 0,
+        gpu_type: str | None = None,
+        avoid: frozenset[str] = frozenset(),
     ) -> SliceDecision:
-        """Place a slice of ``mem_mib`` of one GPU for ``job_id``; guaranteed if priority >= 0."""
+        """Place a slice of ``mem_mib`` of one GPU for ``job_id``; guaranteed if priority >= 0. ``avoid``:
+        nodes the job cannot use although their GPUs are fine (its CPUs, memory, partition …)."""
         error = self._check(job_id, vc, mem_mib, gpu_type)
         if error:
             return SliceDecision(job_id, "rejected", error=error)
         need = shard_rounded_mib(mem_mib)
         if priority >= 0:
-            return self._place_guaranteed(job_id, vc, need, priority, gpu_type)
-        return self._place_opportunistic(job_id, vc, need, gpu_type)
+            return self._place_guaranteed(job_id, vc, need, priority, gpu_type, avoid)
+        return self._place_opportunistic(job_id, vc, need, gpu_type, avoid)
 
     def _place_guaranteed(
-        self, job_id: str, vc: str, need: int, priority: int, gpu_type: str | None
+        self, job_id: str, vc: str, need: int, priority: int, gpu_type: str | None, avoid: frozenset[str]
     ) -> SliceDecision:
         own = [
             g
             for g in self._gpus.values()
             if g.vc == vc
+            and g.node not in avoid
             and self._typed(g, gpu_type)
             and (
                 (g.kind == KIND_SHARE and g.priority >= priority)
@@ -114,9 +122,9 @@ class SharingLedger(WholeJobs, Rebuild):
                 self._drop_slice(v)
             return self._book(job_id, vc, need, priority, g, victims)
         # 3. a fresh leaf cell of the VC (the cell core may preempt opportunistic work for it)
-        fresh, probe_reason = self._probe(vc, priority, gpu_type, need)
+        fresh, probe_reason = self._probe(vc, priority, gpu_type, need, avoid)
         if fresh is not None:
-            return self._bind_and_book(job_id, vc, need, priority, fresh, KIND_SHARE)
+            return self._bind_and_book(job_id, vc, need, priority, fresh, KIND_SHARE, avoid)
         return SliceDecision(
             job_id,
             "waiting",
@@ -124,11 +132,13 @@ class SharingLedger(WholeJobs, Rebuild):
             + (f" ({probe_reason})" if probe_reason else ""),
         )
 
-    def _place_opportunistic(self, job_id: str, vc: str, need: int, gpu_type: str | None) -> SliceDecision:
+    def _place_opportunistic(
+        self, job_id: str, vc: str, need: int, gpu_type: str | None, avoid: frozenset[str]
+    ) -> SliceDecision:
         col = self.config.colocate
         free: dict[tuple[str, int], int] = {}
         for g in self._gpus.values():
-            if not self._typed(g, gpu_type):
+            if not self._typed(g, gpu_type) or g.node in avoid:
                 continue
             if g.kind == KIND_OPP:
                 free[(g.node, g.gpu)] = g.free_mib
@@ -137,9 +147,9 @@ class SharingLedger(WholeJobs, Rebuild):
         key = choose_binpack(free, need, tie_break=lambda k: self._gpus[k].kind == KIND_OPP)
         if key is not None:
             return self._book(job_id, vc, need, -1, self._gpus[key], [])
-        fresh, reason = self._probe(vc, -1, gpu_type, need)
+        fresh, reason = self._probe(vc, -1, gpu_type, need, avoid)
         if fresh is not None:
-            return self._bind_and_book(job_id, vc, need, -1, fresh, KIND_OPP)
+            return self._bind_and_book(job_id, vc, need, -1, fresh, KIND_OPP, avoid)
         return SliceDecision(
             job_id,
             "waiting",
@@ -148,7 +158,7 @@ class SharingLedger(WholeJobs, Rebuild):
         )
 
     def _probe(
-        self, vc: str, priority: int, gpu_type: str | None, need: int
+        self, vc: str, priority: int, gpu_type: str | None, need: int, avoid: frozenset[str] = frozenset()
     ) -> tuple[Placement | None, str | None]:
         """Ask the cell core, without changing it, where a fresh 1-GPU cell would go."""
         last_reason: str | None = None
@@ -158,8 +168,15 @@ class SharingLedger(WholeJobs, Rebuild):
                 continue
             d = self.alloc.try_allocate(
                 self._request(
-                    job_id="share:probe", vc=vc, gpus=1, nodes=1, gpu_type=t, within=None, priority=priority
-                )
+                    job_id="share:probe",
+                    vc=vc,
+                    gpus=1,
+                    nodes=1,
+                    gpu_type=t,
+                    within=None,
+                    priority=priority,
+                    avoid_nodes=avoid,
+                )  # fmt: skip
             )
             if d.result == "placed":
                 return d, None
@@ -167,7 +184,14 @@ class SharingLedger(WholeJobs, Rebuild):
         return None, last_reason
 
     def _bind_and_book(
-        self, job_id: str, vc: str, need: int, priority: int, probe: Placement, kind: str
+        self,
+        job_id: str,
+        vc: str,
+        need: int,
+        priority: int,
+        probe: Placement,
+        kind: str,
+        avoid: frozenset[str],
     ) -> SliceDecision:
         ((node, gpus),) = probe.placement.items()
         gpu = gpus[0]
@@ -182,6 +206,7 @@ class SharingLedger(WholeJobs, Rebuild):
                 gpu_type=self._node_type[node],
                 within=None,
                 priority=priority,
+                avoid_nodes=avoid,
             )
         )
         if d.result != "placed":  # the probe and the real call disagree: leave the cell core as it was

@@ -62,19 +62,22 @@ class Rebuild(LedgerBase):
         priority: int,
         gpu_index: int,
         nodes_first: list[str] | None = None,
+        avoid: frozenset[str] = frozenset(),
     ) -> SliceDecision:
         """Place a requeued slice again on GPU ``gpu_index`` of some node: Slurm keeps its typed gres
-        (``shard:g3:k``) and cannot re-type it safely, so only the node may change."""
+        (``shard:g3:k``) and cannot re-type it safely, so only the node may change (never to one in
+        ``avoid``)."""
         error = self._check(job_id, vc, mem_mib, None)
         if error:
             return SliceDecision(job_id, "rejected", error=error)
         need = shard_rounded_mib(mem_mib)
         order = list(nodes_first or []) + sorted(n for n in self._node_gpus if n not in (nodes_first or []))
+        order = [n for n in order if n not in avoid]
         rank = {n: i for i, n in enumerate(order)}
         col = self.config.colocate
         free: dict[tuple[str, int], int] = {}
         for g in self._gpus.values():
-            if g.gpu != gpu_index:
+            if g.gpu != gpu_index or g.node in avoid:
                 continue
             own = priority >= 0 and g.vc == vc and g.kind == KIND_SHARE and g.priority >= priority
             if own or (priority < 0 and g.kind == KIND_OPP):

@@ -86,3 +86,32 @@ def test_whole_gpu_jobs_never_land_on_a_shared_gpu(env: Env) -> None:
     assert gpu not in placement.get(node, [])
     assert env.slurm.job(whole).state == env.slurm.job(a).state == "RUNNING"
     assert env.job(whole).gres.startswith("gpu:")
+
+
+def test_slices_go_where_their_cpus_fit_and_not_back_to_a_node_slurm_refused(env: Env) -> None:
+    # on the lab two -c 16 slices were binpacked onto one GPU of a 16-CPU node, and one waited; a slice
+    # Slurm could never run on its node (-x that node) was placed there again every cycle
+    a = env.submit("alice", "cv", 1, gpu_mem_mib=8 * GiB, extra=["-c", "16"])
+    b = env.submit("alice", "cv", 1, gpu_mem_mib=8 * GiB, extra=["-c", "16"])
+    env.cycle()
+    assert _slice(env, a)[0] != _slice(env, b)[0]
+    c = env.submit("carol", "sys", 1, gpu_mem_mib=4 * GiB)
+    env.slurm.never_runnable_on(c, ["node1", "node2", "node3"])
+    for _ in range(5):
+        env.cycle()
+    assert env.job(c).state == "running" and _slice(env, c)[0] == "node4"
+    assert len(env.events(c, kind="taken_back")) <= 3
+
+
+def test_a_slice_whose_cells_lack_cpus_waits_for_them_and_says_when(env: Env) -> None:
+    # sys's cells must stay on one node (the others are cv's and nlp's whole nodes), whose 16 CPUs
+    # the first -c 16 slice takes: the second waits for it, though sys has free GPUs
+    first = env.submit("carol", "sys", 1, gpu_mem_mib=4 * GiB, extra=["-c", "16"])
+    env.cycle()
+    second = env.submit("carol", "sys", 1, gpu_mem_mib=4 * GiB, extra=["-c", "16"])
+    env.cycle()
+    job = env.job(second)
+    assert job.state == "queued"
+    node = _slice(env, first)[0]
+    assert f"{node}: 0 CPUs free, the job needs 16" in (job.reason or "")
+    assert job.predicted_start == env.job(first).predicted_end

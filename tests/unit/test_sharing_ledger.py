@@ -52,6 +52,7 @@ class Req:
     gpu_type: str | None = None
     within: str | None = None
     priority: int = 0
+    avoid_nodes: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -77,7 +78,7 @@ class OneGpuAllocator:
 
     def _decide(self, req: Req) -> tuple[Dec, tuple[str, int] | None]:
         assert req.gpus == 1
-        free = [g for g in self.gpus if g not in self.held]
+        free = [g for g in self.gpus if g not in self.held and g[0] not in req.avoid_nodes]
         if req.priority >= 0 and self._used(req.vc) >= self.spec.vc_gpus(req.vc):
             return Dec("waiting", reason=f"VC {req.vc} has no free cell"), None
         if free:

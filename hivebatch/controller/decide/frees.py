@@ -17,7 +17,7 @@ from hivebatch.db.models import Job
 @dataclass
 class Frees:
     """When what a waiting task cannot use now may change: per node, the soonest a job holding CPUs or
-    memory there ends (a running one at its time limit, a pin not started yet at its predicted end);
+    memory there ends (at its time limit, or its predicted end when sooner);
     per VC, the soonest one of its jobs ends (its cells may move then), None when one has no known end."""
 
     node: dict[str, dt.datetime]
@@ -27,14 +27,14 @@ class Frees:
     def of(cls, r: Round) -> Frees:
         node = dict(r.first_limit_end)
         vc: dict[str, dt.datetime | None] = {}
-        held = [(j.vc_name, j.placement, j.predicted_end, j.state == "placed") for j in r.ledger.jobs.values()
+        held = [(j.vc_name, j.placement, j.predicted_end) for j in r.ledger.jobs.values()
                 if j.state in ("placed", "running") and not j.foreign]  # fmt: skip
-        held += [(p.job.vc_name, p.placement, p.predicted_end, True) for p in r.placed_now.values()]
-        for vc_name, placement, end, pin in held:
+        held += [(p.job.vc_name, p.placement, p.predicted_end) for p in r.placed_now.values()]
+        for vc_name, placement, end in held:
             if vc_name:
                 soonest = vc.get(vc_name, end)
                 vc[vc_name] = None if end is None or soonest is None else min(end, soonest)
-            if pin and end is not None:
+            if end is not None:
                 for n in placement or {}:
                     node[n] = min(end, node.get(n, end))
         return cls(node, vc)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from functools import partial
 
+from hivebatch.controller.decide.fit import node_needs, short_text, unfit_text
+from hivebatch.controller.decide.frees import Frees
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.tasks import start_prediction
 from hivebatch.controller.decide.times import after
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.victims import take_victims
 from hivebatch.db.models import Job
+from hivebatch.node_room import NodeRoom
 from hivebatch.qos import Shape
 from hivebatch.request import JobRequest
 from hivebatch.sharing.gres import parse_shard_gres
@@ -22,28 +25,50 @@ from hivebatch.sharing.ledger import SharingLedger
 from hivebatch.slurm.types import SlurmJob
 
 
-def _place_one(r: Round, led: SharingLedger, job: Job, req: JobRequest, sj: SlurmJob) -> None:
+def _place_one(
+    r: Round,
+    led: SharingLedger,
+    rooms: dict[str, NodeRoom],
+    frees: Frees,
+    job: Job,
+    req: JobRequest,
+    sj: SlurmJob,
+) -> None:
     # the same QoS figures as a one-GPU job: a plain slice's duration is its time limit
     lat, ect, slack = start_prediction(r, job, req, sj, Shape(1, 1))
     mem = int(req.gpu_mem_mib or 0)
     old = parse_shard_gres(job.gres or "") if job.placement else {}
     sid = str(job.slurm_job_id)
+    # the nodes it cannot use besides GPUs, as for any job, and those whose CPUs or memory the pins
+    # not started yet (slices placed before it among them) leave too little of
+    needs = node_needs(sj)
+    unfit = dict(r.unfit_for(job, sj))
+    unfit.update(
+        {n: short_text(room, needs) for n, room in rooms.items() if n not in unfit and not room.fits(needs)}
+    )
+    avoid = frozenset(unfit)
     if len(old) == 1:
         ((gpu_index, _count),) = old.items()
-        d = led.resume(sid, req.vc, mem, req.priority, gpu_index, nodes_first=sorted(job.placement or {}))
+        d = led.resume(
+            sid, req.vc, mem, req.priority, gpu_index, nodes_first=sorted(job.placement or {}), avoid=avoid
+        )
     else:
-        d = led.place(sid, req.vc, mem, req.priority, req.gpu_type)
+        d = led.place(sid, req.vc, mem, req.priority, req.gpu_type, avoid=avoid)
     if d.result != "placed":
         rejected = d.result == "rejected"
+        reason = d.error or d.reason or "no GPU has room for the slice"
+        if unfit and not rejected:
+            reason += f"; it cannot use {unfit_text(unfit)}"
         r.out.waits.append(
             Wait(
                 job,
-                d.error or d.reason or "no GPU has room for the slice",
+                reason,
                 rejected=rejected,
                 shape=None if rejected else (1, 1),
                 slack_s=None if rejected else slack,
                 ect=None if rejected else ect,
                 latency_s=None if rejected else lat,
+                not_before=None if rejected or not unfit else frees.not_before(r, job, unfit),
             )
         )
         return
@@ -51,6 +76,9 @@ def _place_one(r: Round, led: SharingLedger, job: Job, req: JobRequest, sj: Slur
     p = Place(job, d.placement, d.gres, (1, 1), predicted_end=end, slack_s=slack, ect=ect, resumed=bool(old))
     take_victims(r, p, d.preempted)
     r.add_place(p)
+    for n in d.placement:
+        if n in rooms:
+            rooms[n].take(needs)
 
 
 def place_slices(r: Round) -> None:
@@ -65,5 +93,6 @@ def place_slices(r: Round) -> None:
             x[0].slurm_job_id,
         )
     )
+    rooms, frees = r.node_rooms(), Frees.of(r)
     for job, req, sj in r.slices:
-        isolated(r, job, partial(_place_one, r, led, job, req, sj))
+        isolated(r, job, partial(_place_one, r, led, rooms, frees, job, req, sj))
