@@ -12,6 +12,7 @@ from hivebatch.controller.decide.policy_round import run_policy_round
 from hivebatch.controller.decide.room import screen_hopeless
 from hivebatch.controller.decide.settle import attach_notes
 from hivebatch.controller.decide.spread import (
+    FEWER_TASKS,
     NodeShare,
     NodeSize,
     node_share,
@@ -166,6 +167,16 @@ def test_squeue_gives_tasks_per_node_and_the_owners_node_bound(slurm_fixture) ->
     assert nodes_for_tasks(loose, SIXTEEN)[0] == 2
     assert (per_node.tasks, per_node.tasks_per_node) == (16, 4) and nodes_for_tasks(per_node, SIXTEEN)[0] == 4
     assert fixed.max_nodes == 1
+
+
+def test_a_task_larger_than_any_node_is_not_spread(slurm_fixture) -> None:  # type: ignore[no-untyped-def]
+    # `-c 500`: a task runs on one node; plain Slurm accepts it and never starts it (PartitionConfig,
+    # held_impossible_accepted.txt), and the controller rejects it as no node has its CPUs
+    loose = {j.job_id: j for j in parse_squeue_json(slurm_fixture("squeue_tasks_spread.json"))}[3702]
+    one_big_task = replace(loose, tasks=1, cpus_total=500, cpus_per_node=500)
+    assert nodes_for_tasks(one_big_task, SIXTEEN) == (1, "", FEWER_TASKS)
+    two_big_tasks = replace(loose, tasks=2, cpus_total=64, cpus_per_node=32)
+    assert nodes_for_tasks(two_big_tasks, SIXTEEN)[0] == 1
 
 
 GPUS_WITH_CPUS = 'hivebatch:v2:{"cpus_per_gpu":12,"gpus":2,"qos":"normal","vc":"nlp"}'

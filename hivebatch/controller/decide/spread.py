@@ -74,10 +74,12 @@ def nodes_for_tasks(
     tasks' CPUs, ``--ntasks-per-node``, and the CPUs and memory of ``gpus`` GPUs asked per GPU. With
     ``even_tasks`` (the pin sets TasksPerNode) each node must hold the CPUs of its share of tasks."""
     need, why, fewer = 1, "", FEWER_TASKS
-    if node.cpus and sj.cpus_total > node.cpus:
+    per_task_cpus = sj.cpus_total // sj.tasks if sj.tasks else 0
+    # a task runs on one node: one larger than any node is never spread (-c 500 waits for ever under
+    # plain Slurm; the node check says so)
+    if node.cpus and sj.cpus_total > node.cpus and per_task_cpus <= node.cpus:
         need = -(-sj.cpus_total // node.cpus)
         why = f"its {sj.cpus_total} CPUs need {need} nodes of at most {node.cpus} CPUs each"
-    per_task_cpus = sj.cpus_total // sj.tasks if sj.tasks else 0
     if even_tasks and node.cpus and per_task_cpus and node.cpus >= per_task_cpus:
         # -n 5 -c 6 on 16-CPU nodes: 30 CPUs fit two nodes, but 3 tasks on each do not
         by_share = -(-sj.tasks // (node.cpus // per_task_cpus))
