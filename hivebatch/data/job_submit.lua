@@ -297,7 +297,7 @@ local function gpu_partitions(job_desc, part_list, current_partition)
     if (next(asked) ~= nil and asked[pname]) or (next(asked) == nil and default) then
       for _, node in ipairs(M.expand_hostlist(part.nodes)) do
         if (SITE.gpu_nodes or {})[node] ~= nil then
-          out[#out + 1] = { name = pname, whole = part.max_share == 0 }
+          out[#out + 1] = { name = pname, whole = part.max_share == 0, total_cpus = part.total_cpus }
           break
         end
       end
@@ -594,9 +594,28 @@ function M.load_node_sizes(now)
   return data and data.sizes, why
 end
 
+-- the fewest GPUs the job has on a node: its per-node count, all of them when it may use one node only,
+-- else one (Slurm spreads --gpus=2 --cpus-per-gpu=12 over two 16-CPU nodes:
+-- tests/fixtures/slurm/tasks_spread_over_nodes.txt)
+local function least_gpus_per_node(job_desc, req)
+  if req.gpus_per_node ~= nil then
+    return req.gpus_per_node
+  end
+  if get(job_desc, "max_nodes") == 1 and req.gpus ~= nil then
+    return req.gpus
+  end
+  return 1
+end
+
+-- --cpus-per-gpu's or --mem-per-gpu's figure (cpus_per_tres, mem_per_tres), or nil
+local function per_gpu(job_desc, name)
+  local items = split_gpu(get(job_desc, name))
+  return #items > 0 and items[1].count or nil
+end
+
 -- the CPUs one node must have for the job, from the fields sbatch, srun and salloc fill: a task's CPUs,
--- --mincpus (and --cpus-per-gpu, translated above), the tasks on one node, and all the job's CPUs when it
--- may use one node only (min_cpus is 1 with --overcommit, which Slurm then accepts)
+-- --mincpus, the tasks on one node, and all the job's CPUs when it may use one node only (min_cpus is 1
+-- with --overcommit, which Slurm then accepts)
 function M.cpus_per_node(job_desc)
   local cpt = get(job_desc, "cpus_per_task")
   cpt = is_set(cpt) and cpt or 1
@@ -615,8 +634,8 @@ function M.cpus_per_node(job_desc)
   return need
 end
 
--- the memory (MB) one node must have for the job: --mem (0: whatever the node has), --mem-per-gpu
--- (translated above) or --mem-per-cpu times its CPUs there; 0 when it names none
+-- the memory (MB) one node must have for the job: --mem (0: whatever the node has) or --mem-per-cpu
+-- times its CPUs there; 0 when it names none
 function M.mem_per_node(job_desc, cpus)
   local per_node, per_cpu = get(job_desc, "min_mem_per_node"), get(job_desc, "min_mem_per_cpu")
   if type(per_node) == "number" then
@@ -628,12 +647,23 @@ function M.mem_per_node(job_desc, cpus)
   return 0
 end
 
+-- Slurm accepts a job asking more CPUs in all than its partitions have (-c 500 on the lab's 64): it
+-- waits for ever, reason PartitionConfig, under the default EnforcePartLimits=NO
+-- (tests/fixtures/slurm/held_impossible_accepted.txt); so the plugin does too
+function M.beyond_partitions(job_desc, part_list)
+  local min_cpus, most = get(job_desc, "min_cpus"), 0
+  for _, part in ipairs(gpu_partitions(job_desc, part_list)) do
+    most = math.max(most, tonumber(part.total_cpus) or 0)
+  end
+  return is_set(min_cpus) and most > 0 and min_cpus > most
+end
+
 -- Slurm refuses at submit a job no node could ever hold ("Requested node configuration is not
 -- available"), but it does not test a held job, and this plugin holds every GPU job
 -- (tests/fixtures/slurm/held_job_sizes.txt): so the test is made here, against the largest node with
 -- the job's GPUs. A job its owner holds (-H) is accepted, as Slurm accepts it; without a fresh sizes
 -- file nothing is refused (the controller still says why such a job never runs).
-local function check_node_sizes(job_desc, req)
+local function check_node_sizes(job_desc, req, part_list)
   if req.user_hold or SITE.nodes_file == nil then
     return
   end
@@ -648,12 +678,13 @@ local function check_node_sizes(job_desc, req)
     return
   end
   local where = "the largest node with " .. (req.gpu_type and (req.gpu_type .. " ") or "") .. "GPUs"
-  local cpus = M.cpus_per_node(job_desc)
+  local gpus = least_gpus_per_node(job_desc, req)
+  local cpus = math.max(M.cpus_per_node(job_desc), (per_gpu(job_desc, "cpus_per_tres") or 0) * gpus)
   local have_cpus = tonumber(field(largest, "cpus"))
-  if have_cpus ~= nil and cpus > have_cpus then
+  if have_cpus ~= nil and cpus > have_cpus and not M.beyond_partitions(job_desc, part_list) then
     fail("the job needs " .. cpus .. " CPUs on one node, but " .. where .. " has " .. have_cpus .. ": ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)")
   end
-  local mem = M.mem_per_node(job_desc, cpus)
+  local mem = math.max(M.mem_per_node(job_desc, cpus), (per_gpu(job_desc, "mem_per_tres") or 0) * gpus)
   local have_mem = tonumber(field(largest, "mem_mb"))
   if have_mem ~= nil and mem > have_mem then
     fail("the job needs " .. mem .. " MB of memory on one node, but " .. where .. " has " .. have_mem .. " MB: ask for less (--mem, --mem-per-gpu, --mem-per-cpu)")
@@ -856,8 +887,8 @@ local function submit(job_desc, part_list, submit_uid)
   if get(job_desc, "priority") == 0 then
     req.user_hold = 1
   end
+  check_node_sizes(job_desc, req, part_list)
   translate_per_gpu(job_desc, req)
-  check_node_sizes(job_desc, req)
   record_signal(job_desc, req)
   if get(job_desc, "script") == nil and req.user_hold == nil then
     -- srun and salloc say only "Job is in held state, pending scheduler release"

@@ -166,16 +166,17 @@ def test_salloc_allocation_and_its_own_srun_use_the_cells_gpus(ctl: Ctl, loop: L
 
 
 def test_an_srun_whose_job_can_never_run_is_told_why_in_its_terminal(ctl: Ctl) -> None:
-    # slurmctld accepts it held, as the plugin holds every GPU job (held_impossible_accepted.txt); a
-    # controller run as root (as the lab's is) may notify it, the Operator may not
+    # slurmctld accepts -c 500 (more CPUs than the partition has: it would wait for ever, reason
+    # PartitionConfig; held_impossible_accepted.txt), and so does the plugin; a controller run as root
+    # (as the lab's is) may notify it, the Operator may not
     name = f"{ctl.tag}-never"
-    proc = popen_as("alice", ["srun", "-J", name, "--gpus=1", "--mem=999G", "-t", "5", "true"])
+    proc = popen_as("alice", ["srun", "-J", name, "--gpus=1", "-c", "500", "-t", "5", "true"])
     jid = _adopt(ctl, name)
     root = ScopedBackend(CliBackend(), ctl.mine)
     for _ in range(3):  # told once, not every cycle
         run_cycle(ctl.ctx, ctl.factory, root)
     reason = ctl.job(jid).reason
-    assert ctl.job(jid).state == "rejected" and "has 64000 MB memory" in reason
+    assert ctl.job(jid).state == "rejected" and "has 16 CPUs, the job needs 500" in reason
     run_as("alice", ["scancel", str(jid)])  # what the student does on reading it (Ctrl-C)
     _, err = proc.communicate(timeout=60)
     told = [ln for ln in err.splitlines() if "cannot be placed" in ln]
@@ -389,14 +390,33 @@ def test_gpus_per_socket_run_packed_together_as_the_note_says(ctl: Ctl, loop: Lo
     assert len(gpus) == 2 and gpus[1] - gpus[0] == 1 and gpus[0] % 2 == 0  # one PCIe-switch pair
 
 
-def test_a_gpu_job_no_node_could_ever_take_is_rejected_saying_why(ctl: Ctl) -> None:
-    # plain Slurm refuses `sbatch --mem=999G` at submit but accepts it held, as the plugin holds GPU
-    # jobs (tests/fixtures/slurm/held_impossible_accepted.txt); such a job used to wait for ever
-    proc = run_as("alice", ["sbatch", "--parsable", "-J", f"{ctl.tag}-huge", "--mem=999G", "--gres=gpu:1",
-                            "-t", "5", "-o", "/dev/null", "--wrap", "true"])  # fmt: skip
+def test_a_gpu_job_no_node_could_ever_take_is_refused_at_submit_or_rejected_saying_why(ctl: Ctl) -> None:
+    # plain Slurm refuses `sbatch --mem=999G` at submit but accepts it held (tests/fixtures/slurm/
+    # held_impossible_accepted.txt, held_job_sizes.txt), and the plugin holds every GPU job: it makes
+    # the test itself from the node sizes the controller writes, and accepts a job its owner holds
+    ctl.cycle()  # the controller's node sizes file
+    ask = [
+        "-J",
+        f"{ctl.tag}-huge",
+        "--mem=999G",
+        "--gres=gpu:1",
+        "-t",
+        "5",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "true",
+    ]
+    proc = run_as("alice", ["sbatch", "--parsable", *ask])
+    assert proc.returncode != 0 and proc.stderr.splitlines()[0] == (
+        "sbatch: error: hivebatch: the job needs 1022976 MB of memory on one node, but the largest node with "
+        "GPUs has 64000 MB: ask for less (--mem, --mem-per-gpu, --mem-per-cpu)"
+    ), proc.stderr
+    proc = run_as("alice", ["sbatch", "--parsable", "--hold", *ask])
     assert proc.returncode == 0, proc.stderr
     jid = int(proc.stdout.strip())
     ctl.mine.add(jid)
+    run_as("alice", ["scontrol", "release", str(jid)])
     ctl.until(lambda: ctl.job(jid).state == "rejected", what=lambda: ctl.job(jid).reason)
     reason = ctl.job(jid).reason or ""
     assert reason.startswith("can never run as asked: node1: has "), reason

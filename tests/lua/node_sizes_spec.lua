@@ -15,7 +15,10 @@ local function lab_sizes(written_at)
 end
 
 local function load_plugin()
-  support.load_plugin({ nodes_file = SIZES })
+  support.load_plugin({
+    nodes_file = SIZES,
+    gpu_nodes = { node1 = "v100", node2 = "v100", node3 = "v100", node4 = "v100" },
+  })
 end
 
 -- a job as sbatch hands it to the plugin (fields recorded on the lab, see the fixture), with `fields` over it
@@ -52,6 +55,7 @@ describe("the size of a GPU job's node at submit", function()
     { "--mem=100G", { min_mem_per_node = 102400 }, MEM:format(102400) },
     { "--mem-per-cpu=5000 -c 16", { cpus_per_task = 16, pn_min_cpus = 16, min_cpus = 16, min_mem_per_cpu = 5000 }, MEM:format(80000) },
     { "--mem-per-gpu=40G --gres=gpu:2", { tres_per_node = "gres:gpu:2", mem_per_tres = "gres:gpu:40960" }, MEM:format(81920) },
+    { "-N 1 --gpus=2 --cpus-per-gpu=12", { tres_per_node = "", tres_per_job = "gres:gpu:2", cpus_per_tres = "gres:gpu:12", min_nodes = 1, max_nodes = 1 }, CPUS:format(24) },
   }
   for _, case in ipairs(refused) do
     it("refuses " .. case[1] .. ", as Slurm would, with one line naming what to change", function()
@@ -67,6 +71,8 @@ describe("the size of a GPU job's node at submit", function()
     { "-n 32 without -N (Slurm spreads the tasks)", { num_tasks = 32, min_cpus = 32 } },
     { "--mem=0 (whatever the node has)", { min_mem_per_node = 0 } },
     { "--mem=64000", { min_mem_per_node = 64000 } },
+    { "--gpus=2 --cpus-per-gpu=12 (Slurm spreads it over two nodes)", { tres_per_node = "", tres_per_job = "gres:gpu:2", cpus_per_tres = "gres:gpu:12" } },
+    { "--gpus=2 --mem-per-gpu=40G (one GPU's memory on each of two nodes)", { tres_per_node = "", tres_per_job = "gres:gpu:2", mem_per_tres = "gres:gpu:40960" } },
     { "-c 32 -H (Slurm does not test a held job)", { cpus_per_task = 32, pn_min_cpus = 32, min_cpus = 32, priority = 0 } },
   }
   for _, case in ipairs(accepted) do
@@ -74,6 +80,17 @@ describe("the size of a GPU job's node at submit", function()
       assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(case[2]), {}, 1001))
     end)
   end
+
+  -- the lab's one partition, as slurmctld hands it to the plugin: 4 nodes, 64 CPUs in all
+  local LAB_PARTITIONS = { gpu = { name = "gpu", nodes = "node[1-4]", flag_default = 1, total_cpus = 64 } }
+
+  it("accepts, as Slurm does, a job asking more CPUs than its partition has in all", function()
+    -- plain Slurm: -c 500 accepted, pending PartitionConfig for ever (held_impossible_accepted.txt)
+    local d = job({ cpus_per_task = 500, pn_min_cpus = 500, min_cpus = 500 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, LAB_PARTITIONS, 1001))
+    d = job({ cpus_per_task = 32, pn_min_cpus = 32, min_cpus = 32 })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(d, LAB_PARTITIONS, 1001))
+  end)
 
   it("names the GPU type a typed ask is measured against", function()
     local d = job({ tres_per_node = "gres:gpu:v100:1", cpus_per_task = 32, pn_min_cpus = 32, min_cpus = 32 })
