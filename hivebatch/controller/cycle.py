@@ -18,7 +18,7 @@ from hivebatch.controller.avoid import load_avoided
 from hivebatch.controller.context import ControllerContext
 from hivebatch.controller.decide import Decisions, Wait, decide
 from hivebatch.controller.ledger import Ledger
-from hivebatch.controller.node_sizes import node_sizes, node_sizes_lua
+from hivebatch.controller.node_sizes import node_figures, node_sizes, node_sizes_lua
 from hivebatch.controller.observe import Observation, observe
 from hivebatch.controller.reconcile import rebuild_allocator, sync_jobs
 from hivebatch.controller.reconcile.usage import recent_usage
@@ -259,8 +259,9 @@ def _record(
     if ctx.usage_path is not None:
         _write_usage_file(ctx.usage_path, ledger, obs.now)
     if ctx.nodes_path is not None and obs.nodes:
-        sizes = node_sizes(obs.nodes.values(), {n.name: n.gpu_type for n in ctx.spec.nodes})
-        _write_plugin_file(ctx.nodes_path, node_sizes_lua(sizes, obs.now), "node sizes")
+        types = {n.name: n.gpu_type for n in ctx.spec.nodes}
+        sizes, nodes = node_sizes(obs.nodes.values(), types), node_figures(obs.nodes.values(), types)
+        _write_plugin_file(ctx.nodes_path, node_sizes_lua(sizes, obs.now, nodes), "node sizes")
     set_state(
         session,
         "last_cycle",

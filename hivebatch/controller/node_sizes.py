@@ -4,7 +4,8 @@ Slurm refuses at submit a job no node could ever hold, but it skips that test fo
 plugin holds every GPU job (tests/fixtures/slurm/held_job_sizes.txt). The plugin cannot ask Slurm for
 node sizes (22.05's Lua API has none), so the controller writes them each cycle next to the usage file
 (``hivebatch_nodes.lua``): a Lua chunk returning, per GPU type and over all of them (``any``), the
-most CPUs and MB of memory one node has. The plugin reads it as it reads the usage file: data only,
+most CPUs and MB of memory one node has, and each GPU node's own figures (the plugin takes the largest
+within a job's partitions). The plugin reads it as it reads the usage file: data only,
 and not at all once it is stale.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from hivebatch.jobsubmit import lua_literal
 from hivebatch.slurm.types import SlurmNode
@@ -38,9 +40,28 @@ def node_sizes(nodes: Iterable[SlurmNode], gpu_type_of: Mapping[str, str]) -> di
     return {key: {k: v for k, v in most.items() if v > 0} for key, most in sizes.items()}
 
 
-def node_sizes_lua(sizes: Mapping[str, Mapping[str, int]], now: dt.datetime) -> str:
+def node_figures(nodes: Iterable[SlurmNode], gpu_type_of: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Each GPU node's GPU type (lower case), CPUs and memory: the plugin takes the largest within the
+    partitions a job may run in, which slurmctld names to it."""
+    return {
+        n.name: {"type": gpu_type_of[n.name].lower(), "cpus": n.cpus, "mem_mb": n.mem_mb}
+        for n in sorted(nodes, key=lambda n: n.name)
+        if n.name in gpu_type_of
+    }
+
+
+def node_sizes_lua(
+    sizes: Mapping[str, Mapping[str, int]],
+    now: dt.datetime,
+    nodes: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
     """The node sizes file's text: one ``return { ... }`` chunk."""
-    table = {"written_at": int(aware_utc(now).timestamp()), "sizes": dict(sorted(sizes.items()))}
+    table: dict[str, Any] = {
+        "written_at": int(aware_utc(now).timestamp()),
+        "sizes": dict(sorted(sizes.items())),
+    }
+    if nodes:
+        table["nodes"] = dict(nodes)
     return (
         "-- written by the hivebatch controller each cycle; read by job_submit.lua; do not edit\n"
         f"return {lua_literal(table)}\n"

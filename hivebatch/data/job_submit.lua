@@ -297,7 +297,7 @@ local function gpu_partitions(job_desc, part_list, current_partition)
     if (next(asked) ~= nil and asked[pname]) or (next(asked) == nil and default) then
       for _, node in ipairs(M.expand_hostlist(part.nodes)) do
         if (SITE.gpu_nodes or {})[node] ~= nil then
-          out[#out + 1] = { name = pname, whole = part.max_share == 0, total_cpus = part.total_cpus }
+          out[#out + 1] = { name = pname, whole = part.max_share == 0, total_cpus = part.total_cpus, nodes = part.nodes }
           break
         end
       end
@@ -587,11 +587,36 @@ function M.load_usage(now)
   return load_controller_table(SITE.usage_file, now, "usage", "users")
 end
 
--- the most CPUs and memory (MB) a node with GPUs has, per GPU type and over all ("any"), as the
--- controller last saw them; nil and why not
+-- the controller's node sizes: the most CPUs and memory (MB) a node with GPUs has, per GPU type and
+-- over all ("any"), and each GPU node's own (``nodes``); nil and why not
 function M.load_node_sizes(now)
-  local data, why = load_controller_table(SITE.nodes_file, now, "node sizes", "sizes")
-  return data and data.sizes, why
+  return load_controller_table(SITE.nodes_file, now, "node sizes", "sizes")
+end
+
+-- the most CPUs and memory one node of the job's GPU type has in the partitions it may run in
+-- (slurmctld's part_list names their nodes), a figure nil where some node's is not known; nil when
+-- the file does not list those nodes
+local function largest_in_partitions(data, req, job_desc, part_list)
+  local nodes, key = field(data, "nodes"), req.gpu_type and string.lower(req.gpu_type)
+  if type(nodes) ~= "table" then
+    return nil
+  end
+  local most, seen = { cpus = 0, mem_mb = 0 }, false
+  for _, part in ipairs(gpu_partitions(job_desc, part_list)) do
+    for _, name in ipairs(M.expand_hostlist(part.nodes)) do
+      local n = field(nodes, name)
+      if type(n) == "table" and (key == nil or n.type == key) then
+        seen = true
+        for _, f in ipairs({ "cpus", "mem_mb" }) do
+          local v = tonumber(n[f]) or 0
+          if most[f] ~= nil then
+            most[f] = v > 0 and math.max(most[f], v) or nil
+          end
+        end
+      end
+    end
+  end
+  return seen and most or nil
 end
 
 -- the fewest GPUs the job has on a node: its per-node count, all of them when it may use one node only,
@@ -667,17 +692,25 @@ local function check_node_sizes(job_desc, req, part_list)
   if req.user_hold or SITE.nodes_file == nil then
     return
   end
-  local sizes, why = M.load_node_sizes(os.time())
-  if sizes == nil then
+  local data, why = M.load_node_sizes(os.time())
+  if data == nil then
     slurm.log_info("hivebatch: %s; node sizes are not checked at submit", why)
     return
   end
-  local key = req.gpu_type and string.lower(req.gpu_type) or "any"
-  local largest = field(sizes, key)
+  local largest = field(data.sizes, req.gpu_type and string.lower(req.gpu_type) or "any")
   if type(largest) ~= "table" then
     return
   end
   local where = "the largest node with " .. (req.gpu_type and (req.gpu_type .. " ") or "") .. "GPUs"
+  local within = largest_in_partitions(data, req, job_desc, part_list)
+  if within ~= nil then
+    local partitions = get(job_desc, "partition")
+    if (within.cpus or 0) < (tonumber(largest.cpus) or 0) or (within.mem_mb or 0) < (tonumber(largest.mem_mb) or 0) then
+      -- its partitions hold only smaller nodes than the cluster has: name them, so the owner may move
+      where = where .. " in partition " .. tostring(partitions or "its default partition")
+    end
+    largest = within
+  end
   local gpus = least_gpus_per_node(job_desc, req)
   local cpus = math.max(M.cpus_per_node(job_desc), (per_gpu(job_desc, "cpus_per_tres") or 0) * gpus)
   local have_cpus = tonumber(field(largest, "cpus"))

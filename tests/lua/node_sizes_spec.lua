@@ -92,6 +92,31 @@ describe("the size of a GPU job's node at submit", function()
     assert.are.equal(slurm.ERROR, slurm_job_submit(d, LAB_PARTITIONS, 1001))
   end)
 
+  it("measures a job against the largest node of the partitions it may run in", function()
+    -- a site with a partition of smaller GPU nodes: Slurm refuses -p small -c 12 there
+    sizes_file(string.format('return { written_at = %d, sizes = { any = { cpus = 16, mem_mb = 64000 }, '
+      .. 'v100 = { cpus = 16, mem_mb = 64000 } }, nodes = { '
+      .. 'node1 = { type = "v100", cpus = 8, mem_mb = 32000 }, node2 = { type = "v100", cpus = 8, mem_mb = 32000 }, '
+      .. 'node3 = { type = "v100", cpus = 16, mem_mb = 64000 }, node4 = { type = "v100", cpus = 16, mem_mb = 0 } } }',
+      os.time()))
+    local parts = {
+      small = { name = "small", nodes = "node[1-2]", total_cpus = 16 },
+      big = { name = "big", nodes = "node[3-4]", flag_default = 1, total_cpus = 32 },
+    }
+    local twelve = { cpus_per_task = 12, pn_min_cpus = 12, min_cpus = 12 }
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(twelve), parts, 1001)) -- the default partition, big
+    local small = job(twelve)
+    small.partition = "small"
+    slurm.user_msgs = {}
+    assert.are.equal(slurm.ERROR, slurm_job_submit(small, parts, 1001))
+    assert.are.same({ "hivebatch: the job needs 12 CPUs on one node, but the largest node with GPUs in partition small has 8: "
+      .. "ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)" },
+      slurm.user_msgs)
+    -- a node whose memory Slurm did not report leaves memory untested in its partition
+    local big_mem = job({ min_mem_per_node = 100000 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(big_mem, parts, 1001))
+  end)
+
   it("names the GPU type a typed ask is measured against", function()
     local d = job({ tres_per_node = "gres:gpu:v100:1", cpus_per_task = 32, pn_min_cpus = 32, min_cpus = 32 })
     assert.are.equal(slurm.ERROR, slurm_job_submit(d, {}, 1001))

@@ -14,7 +14,7 @@ import pytest
 from controller_support import CONFIG, Env, lua_read, make_env
 
 from hivebatch.controller.context import load_context
-from hivebatch.controller.node_sizes import node_sizes, node_sizes_lua
+from hivebatch.controller.node_sizes import node_figures, node_sizes, node_sizes_lua
 from hivebatch.controller.usage import write_usage
 from hivebatch.jobsubmit import nodes_file, site_table
 from hivebatch.slurm.parse import parse_sinfo_json
@@ -49,6 +49,11 @@ def test_the_sizes_of_the_lab_as_sinfo_lists_them(slurm_fixture: Any) -> None:
     nodes = parse_sinfo_json(slurm_fixture("sinfo_mem_held.json"))
     sizes = node_sizes(nodes, {n.name: "V100" for n in nodes})
     assert sizes["v100"] == sizes["any"] == {"cpus": 16, "mem_mb": 64000}
+
+
+def test_each_gpu_nodes_own_figures() -> None:
+    nodes = [_node("a1", 16, 64000), _node("cpu1", 128, 1024000)]
+    assert node_figures(nodes, {"a1": "A100"}) == {"a1": {"type": "a100", "cpus": 16, "mem_mb": 64000}}
 
 
 def test_the_file_is_a_data_chunk_lua_reads_back(tmp_path: Path) -> None:
@@ -103,6 +108,9 @@ def test_each_cycle_writes_the_sizes_slurm_lists(tmp_path: Path, env: Env) -> No
     assert env.cycle(_SizedNodes(env.ctl)).ok
     assert lua_read(env.ctx.nodes_path, "u.sizes.v100.cpus") == "16"
     assert lua_read(env.ctx.nodes_path, "u.sizes.any.mem_mb") == "64000"
+    # each GPU node's own figures, for the largest within a job's partitions
+    assert lua_read(env.ctx.nodes_path, "u.nodes.node3.cpus") == "16"
+    assert lua_read(env.ctx.nodes_path, "u.nodes.node3.type") == "v100"
     first = int(lua_read(env.ctx.nodes_path, "u.written_at"))
     assert abs(first - dt.datetime.now(dt.UTC).timestamp()) < 60
 
