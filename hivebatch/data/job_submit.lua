@@ -596,13 +596,13 @@ end
 -- the most CPUs and memory one node of the job's GPU type has in the partitions it may run in
 -- (slurmctld's part_list names their nodes), a figure nil where some node's is not known; nil when
 -- the file does not list those nodes
-local function largest_in_partitions(data, req, job_desc, part_list)
+local function largest_in_partitions(data, req, parts)
   local nodes, key = field(data, "nodes"), req.gpu_type and string.lower(req.gpu_type)
   if type(nodes) ~= "table" then
     return nil
   end
   local most, seen = { cpus = 0, mem_mb = 0 }, false
-  for _, part in ipairs(gpu_partitions(job_desc, part_list)) do
+  for _, part in ipairs(parts) do
     for _, name in ipairs(M.expand_hostlist(part.nodes)) do
       local n = field(nodes, name)
       if type(n) == "table" and (key == nil or n.type == key) then
@@ -675,9 +675,9 @@ end
 -- Slurm accepts a job asking more CPUs in all than its partitions have (-c 500 on the lab's 64): it
 -- waits for ever, reason PartitionConfig, under the default EnforcePartLimits=NO
 -- (tests/fixtures/slurm/held_impossible_accepted.txt); so the plugin does too
-function M.beyond_partitions(job_desc, part_list)
+function M.beyond_partitions(job_desc, parts)
   local min_cpus, most = get(job_desc, "min_cpus"), 0
-  for _, part in ipairs(gpu_partitions(job_desc, part_list)) do
+  for _, part in ipairs(parts) do
     most = math.max(most, tonumber(part.total_cpus) or 0)
   end
   return is_set(min_cpus) and most > 0 and min_cpus > most
@@ -702,7 +702,9 @@ local function check_node_sizes(job_desc, req, part_list)
     return
   end
   local where = "the largest node with " .. (req.gpu_type and (req.gpu_type .. " ") or "") .. "GPUs"
-  local within = largest_in_partitions(data, req, job_desc, part_list)
+  -- the GPU partitions it may run in, read once from slurmctld's list (each expands a hostlist)
+  local parts = gpu_partitions(job_desc, part_list)
+  local within = largest_in_partitions(data, req, parts)
   if within ~= nil then
     local partitions = get(job_desc, "partition")
     if (within.cpus or 0) < (tonumber(largest.cpus) or 0) or (within.mem_mb or 0) < (tonumber(largest.mem_mb) or 0) then
@@ -714,7 +716,7 @@ local function check_node_sizes(job_desc, req, part_list)
   local gpus = least_gpus_per_node(job_desc, req)
   local cpus = math.max(M.cpus_per_node(job_desc), (per_gpu(job_desc, "cpus_per_tres") or 0) * gpus)
   local have_cpus = tonumber(field(largest, "cpus"))
-  if have_cpus ~= nil and cpus > have_cpus and not M.beyond_partitions(job_desc, part_list) then
+  if have_cpus ~= nil and cpus > have_cpus and not M.beyond_partitions(job_desc, parts) then
     fail("the job needs " .. cpus .. " CPUs on one node, but " .. where .. " has " .. have_cpus .. ": ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)")
   end
   local mem = math.max(M.mem_per_node(job_desc, cpus), (per_gpu(job_desc, "mem_per_tres") or 0) * gpus)

@@ -128,6 +128,11 @@ def short_text(room: NodeRoom, needs: NodeNeeds) -> str:
     return "memory taken by the jobs pinned there, the job needs all of it (--mem=0)"
 
 
+def short_nodes(rooms: Mapping[str, NodeRoom], needs: NodeNeeds) -> dict[str, str]:
+    """The nodes whose room left does not fit ``needs``, and why."""
+    return {n: short_text(room, needs) for n, room in rooms.items() if not room.fits(needs)}
+
+
 def needs_of(sj: SlurmJob) -> Needs:
     """What ``why_unfit`` reads of a job: jobs with the same needs are unfit on the same nodes."""
     return (sj.partition, sj.reservation, tuple(sj.excluded_nodes), sj.features, sj.cpus_per_node,

@@ -7,7 +7,7 @@ from functools import partial
 
 from hivebatch.cells import JobState
 from hivebatch.controller.decide.ends import running_ends
-from hivebatch.controller.decide.fit import short_text, unfit_text
+from hivebatch.controller.decide.fit import short_nodes, unfit_text
 from hivebatch.controller.decide.frees import Frees
 from hivebatch.controller.decide.isolate import isolated, reject
 from hivebatch.controller.decide.tasks import predicted_latency
@@ -41,9 +41,7 @@ def _short(r: Round, task: Task, rooms: dict[str, NodeRoom], known: dict[str, st
     if needs is None:
         return {}
     if needs not in r.short_by_needs:
-        r.short_by_needs[needs] = {
-            n: short_text(room, needs) for n, room in rooms.items() if not room.fits(needs)
-        }
+        r.short_by_needs[needs] = short_nodes(rooms, needs)
     return {
         n: why for n, why in r.short_by_needs[needs].items() if n not in known and n in r.alloc.tree.node_cell
     }

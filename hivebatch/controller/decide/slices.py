@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from hivebatch.controller.decide.fit import node_needs, short_text, unfit_text
+from hivebatch.controller.decide.fit import node_needs, short_nodes, unfit_text
 from hivebatch.controller.decide.frees import Frees
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.tasks import start_prediction
@@ -43,9 +43,7 @@ def _place_one(
     # not started yet (slices placed before it among them) leave too little of
     needs = node_needs(sj)
     unfit = dict(r.unfit_for(job, sj))
-    unfit.update(
-        {n: short_text(room, needs) for n, room in rooms.items() if n not in unfit and not room.fits(needs)}
-    )
+    unfit.update({n: why for n, why in short_nodes(rooms, needs).items() if n not in unfit})
     avoid = frozenset(unfit)
     if len(old) == 1:
         ((gpu_index, _count),) = old.items()
