@@ -19,7 +19,7 @@ from hivebatch.controller.decide import Decisions, Place, gres_for, symmetric_in
 from hivebatch.controller.decide.spread import node_share
 from hivebatch.controller.decide.types import TakeBack
 from hivebatch.controller.notice import send_notice, write_notice
-from hivebatch.controller.observe import phase
+from hivebatch.controller.observe import phase, to_utc
 from hivebatch.controller.preemption import book_preemption, preemptor, resume_reason
 from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import Job
@@ -83,6 +83,32 @@ def _still_pending(backend: SlurmBackend, job_id: int) -> bool | None:
     return False
 
 
+def _hold_or_requeue(backend: SlurmBackend, job: Job) -> bool:
+    """Hold a placed victim; one Slurm started since the ledger read it refuses the hold (and is left
+    running with priority 0, tests/fixtures/slurm/err_hold_running_managed.txt), so it is requeued held
+    now, its run booked from Slurm's start: its preemptor is released in this same cycle. True when it ran."""
+    try:
+        backend.hold(job.slurm_job_id)
+        return False
+    except SlurmError:
+        started = _running_now(backend, job.slurm_job_id)
+        if started is None:
+            raise
+    backend.requeue_hold(job.slurm_job_id)
+    job.segment_start = to_utc(started.start_time)
+    if job.start_time is None:
+        job.start_time = job.segment_start
+    return True
+
+
+def _running_now(backend: SlurmBackend, job_id: int) -> SlurmJob | None:
+    try:
+        found = backend.list_jobs([job_id])
+    except SlurmError:
+        return None
+    return next((sj for sj in found if int(sj.job_id) == job_id and phase(sj.state) == "running"), None)
+
+
 def _record_failure(
     session: Session,
     rec: Recorder,
@@ -114,7 +140,7 @@ def preempt(
         if running:
             backend.requeue_hold(job.slurm_job_id)
         else:
-            backend.hold(job.slurm_job_id)
+            running = _hold_or_requeue(backend, job)
     except SlurmError as exc:
         alive = _still_pending(backend, job.slurm_job_id)
         _record_failure(session, rec, job, result, exc, alive, "requeue", "requeue")

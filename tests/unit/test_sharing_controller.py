@@ -75,6 +75,38 @@ def test_colocated_opportunistic_slice_is_requeued_for_a_guaranteed_slice(env: E
     assert env.slurm.job(opp).state == "PENDING" and env.slurm.job(opp).held
 
 
+def test_a_victim_slurm_starts_while_the_cycle_decides_is_requeued_in_that_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    env = make_env(
+        tmp_path, CONFIG + "sharing:\n  colocate: {vcs: [sys], headroom_mib: 2G}\n", auto_schedule=False
+    )
+    g1 = env.submit("carol", "sys", 1, gpu_mem_mib=8 * GiB)
+    env.cycle()
+    env.slurm.schedule()
+    opp = env.submit("bob", "nlp", 1, qos="opportunistic", gpu_mem_mib=20 * GiB)
+    env.cycle()
+    g2 = env.submit("carol", "sys", 1, gpu_mem_mib=12 * GiB)
+    backend = env.ctl
+    hold = backend.hold
+
+    def hold_after_slurm_started_it(job_id: int) -> None:
+        env.slurm.schedule()  # the released slice starts after the cycle read it pending
+        hold(job_id)  # Slurm refuses: tests/fixtures/slurm/err_hold_running_managed.txt
+
+    backend.hold = hold_after_slurm_started_it  # type: ignore[method-assign]
+    report = env.cycle(backend)
+    assert report.ok and report.preempted == 1, report.failures
+    assert env.job(opp).state == "preempted" and env.job(opp).start_time is not None
+    node, gpu, _ = _slice(env, opp)
+    (event,) = env.events(opp, "preempted")
+    assert event.message == f"requeued and held: job {g2} needs its GPUs {node}:[{gpu}]"
+    assert env.slurm.job(opp).state == "PENDING" and env.slurm.job(opp).held
+    env.slurm.schedule()
+    assert env.slurm.job(g2).state == "RUNNING" and _slice(env, g2)[:2] == _slice(env, g1)[:2]
+
+
 def test_whole_gpu_jobs_never_land_on_a_shared_gpu(env: Env) -> None:
     a = env.submit("alice", "cv", 1, gpu_mem_mib=4 * GiB)
     env.cycle()
