@@ -213,7 +213,10 @@ def test_a_pin_slurm_keeps_for_a_job_of_higher_priority_is_placed_elsewhere_with
     monkeypatch.setattr(unstarted, "BLOCKED_AFTER_S", 3.0)
     first = _operator_job(ctl, "-w", "node1", "-c", "8", "-t", "3", "--wrap", "sleep 170")
     ctl.lab.wait_for(first, {"RUNNING"})
-    _operator_job(ctl, "-q", "urgent", "-w", "node1", "-c", "16", "-t", "3", "--wrap", "sleep 10")
+    # the urgent job's 10-minute limit puts alice's expected start far past the 300 s bound: Slurm's backfill
+    # rounds its estimates down to the minute (bf_resolution), so after a 3-minute limit the estimate could fall
+    # just inside the bound, where the pin rightly waits the bound out
+    _operator_job(ctl, "-q", "urgent", "-w", "node1", "-c", "16", "-t", "10", "--wrap", "sleep 10")
     jid = ctl.submit("alice", "cv", 1)
     ctl.cycle()
     assert list(ctl.job(jid).placement) == ["node1"], ctl.job(jid).reason  # its CPUs look free
