@@ -4,7 +4,7 @@ Slurm refuses at submit a job no node could ever hold, but it skips that test fo
 plugin holds every GPU job (tests/fixtures/slurm/held_job_sizes.txt). The plugin cannot ask Slurm for
 node sizes (22.05's Lua API has none), so the controller writes them each cycle next to the usage file
 (``hivebatch_nodes.lua``): a Lua chunk returning, per GPU type and over all of them (``any``), the
-most CPUs and MB of memory one node has, and each GPU node's own figures (the plugin takes the largest
+most CPUs, MB of memory and MB of temporary disk one node has, and each GPU node's own figures (the plugin takes the largest
 within a job's partitions). The plugin reads it as it reads the usage file: data only,
 and not at all once it is stale.
 """
@@ -26,7 +26,8 @@ ANY_TYPE = "any"
 def node_sizes(nodes: Iterable[SlurmNode], gpu_type_of: Mapping[str, str]) -> dict[str, dict[str, int]]:
     """Per GPU type (lower case, as the plugin keys them) and ``any``: the most CPUs and memory of one
     node. Only nodes with GPUs count (``gpu_type_of``: node name → its GPU type), and only the figures
-    Slurm reported (a node it lists without CPUs or memory adds nothing)."""
+    Slurm reported (a node it lists without CPUs or memory adds nothing). A temporary disk of 0 is a
+    figure: Slurm refuses any ``--tmp`` where slurm.conf gives nodes no TmpDisk."""
     sizes: dict[str, dict[str, int]] = {}
     for node in nodes:
         gpu_type = gpu_type_of.get(node.name)
@@ -36,18 +37,22 @@ def node_sizes(nodes: Iterable[SlurmNode], gpu_type_of: Mapping[str, str]) -> di
             most = sizes.setdefault(key, {"cpus": 0, "mem_mb": 0})
             most["cpus"] = max(most["cpus"], node.cpus)
             most["mem_mb"] = max(most["mem_mb"], node.mem_mb)
+            if node.tmp_disk_mb is not None:
+                most["tmp_mb"] = max(most.get("tmp_mb", 0), node.tmp_disk_mb)
     # a size Slurm did not report is left out, so the plugin tests nothing against it
-    return {key: {k: v for k, v in most.items() if v > 0} for key, most in sizes.items()}
+    return {key: {k: v for k, v in most.items() if v > 0 or k == "tmp_mb"} for key, most in sizes.items()}
 
 
 def node_figures(nodes: Iterable[SlurmNode], gpu_type_of: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """Each GPU node's GPU type (lower case), CPUs and memory: the plugin takes the largest within the
-    partitions a job may run in, which slurmctld names to it."""
-    return {
-        n.name: {"type": gpu_type_of[n.name].lower(), "cpus": n.cpus, "mem_mb": n.mem_mb}
-        for n in sorted(nodes, key=lambda n: n.name)
-        if n.name in gpu_type_of
-    }
+    """Each GPU node's GPU type (lower case), CPUs, memory and temporary disk (where Slurm reported it):
+    the plugin takes the largest within the partitions a job may run in, which slurmctld names to it."""
+    figures: dict[str, dict[str, Any]] = {}
+    for n in sorted(nodes, key=lambda n: n.name):
+        if n.name in gpu_type_of:
+            figures[n.name] = {"type": gpu_type_of[n.name].lower(), "cpus": n.cpus, "mem_mb": n.mem_mb}
+            if n.tmp_disk_mb is not None:
+                figures[n.name]["tmp_mb"] = n.tmp_disk_mb
+    return figures
 
 
 def node_sizes_lua(

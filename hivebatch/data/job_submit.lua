@@ -587,21 +587,21 @@ function M.load_usage(now)
   return load_controller_table(SITE.usage_file, now, "usage", "users")
 end
 
--- the controller's node sizes: the most CPUs and memory (MB) a node with GPUs has, per GPU type and
+-- the controller's node sizes: the most CPUs, memory and temporary disk (MB) a node with GPUs has, per GPU type and
 -- over all ("any"), and each GPU node's own (``nodes``); nil and why not
 function M.load_node_sizes(now)
   return load_controller_table(SITE.nodes_file, now, "node sizes", "sizes")
 end
 
--- the most CPUs and memory one node of the job's GPU type has in the partitions it may run in
--- (slurmctld's part_list names their nodes), a figure nil where some node's is not known; nil when
--- the file does not list those nodes
+-- the most CPUs, memory and temporary disk one node of the job's GPU type has in the partitions it may
+-- run in (slurmctld's part_list names their nodes), a figure nil where some node's is not known; nil when
+-- the file does not list those nodes. A temporary disk of 0 is known: Slurm refuses any --tmp there.
 local function largest_in_partitions(data, req, parts)
   local nodes, key = field(data, "nodes"), req.gpu_type and string.lower(req.gpu_type)
   if type(nodes) ~= "table" then
     return nil
   end
-  local most, seen = { cpus = 0, mem_mb = 0 }, false
+  local most, seen = { cpus = 0, mem_mb = 0, tmp_mb = 0 }, false
   for _, part in ipairs(parts) do
     for _, name in ipairs(M.expand_hostlist(part.nodes)) do
       local n = field(nodes, name)
@@ -612,6 +612,10 @@ local function largest_in_partitions(data, req, parts)
           if most[f] ~= nil then
             most[f] = v > 0 and math.max(most[f], v) or nil
           end
+        end
+        local tmp = tonumber(n.tmp_mb)
+        if most.tmp_mb ~= nil then
+          most.tmp_mb = tmp ~= nil and math.max(most.tmp_mb, tmp) or nil
         end
       end
     end
@@ -707,7 +711,8 @@ local function check_node_sizes(job_desc, req, part_list)
   local within = largest_in_partitions(data, req, parts)
   if within ~= nil then
     local partitions = get(job_desc, "partition")
-    if (within.cpus or 0) < (tonumber(largest.cpus) or 0) or (within.mem_mb or 0) < (tonumber(largest.mem_mb) or 0) then
+    if (within.cpus or 0) < (tonumber(largest.cpus) or 0) or (within.mem_mb or 0) < (tonumber(largest.mem_mb) or 0)
+      or (within.tmp_mb or 0) < (tonumber(largest.tmp_mb) or 0) then
       -- its partitions hold only smaller nodes than the cluster has: name them, so the owner may move
       where = where .. " in partition " .. tostring(partitions or "its default partition")
     end
@@ -723,6 +728,10 @@ local function check_node_sizes(job_desc, req, part_list)
   local have_mem = tonumber(field(largest, "mem_mb"))
   if have_mem ~= nil and mem > have_mem then
     fail("the job needs " .. mem .. " MB of memory on one node, but " .. where .. " has " .. have_mem .. " MB: ask for less (--mem, --mem-per-gpu, --mem-per-cpu)")
+  end
+  local tmp, have_tmp = get(job_desc, "pn_min_tmp_disk"), tonumber(field(largest, "tmp_mb"))
+  if is_set(tmp) and have_tmp ~= nil and tmp > have_tmp then
+    fail("the job needs " .. tmp .. " MB of temporary disk on one node (--tmp), but " .. where .. " has " .. have_tmp .. " MB: ask for less, or leave --tmp out")
   end
 end
 

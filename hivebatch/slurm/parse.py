@@ -317,6 +317,7 @@ def _node_needs(job: Mapping[str, Any]) -> dict[str, Any]:
         "tasks_per_node": _num(job.get("tasks_per_node")) or 0,
         "max_nodes": _num(job.get("max_nodes")) or 0,
         "mem_per_node_mb": mem,
+        "tmp_disk_mb": _num(job.get("minimum_tmp_disk_per_node")) or 0,
         # squeue shows no memory of any kind for such a job (tests/fixtures/slurm/squeue_mem_zero.json)
         "whole_node_memory": not mem and not job.get("memory_per_tres"),
         "reservation": str(job.get("resv_name") or ""),
@@ -403,6 +404,7 @@ def node_from_json(node: Mapping[str, Any]) -> SlurmNode:
         cpus_free=(_num(node.get("cpus")) or 0) - (_num(node.get("alloc_cpus")) or 0),
         mem_mb=_num(node.get("real_memory")) or 0,
         mem_free_mb=(_num(node.get("real_memory")) or 0) - (_num(node.get("alloc_memory")) or 0),
+        tmp_disk_mb=_num(node.get("temporary_disk")),
     )
 
 

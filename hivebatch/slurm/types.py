@@ -155,6 +155,7 @@ class SlurmJob:
     # over as many nodes as they need)
     max_nodes: int = 0
     mem_per_node_mb: int = 0
+    tmp_disk_mb: int = 0  # --tmp: MB of temporary disk on each node
     # no memory asked at all (--mem=0, or a site without DefMemPerCPU/Node): Slurm gives the job all of
     # each node's memory, so it starts only where no other job holds any
     whole_node_memory: bool = False
@@ -218,6 +219,8 @@ class SlurmNode:
     cpus_free: int = 0
     mem_mb: int = 0
     mem_free_mb: int = 0  # real memory less what Slurm allocated to jobs
+    #: TmpDisk in MB (0 where slurm.conf sets none: Slurm then refuses any --tmp); None if not reported
+    tmp_disk_mb: int | None = None
     #: reservations on the node, active or to come (naive UTC start, end, name): Slurm starts a job that
     #: does not ask for one there only if its time limit ends before the next one starts
     #: (tests/fixtures/slurm/reservation_time_limit.txt)

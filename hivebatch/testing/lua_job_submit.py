@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hivebatch.jobsubmit import job_submit_lua, lua_literal
+from hivebatch.testing.fake_slurm.sbatch import size_mb
 
 NO_VAL = 4294967294
 NO_VAL16 = 65534
@@ -99,6 +100,7 @@ def job_desc(
         "ntasks_per_tres": NO_VAL16,
         "sockets_per_node": NO_VAL16,
         "time_limit": NO_VAL,
+        "pn_min_tmp_disk": size_mb(opts["tmp"]) if opts.get("tmp") else NO_VAL,
         "tres_per_node": tres_per_node or None,
         "tres_per_job": f"gres:gpu:{opts['gpus']}" if opts.get("gpus") else None,
         "tres_per_task": f"gres:gpu:{opts['gpus_per_task']}" if opts.get("gpus_per_task") else None,

@@ -8,10 +8,15 @@ local support = dofile("tests/lua/controller_file.lua")
 local file = support.file()
 local SIZES, sizes_file = file.path, file.write
 
--- the lab's nodes: 16 CPUs and 64000 MB each
+-- the lab's nodes: 16 CPUs, 64000 MB and no temporary disk (TmpDisk=0) each
 local function lab_sizes(written_at)
-  sizes_file(string.format('return { ["written_at"] = %d, ["sizes"] = { ["any"] = { ["cpus"] = 16, ["mem_mb"] = 64000 }, '
-    .. '["v100"] = { ["cpus"] = 16, ["mem_mb"] = 64000 } } }', written_at or os.time()))
+  sizes_file(string.format('return { ["written_at"] = %d, ["sizes"] = { ["any"] = { ["cpus"] = 16, ["mem_mb"] = 64000, ["tmp_mb"] = 0 }, '
+    .. '["v100"] = { ["cpus"] = 16, ["mem_mb"] = 64000, ["tmp_mb"] = 0 } } }', written_at or os.time()))
+end
+
+-- a sizes file with each GPU node's own figures (Lua table constructors, as the controller writes them)
+local function sizes_with_nodes(sizes, nodes)
+  sizes_file(string.format("return { written_at = %d, sizes = %s, nodes = { %s } }", os.time(), sizes, nodes))
 end
 
 local function load_plugin()
@@ -37,6 +42,8 @@ local CPUS = "hivebatch: the job needs %d CPUs on one node, but the largest node
   .. "ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)"
 local MEM = "hivebatch: the job needs %d MB of memory on one node, but the largest node with GPUs has 64000 MB: "
   .. "ask for less (--mem, --mem-per-gpu, --mem-per-cpu)"
+local TMP = "hivebatch: the job needs %d MB of temporary disk on one node (--tmp), but the largest node with GPUs has 0 MB: "
+  .. "ask for less, or leave --tmp out"
 
 describe("the size of a GPU job's node at submit", function()
   before_each(function()
@@ -56,6 +63,8 @@ describe("the size of a GPU job's node at submit", function()
     { "--mem-per-cpu=5000 -c 16", { cpus_per_task = 16, pn_min_cpus = 16, min_cpus = 16, min_mem_per_cpu = 5000 }, MEM:format(80000) },
     { "--mem-per-gpu=40G --gres=gpu:2", { tres_per_node = "gres:gpu:2", mem_per_tres = "gres:gpu:40960" }, MEM:format(81920) },
     { "-N 1 --gpus=2 --cpus-per-gpu=12", { tres_per_node = "", tres_per_job = "gres:gpu:2", cpus_per_tres = "gres:gpu:12", min_nodes = 1, max_nodes = 1 }, CPUS:format(24) },
+    { "--tmp=100", { pn_min_tmp_disk = 100 }, TMP:format(100) },
+    { "--tmp=1G", { pn_min_tmp_disk = 1024 }, TMP:format(1024) },
   }
   for _, case in ipairs(refused) do
     it("refuses " .. case[1] .. ", as Slurm would, with one line naming what to change", function()
@@ -74,6 +83,8 @@ describe("the size of a GPU job's node at submit", function()
     { "--gpus=2 --cpus-per-gpu=12 (Slurm spreads it over two nodes)", { tres_per_node = "", tres_per_job = "gres:gpu:2", cpus_per_tres = "gres:gpu:12" } },
     { "--gpus=2 --mem-per-gpu=40G (one GPU's memory on each of two nodes)", { tres_per_node = "", tres_per_job = "gres:gpu:2", mem_per_tres = "gres:gpu:40960" } },
     { "-c 32 -H (Slurm does not test a held job)", { cpus_per_task = 32, pn_min_cpus = 32, min_cpus = 32, priority = 0 } },
+    { "--tmp=0", { pn_min_tmp_disk = 0 } },
+    { "no --tmp", { pn_min_tmp_disk = NO_VAL } },
   }
   for _, case in ipairs(accepted) do
     it("accepts " .. case[1], function()
@@ -94,11 +105,9 @@ describe("the size of a GPU job's node at submit", function()
 
   it("measures a job against the largest node of the partitions it may run in", function()
     -- a site with a partition of smaller GPU nodes: Slurm refuses -p small -c 12 there
-    sizes_file(string.format('return { written_at = %d, sizes = { any = { cpus = 16, mem_mb = 64000 }, '
-      .. 'v100 = { cpus = 16, mem_mb = 64000 } }, nodes = { '
-      .. 'node1 = { type = "v100", cpus = 8, mem_mb = 32000 }, node2 = { type = "v100", cpus = 8, mem_mb = 32000 }, '
-      .. 'node3 = { type = "v100", cpus = 16, mem_mb = 64000 }, node4 = { type = "v100", cpus = 16, mem_mb = 0 } } }',
-      os.time()))
+    sizes_with_nodes('{ any = { cpus = 16, mem_mb = 64000 }, v100 = { cpus = 16, mem_mb = 64000 } }',
+      'node1 = { type = "v100", cpus = 8, mem_mb = 32000 }, node2 = { type = "v100", cpus = 8, mem_mb = 32000 }, '
+      .. 'node3 = { type = "v100", cpus = 16, mem_mb = 64000 }, node4 = { type = "v100", cpus = 16, mem_mb = 0 }')
     local parts = {
       small = { name = "small", nodes = "node[1-2]", total_cpus = 16 },
       big = { name = "big", nodes = "node[3-4]", flag_default = 1, total_cpus = 32 },
@@ -115,6 +124,28 @@ describe("the size of a GPU job's node at submit", function()
     -- a node whose memory Slurm did not report leaves memory untested in its partition
     local big_mem = job({ min_mem_per_node = 100000 })
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(big_mem, parts, 1001))
+  end)
+
+  it("measures --tmp against the largest temporary disk of the job's partitions", function()
+    sizes_with_nodes('{ any = { cpus = 16, mem_mb = 64000, tmp_mb = 800000 } }',
+      'node1 = { type = "v100", cpus = 16, mem_mb = 64000, tmp_mb = 0 }, node2 = { type = "v100", cpus = 16, mem_mb = 64000, tmp_mb = 100000 }, '
+      .. 'node3 = { type = "v100", cpus = 16, mem_mb = 64000, tmp_mb = 800000 }, node4 = { type = "v100", cpus = 16, mem_mb = 64000 }')
+    local parts = {
+      small = { name = "small", nodes = "node[1-2]", total_cpus = 32 },
+      big = { name = "big", nodes = "node3", flag_default = 1, total_cpus = 16 },
+      unknown = { name = "unknown", nodes = "node4", total_cpus = 16 },
+    }
+    local d = job({ pn_min_tmp_disk = 200000 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, parts, 1001)) -- node3's 800000 MB
+    d = job({ pn_min_tmp_disk = 200000 })
+    d.partition = "small"
+    slurm.user_msgs = {}
+    assert.are.equal(slurm.ERROR, slurm_job_submit(d, parts, 1001))
+    assert.are.same({ "hivebatch: the job needs 200000 MB of temporary disk on one node (--tmp), but the largest node "
+      .. "with GPUs in partition small has 100000 MB: ask for less, or leave --tmp out" }, slurm.user_msgs)
+    d = job({ pn_min_tmp_disk = 900000 })
+    d.partition = "unknown" -- a node whose disk Slurm did not report: left to Slurm
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, parts, 1001))
   end)
 
   it("names the GPU type a typed ask is measured against", function()

@@ -134,6 +134,21 @@ def test_a_job_no_node_could_ever_take_is_rejected_saying_so(ctx, needs: dict, w
     assert wait.reason.endswith("cancel it and submit it again with what the nodes have")
 
 
+def test_a_job_asking_more_temporary_disk_than_any_node_has_is_rejected(ctx) -> None:  # type: ignore[no-untyped-def]
+    # the lab's nodes have TmpDisk=0: plain Slurm refuses --tmp=100 at submit, accepts it held
+    # (tests/fixtures/slurm/held_job_sizes.txt)
+    nodes = {n: _node(n, tmp_disk_mb=0) for n in NODES}
+    r = _screened(ctx, JobRequest(vc="cv", gpus=1), nodes, tmp_disk_mb=100)
+    (wait,) = r.out.waits
+    assert wait.rejected
+    assert wait.reason.startswith(
+        "can never run as asked: node1: has 0 MB temporary disk, the job needs 100 (--tmp)"
+    )
+    # a node whose disk Slurm did not report is Slurm's to judge
+    r = _screened(ctx, JobRequest(vc="cv", gpus=1), {n: _node(n) for n in NODES}, tmp_disk_mb=100)
+    assert [p.job.slurm_job_id for p in r.out.places] == [1]
+
+
 def test_a_multi_node_job_is_rejected_when_too_few_nodes_could_ever_take_it(ctx) -> None:  # type: ignore[no-untyped-def]
     nodes = {n: _node(n, mem_mb=64000 if n == "node1" else 8000) for n in NODES}
     r = _screened(ctx, JobRequest(vc="nlp", gpus=4, nodes=2), nodes, mem_per_node_mb=32000)

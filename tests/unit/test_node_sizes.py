@@ -48,7 +48,21 @@ def test_a_figure_slurm_did_not_report_is_left_out_so_nothing_is_tested_against_
 def test_the_sizes_of_the_lab_as_sinfo_lists_them(slurm_fixture: Any) -> None:
     nodes = parse_sinfo_json(slurm_fixture("sinfo_mem_held.json"))
     sizes = node_sizes(nodes, {n.name: "V100" for n in nodes})
-    assert sizes["v100"] == sizes["any"] == {"cpus": 16, "mem_mb": 64000}
+    # no TmpDisk in the lab's slurm.conf: 0 MB, and Slurm refuses any --tmp (held_job_sizes.txt)
+    assert sizes["v100"] == sizes["any"] == {"cpus": 16, "mem_mb": 64000, "tmp_mb": 0}
+
+
+def test_the_most_temporary_disk_where_slurm_reports_it() -> None:
+    nodes = [
+        dataclasses.replace(_node("a1", 16, 64000), tmp_disk_mb=0),
+        dataclasses.replace(_node("a2", 16, 64000), tmp_disk_mb=800000),
+        _node("v1", 16, 64000),  # not reported: no figure, nothing tested against it
+    ]
+    sizes = node_sizes(nodes, {"a1": "A100", "a2": "A100", "v1": "V100"})
+    assert sizes["a100"]["tmp_mb"] == sizes["any"]["tmp_mb"] == 800000
+    assert "tmp_mb" not in sizes["v100"]
+    figures = node_figures(nodes, {"a1": "A100", "v1": "V100"})
+    assert figures["a1"]["tmp_mb"] == 0 and "tmp_mb" not in figures["v1"]
 
 
 def test_each_gpu_nodes_own_figures() -> None:
@@ -111,6 +125,7 @@ def test_each_cycle_writes_the_sizes_slurm_lists(tmp_path: Path, env: Env) -> No
     # each GPU node's own figures, for the largest within a job's partitions
     assert lua_read(env.ctx.nodes_path, "u.nodes.node3.cpus") == "16"
     assert lua_read(env.ctx.nodes_path, "u.nodes.node3.type") == "v100"
+    assert lua_read(env.ctx.nodes_path, "u.nodes.node3.tmp_mb") == "0"  # the fake lists the lab's TmpDisk
     first = int(lua_read(env.ctx.nodes_path, "u.written_at"))
     assert abs(first - dt.datetime.now(dt.UTC).timestamp()) < 60
 
@@ -126,3 +141,13 @@ def test_an_unwritable_file_is_logged_once_and_the_cycle_goes_on(
     assert report.ok and report.placed == 1 and again.ok
     warned = [r for r in caplog.records if "cannot write the node sizes file" in r.getMessage()]
     assert len(warned) == 1  # not once a cycle: the plugin only stops checking sizes at submit
+
+
+def test_a_job_asking_more_temporary_disk_than_any_node_has_is_rejected_with_the_reason(env: Env) -> None:
+    # with no sizes file the plugin lets it through (as with -H); the controller reads sinfo's TmpDisk
+    jid = env.submit("alice", "cv", 1, extra=["--tmp=1G"])
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "rejected"
+    assert "node1: has 0 MB temporary disk, the job needs 1024 (--tmp)" in (job.reason or "")
+    assert env.slurm.job(jid).state == "PENDING"  # left for its owner to cancel, as Slurm would keep it

@@ -212,3 +212,10 @@ def test_a_partitions_max_time_is_read(slurm_fixture) -> None:
     (gpu,) = parse_partitions(slurm_fixture("partition_time_limit.txt"))
     assert (gpu.state, gpu.max_time_s) == ("UP", 1800)
     assert parse_partitions(slurm_fixture("partitions_down.txt"))[0].max_time_s is None  # UNLIMITED
+
+
+def test_a_jobs_temporary_disk_and_the_nodes_are_read(slurm_fixture):
+    # alice's held `sbatch -H --gres=gpu:1 --tmp=100` (job 1645); the lab's nodes have TmpDisk=0
+    (job,) = parse_squeue_json(slurm_fixture("squeue_tmp_disk.json"))
+    assert job.tmp_disk_mb == 100
+    assert {n.tmp_disk_mb for n in parse_sinfo_json(slurm_fixture("sinfo.json"))} == {0}

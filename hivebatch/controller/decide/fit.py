@@ -43,6 +43,8 @@ def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
         return f"has {node.cpus} CPUs, the job needs {sj.cpus_per_node}"
     if node.mem_mb and sj.mem_per_node_mb > node.mem_mb:
         return f"has {node.mem_mb} MB memory, the job needs {sj.mem_per_node_mb}"
+    if node.tmp_disk_mb is not None and sj.tmp_disk_mb > node.tmp_disk_mb:
+        return f"has {node.tmp_disk_mb} MB temporary disk, the job needs {sj.tmp_disk_mb} (--tmp)"
     return None
 
 

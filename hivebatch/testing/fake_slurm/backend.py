@@ -30,7 +30,13 @@ from hivebatch.testing.fake_slurm.plugin import (
     park_owner_release,
     run_job_submit,
 )
-from hivebatch.testing.fake_slurm.sbatch import begin_offset_s, parse_sbatch, sbatch_lines, time_limit
+from hivebatch.testing.fake_slurm.sbatch import (
+    begin_offset_s,
+    parse_sbatch,
+    sbatch_lines,
+    size_mb,
+    time_limit,
+)
 from hivebatch.testing.fake_slurm.scheduler import try_start
 from hivebatch.testing.fake_slurm.state import (
     MIN_JOB_AGE_S,
@@ -306,6 +312,8 @@ class FakeSlurm(SlurmBackend):
         )
         if opts.get("cpus_per_task"):  # MinCPUsNode: a task's CPUs times the tasks on one node
             j.cpus_per_node = int(opts["cpus_per_task"]) * int(opts.get("ntasks_per_node") or 1)
+        if opts.get("tmp"):
+            j.tmp_disk_mb = size_mb(opts["tmp"])
         if opts.get("array"):
             make_array(j, opts["array"])
         if opts.get("begin", "").startswith("now+"):
@@ -523,6 +531,7 @@ class FakeSlurm(SlurmBackend):
                     cpus_free=max(0, n.cpus - sum(j.cpus_per_node for j in running)),
                     mem_mb=n.mem_mb,
                     mem_free_mb=max(0, n.mem_mb - sum(j.mem_per_node_mb for j in running)),
+                    tmp_disk_mb=n.tmp_disk_mb,
                 )
             )
         return out

@@ -33,6 +33,7 @@ OPTS_WITH_VALUE = {
     "--open-mode": None,
     "--export": None,
     "--mem": None,
+    "--tmp": "tmp",
     "-c": "cpus_per_task",
     "--cpus-per-task": "cpus_per_task",
     "-n": "ntasks",
@@ -107,6 +108,16 @@ def sbatch_lines(script: str) -> list[str]:
 def time_limit(text: str | None) -> int | None:
     """Seconds of a ``-t`` value as sbatch reads it (None: none given, or UNLIMITED)."""
     return parse_time_limit(text) if text else None
+
+
+def size_mb(text: str) -> int:
+    """MB of a size as sbatch reads --tmp and --mem: a number, M unless a K, G or T follows."""
+    digits = "".join(c for c in text if c.isdigit())
+    unit = text[len(digits) :].upper() or "M"
+    scale = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+    if not digits or unit not in scale:
+        raise SlurmError(["sbatch"], 1, f"sbatch: error: Invalid --tmp specification {text}")
+    return int(int(digits) * scale[unit])
 
 
 def begin_offset_s(text: str) -> int:

@@ -73,6 +73,7 @@ class Job:
     cpus_per_node: int = 0
     mem_per_node_mb: int = 0
     tasks_per_node: int = 0
+    tmp_disk_mb: int = 0  # --tmp
     # nodes where Slurm's scheduler finds the job never runnable, for a need the fake does not model
     # (FakeSlurm.never_runnable_on): pinned there, it is held by Slurm itself
     never_on: frozenset[str] = frozenset()
@@ -117,6 +118,7 @@ class Node:
     # but lists what its running jobs hold of these, as sinfo does
     cpus: int = 16
     mem_mb: int = 64000
+    tmp_disk_mb: int = 0  # the lab's slurm.conf sets no TmpDisk
 
 
 class State:
