@@ -1,11 +1,11 @@
-"""The largest CPU count and memory of the GPU nodes, for the job_submit plugin's test at submit.
+"""The largest figures of the GPU nodes (CPUs, memory, disk, layout), for the job_submit plugin's test at submit.
 
 Slurm refuses at submit a job no node could ever hold, but it skips that test for a held job, and the
 plugin holds every GPU job (tests/fixtures/slurm/held_job_sizes.txt). The plugin cannot ask Slurm for
 node sizes (22.05's Lua API has none), so the controller writes them each cycle next to the usage file
 (``hivebatch_nodes.lua``): a Lua chunk returning, per GPU type and over all of them (``any``), the
-most CPUs, MB of memory and MB of temporary disk one node has, and each GPU node's own figures (the plugin takes the largest
-within a job's partitions). The plugin reads it as it reads the usage file: data only,
+most CPUs, MB of memory, MB of temporary disk, sockets, cores per socket and threads per core one
+node has, and each GPU node's own figures (the plugin takes the largest within a job's partitions). The plugin reads it as it reads the usage file: data only,
 and not at all once it is stale.
 """
 
@@ -23,36 +23,46 @@ from hivebatch.userlimits import aware_utc
 ANY_TYPE = "any"
 
 
+def _figures(node: SlurmNode) -> dict[str, int]:
+    """The figures the plugin tests a job against, 0 where Slurm reported none; the temporary disk only
+    where it did, as 0 MB of it is a figure: Slurm refuses any ``--tmp`` where slurm.conf gives none."""
+    figures = {
+        "cpus": node.cpus,
+        "mem_mb": node.mem_mb,
+        "sockets": node.sockets,
+        "cores": node.cores_per_socket,
+        "threads": node.threads_per_core,
+    }
+    if node.tmp_disk_mb is not None:
+        figures["tmp_mb"] = node.tmp_disk_mb
+    return figures
+
+
 def node_sizes(nodes: Iterable[SlurmNode], gpu_type_of: Mapping[str, str]) -> dict[str, dict[str, int]]:
-    """Per GPU type (lower case, as the plugin keys them) and ``any``: the most CPUs and memory of one
-    node. Only nodes with GPUs count (``gpu_type_of``: node name → its GPU type), and only the figures
-    Slurm reported (a node it lists without CPUs or memory adds nothing). A temporary disk of 0 is a
-    figure: Slurm refuses any ``--tmp`` where slurm.conf gives nodes no TmpDisk."""
+    """Per GPU type (lower case, as the plugin keys them) and ``any``: the most of each figure one node
+    has. Only nodes with GPUs count (``gpu_type_of``: node name → its GPU type), and only the figures
+    Slurm reported (a node it lists without CPUs or memory adds nothing)."""
     sizes: dict[str, dict[str, int]] = {}
     for node in nodes:
         gpu_type = gpu_type_of.get(node.name)
         if gpu_type is None:
             continue
         for key in (gpu_type.lower(), ANY_TYPE):
-            most = sizes.setdefault(key, {"cpus": 0, "mem_mb": 0})
-            most["cpus"] = max(most["cpus"], node.cpus)
-            most["mem_mb"] = max(most["mem_mb"], node.mem_mb)
-            if node.tmp_disk_mb is not None:
-                most["tmp_mb"] = max(most.get("tmp_mb", 0), node.tmp_disk_mb)
+            most = sizes.setdefault(key, {})
+            for name, value in _figures(node).items():
+                most[name] = max(most.get(name, 0), value)
     # a size Slurm did not report is left out, so the plugin tests nothing against it
     return {key: {k: v for k, v in most.items() if v > 0 or k == "tmp_mb"} for key, most in sizes.items()}
 
 
 def node_figures(nodes: Iterable[SlurmNode], gpu_type_of: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """Each GPU node's GPU type (lower case), CPUs, memory and temporary disk (where Slurm reported it):
-    the plugin takes the largest within the partitions a job may run in, which slurmctld names to it."""
-    figures: dict[str, dict[str, Any]] = {}
-    for n in sorted(nodes, key=lambda n: n.name):
-        if n.name in gpu_type_of:
-            figures[n.name] = {"type": gpu_type_of[n.name].lower(), "cpus": n.cpus, "mem_mb": n.mem_mb}
-            if n.tmp_disk_mb is not None:
-                figures[n.name]["tmp_mb"] = n.tmp_disk_mb
-    return figures
+    """Each GPU node's GPU type (lower case) and figures: the plugin takes the largest within the
+    partitions a job may run in, which slurmctld names to it."""
+    return {
+        n.name: {"type": gpu_type_of[n.name].lower(), **_figures(n)}
+        for n in sorted(nodes, key=lambda n: n.name)
+        if n.name in gpu_type_of
+    }
 
 
 def node_sizes_lua(

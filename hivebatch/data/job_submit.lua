@@ -593,35 +593,47 @@ function M.load_node_sizes(now)
   return load_controller_table(SITE.nodes_file, now, "node sizes", "sizes")
 end
 
--- the most CPUs, memory and temporary disk one node of the job's GPU type has in the partitions it may
--- run in (slurmctld's part_list names their nodes), a figure nil where some node's is not known; nil when
--- the file does not list those nodes. A temporary disk of 0 is known: Slurm refuses any --tmp there.
+-- the node figures the size test reads; 0 is "not reported" for all but the temporary disk, where 0 MB is
+-- a figure (Slurm refuses any --tmp there)
+local SIZE_FIGURES = { "cpus", "mem_mb", "sockets", "cores", "threads", "tmp_mb" }
+
+-- the most of each figure one node of the job's GPU type has in the partitions it may run in
+-- (slurmctld's part_list names their nodes), a figure nil where some node's is not known; nil when
+-- the file does not list those nodes
 local function largest_in_partitions(data, req, parts)
   local nodes, key = field(data, "nodes"), req.gpu_type and string.lower(req.gpu_type)
   if type(nodes) ~= "table" then
     return nil
   end
-  local most, seen = { cpus = 0, mem_mb = 0, tmp_mb = 0 }, false
+  local most, seen = {}, false
+  for _, f in ipairs(SIZE_FIGURES) do
+    most[f] = 0
+  end
   for _, part in ipairs(parts) do
     for _, name in ipairs(M.expand_hostlist(part.nodes)) do
       local n = field(nodes, name)
       if type(n) == "table" and (key == nil or n.type == key) then
         seen = true
-        for _, f in ipairs({ "cpus", "mem_mb" }) do
-          local v = tonumber(n[f]) or 0
+        for _, f in ipairs(SIZE_FIGURES) do
+          local v = tonumber(n[f])
+          local known = v ~= nil and (v > 0 or f == "tmp_mb")
           if most[f] ~= nil then
-            most[f] = v > 0 and math.max(most[f], v) or nil
+            most[f] = known and math.max(most[f], v) or nil
           end
-        end
-        local tmp = tonumber(n.tmp_mb)
-        if most.tmp_mb ~= nil then
-          most.tmp_mb = tmp ~= nil and math.max(most.tmp_mb, tmp) or nil
         end
       end
     end
   end
   return seen and most or nil
 end
+
+-- -B's parts (--sockets-per-node, --cores-per-socket, --threads-per-core): Slurm starts a job only on a
+-- node with at least as many (node_scheduler.c _build_node_list)
+local LAYOUT = {
+  { "sockets_per_node", "sockets", "sockets", "--sockets-per-node or -B" },
+  { "cores_per_socket", "cores", "cores per socket", "--cores-per-socket or -B" },
+  { "threads_per_core", "threads", "threads per core", "--threads-per-core, -B or --hint" },
+}
 
 -- the fewest GPUs the job has on a node: its per-node count, all of them when it may use one node only,
 -- else one (Slurm spreads --gpus=2 --cpus-per-gpu=12 over two 16-CPU nodes:
@@ -711,10 +723,12 @@ local function check_node_sizes(job_desc, req, part_list)
   local within = largest_in_partitions(data, req, parts)
   if within ~= nil then
     local partitions = get(job_desc, "partition")
-    if (within.cpus or 0) < (tonumber(largest.cpus) or 0) or (within.mem_mb or 0) < (tonumber(largest.mem_mb) or 0)
-      or (within.tmp_mb or 0) < (tonumber(largest.tmp_mb) or 0) then
-      -- its partitions hold only smaller nodes than the cluster has: name them, so the owner may move
-      where = where .. " in partition " .. tostring(partitions or "its default partition")
+    for _, f in ipairs(SIZE_FIGURES) do
+      if (within[f] or 0) < (tonumber(field(largest, f)) or 0) then
+        -- its partitions hold only smaller nodes than the cluster has: name them, so the owner may move
+        where = where .. " in partition " .. tostring(partitions or "its default partition")
+        break
+      end
     end
     largest = within
   end
@@ -732,6 +746,12 @@ local function check_node_sizes(job_desc, req, part_list)
   local tmp, have_tmp = get(job_desc, "pn_min_tmp_disk"), tonumber(field(largest, "tmp_mb"))
   if is_set(tmp) and have_tmp ~= nil and tmp > have_tmp then
     fail("the job needs " .. tmp .. " MB of temporary disk on one node (--tmp), but " .. where .. " has " .. have_tmp .. " MB: ask for less, or leave --tmp out")
+  end
+  for _, l in ipairs(LAYOUT) do
+    local asked, have = get(job_desc, l[1]), tonumber(field(largest, l[2]))
+    if is_set(asked) and have ~= nil and asked > have then
+      fail("the job needs " .. asked .. " " .. l[3] .. " on one node, but " .. where .. " has " .. have .. ": ask for no more (" .. l[4] .. ")")
+    end
   end
 end
 

@@ -318,6 +318,9 @@ def _node_needs(job: Mapping[str, Any]) -> dict[str, Any]:
         "max_nodes": _num(job.get("max_nodes")) or 0,
         "mem_per_node_mb": mem,
         "tmp_disk_mb": _num(job.get("minimum_tmp_disk_per_node")) or 0,
+        "sockets_per_node": _num(job.get("sockets_per_node")) or 0,
+        "cores_per_socket": _num(job.get("cores_per_socket")) or 0,
+        "threads_per_core": _num(job.get("threads_per_core")) or 0,
         # squeue shows no memory of any kind for such a job (tests/fixtures/slurm/squeue_mem_zero.json)
         "whole_node_memory": not mem and not job.get("memory_per_tres"),
         "reservation": str(job.get("resv_name") or ""),
@@ -405,6 +408,9 @@ def node_from_json(node: Mapping[str, Any]) -> SlurmNode:
         mem_mb=_num(node.get("real_memory")) or 0,
         mem_free_mb=(_num(node.get("real_memory")) or 0) - (_num(node.get("alloc_memory")) or 0),
         tmp_disk_mb=_num(node.get("temporary_disk")),
+        sockets=_num(node.get("sockets")) or 0,
+        cores_per_socket=_num(node.get("cores")) or 0,
+        threads_per_core=_num(node.get("threads")) or 0,
     )
 
 

@@ -156,6 +156,10 @@ class SlurmJob:
     max_nodes: int = 0
     mem_per_node_mb: int = 0
     tmp_disk_mb: int = 0  # --tmp: MB of temporary disk on each node
+    # -B / --sockets-per-node, --cores-per-socket, --threads-per-core (0: not asked)
+    sockets_per_node: int = 0
+    cores_per_socket: int = 0
+    threads_per_core: int = 0
     # no memory asked at all (--mem=0, or a site without DefMemPerCPU/Node): Slurm gives the job all of
     # each node's memory, so it starts only where no other job holds any
     whole_node_memory: bool = False
@@ -221,6 +225,11 @@ class SlurmNode:
     mem_free_mb: int = 0  # real memory less what Slurm allocated to jobs
     #: TmpDisk in MB (0 where slurm.conf sets none: Slurm then refuses any --tmp); None if not reported
     tmp_disk_mb: int | None = None
+    # its layout (0: not reported): Slurm starts a job there only if it asks no more sockets, cores per
+    # socket or threads per core (-B, --sockets-per-node ...: tests/fixtures/slurm/held_job_sizes.txt)
+    sockets: int = 0
+    cores_per_socket: int = 0
+    threads_per_core: int = 0
     #: reservations on the node, active or to come (naive UTC start, end, name): Slurm starts a job that
     #: does not ask for one there only if its time limit ends before the next one starts
     #: (tests/fixtures/slurm/reservation_time_limit.txt)

@@ -8,10 +8,11 @@ local support = dofile("tests/lua/controller_file.lua")
 local file = support.file()
 local SIZES, sizes_file = file.path, file.write
 
--- the lab's nodes: 16 CPUs, 64000 MB and no temporary disk (TmpDisk=0) each
+-- the lab's nodes: 16 CPUs on 2 sockets of 8 cores of 1 thread, 64000 MB and no temporary disk (TmpDisk=0) each
+local LAB_NODE = '{ ["cpus"] = 16, ["mem_mb"] = 64000, ["tmp_mb"] = 0, ["sockets"] = 2, ["cores"] = 8, ["threads"] = 1 }'
 local function lab_sizes(written_at)
-  sizes_file(string.format('return { ["written_at"] = %d, ["sizes"] = { ["any"] = { ["cpus"] = 16, ["mem_mb"] = 64000, ["tmp_mb"] = 0 }, '
-    .. '["v100"] = { ["cpus"] = 16, ["mem_mb"] = 64000, ["tmp_mb"] = 0 } } }', written_at or os.time()))
+  sizes_file(string.format('return { ["written_at"] = %d, ["sizes"] = { ["any"] = %s, ["v100"] = %s } }',
+    written_at or os.time(), LAB_NODE, LAB_NODE))
 end
 
 -- a sizes file with each GPU node's own figures (Lua table constructors, as the controller writes them)
@@ -42,6 +43,7 @@ local CPUS = "hivebatch: the job needs %d CPUs on one node, but the largest node
   .. "ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)"
 local MEM = "hivebatch: the job needs %d MB of memory on one node, but the largest node with GPUs has 64000 MB: "
   .. "ask for less (--mem, --mem-per-gpu, --mem-per-cpu)"
+local LAYOUT = "hivebatch: the job needs %d %s on one node, but the largest node with GPUs has %d: ask for no more (%s)"
 local TMP = "hivebatch: the job needs %d MB of temporary disk on one node (--tmp), but the largest node with GPUs has 0 MB: "
   .. "ask for less, or leave --tmp out"
 
@@ -65,6 +67,10 @@ describe("the size of a GPU job's node at submit", function()
     { "-N 1 --gpus=2 --cpus-per-gpu=12", { tres_per_node = "", tres_per_job = "gres:gpu:2", cpus_per_tres = "gres:gpu:12", min_nodes = 1, max_nodes = 1 }, CPUS:format(24) },
     { "--tmp=100", { pn_min_tmp_disk = 100 }, TMP:format(100) },
     { "--tmp=1G", { pn_min_tmp_disk = 1024 }, TMP:format(1024) },
+    { "--sockets-per-node=3", { sockets_per_node = 3 }, LAYOUT:format(3, "sockets", 2, "--sockets-per-node or -B") },
+    { "-B 3", { sockets_per_node = 3 }, LAYOUT:format(3, "sockets", 2, "--sockets-per-node or -B") },
+    { "--cores-per-socket=10", { cores_per_socket = 10 }, LAYOUT:format(10, "cores per socket", 8, "--cores-per-socket or -B") },
+    { "--threads-per-core=2", { threads_per_core = 2 }, LAYOUT:format(2, "threads per core", 1, "--threads-per-core, -B or --hint") },
   }
   for _, case in ipairs(refused) do
     it("refuses " .. case[1] .. ", as Slurm would, with one line naming what to change", function()
@@ -84,6 +90,8 @@ describe("the size of a GPU job's node at submit", function()
     { "--gpus=2 --mem-per-gpu=40G (one GPU's memory on each of two nodes)", { tres_per_node = "", tres_per_job = "gres:gpu:2", mem_per_tres = "gres:gpu:40960" } },
     { "-c 32 -H (Slurm does not test a held job)", { cpus_per_task = 32, pn_min_cpus = 32, min_cpus = 32, priority = 0 } },
     { "--tmp=0", { pn_min_tmp_disk = 0 } },
+    { "-B 2:8:1 (the node's layout)", { sockets_per_node = 2, cores_per_socket = 8, threads_per_core = 1 } },
+    { "--hint=nomultithread", { threads_per_core = 1 } },
     { "no --tmp", { pn_min_tmp_disk = NO_VAL } },
   }
   for _, case in ipairs(accepted) do

@@ -22,7 +22,8 @@ from hivebatch.slurm.types import SlurmNode
 
 def _node(name: str, **kw: object) -> SlurmNode:
     base = SlurmNode(name=name, state="IDLE", bad=False, gpu_indices=list(range(8)), partitions=["gpu"],
-                     features=["v100"], cpus=16, cpus_free=16, mem_mb=64000, mem_free_mb=64000)  # fmt: skip
+                     features=["v100"], cpus=16, cpus_free=16, mem_mb=64000, mem_free_mb=64000,
+                     sockets=2, cores_per_socket=8, threads_per_core=1)  # fmt: skip
     return replace(base, **kw)
 
 
@@ -123,6 +124,9 @@ NODES = ("node1", "node2", "node3", "node4")
         ({"cpus_per_node": 64}, "node1: has 16 CPUs, the job needs 64"),
         ({"excluded_nodes": list(NODES)}, "node1: excluded by the job"),
         ({"features": "a100"}, "node1: lacks feature a100"),
+        ({"sockets_per_node": 3}, "node1: has 2 sockets, the job needs 3"),
+        ({"cores_per_socket": 10}, "node1: has 8 cores per socket, the job needs 10"),
+        ({"threads_per_core": 2}, "node1: has 1 thread per core, the job needs 2"),
     ],
 )
 def test_a_job_no_node_could_ever_take_is_rejected_saying_so(ctx, needs: dict, why: str) -> None:  # type: ignore[no-untyped-def]

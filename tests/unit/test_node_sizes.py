@@ -49,7 +49,8 @@ def test_the_sizes_of_the_lab_as_sinfo_lists_them(slurm_fixture: Any) -> None:
     nodes = parse_sinfo_json(slurm_fixture("sinfo_mem_held.json"))
     sizes = node_sizes(nodes, {n.name: "V100" for n in nodes})
     # no TmpDisk in the lab's slurm.conf: 0 MB, and Slurm refuses any --tmp (held_job_sizes.txt)
-    assert sizes["v100"] == sizes["any"] == {"cpus": 16, "mem_mb": 64000, "tmp_mb": 0}
+    lab = {"cpus": 16, "mem_mb": 64000, "tmp_mb": 0, "sockets": 2, "cores": 8, "threads": 1}
+    assert sizes["v100"] == sizes["any"] == lab
 
 
 def test_the_most_temporary_disk_where_slurm_reports_it() -> None:
@@ -67,7 +68,10 @@ def test_the_most_temporary_disk_where_slurm_reports_it() -> None:
 
 def test_each_gpu_nodes_own_figures() -> None:
     nodes = [_node("a1", 16, 64000), _node("cpu1", 128, 1024000)]
-    assert node_figures(nodes, {"a1": "A100"}) == {"a1": {"type": "a100", "cpus": 16, "mem_mb": 64000}}
+    nodes[0] = dataclasses.replace(nodes[0], sockets=2, cores_per_socket=8, threads_per_core=1)
+    assert node_figures(nodes, {"a1": "A100"}) == {
+        "a1": {"type": "a100", "cpus": 16, "mem_mb": 64000, "sockets": 2, "cores": 8, "threads": 1}
+    }
 
 
 def test_the_file_is_a_data_chunk_lua_reads_back(tmp_path: Path) -> None:
@@ -126,6 +130,7 @@ def test_each_cycle_writes_the_sizes_slurm_lists(tmp_path: Path, env: Env) -> No
     assert lua_read(env.ctx.nodes_path, "u.nodes.node3.cpus") == "16"
     assert lua_read(env.ctx.nodes_path, "u.nodes.node3.type") == "v100"
     assert lua_read(env.ctx.nodes_path, "u.nodes.node3.tmp_mb") == "0"  # the fake lists the lab's TmpDisk
+    assert lua_read(env.ctx.nodes_path, "u.sizes.v100.threads") == "1"  # and its layout
     first = int(lua_read(env.ctx.nodes_path, "u.written_at"))
     assert abs(first - dt.datetime.now(dt.UTC).timestamp()) < 60
 

@@ -219,3 +219,13 @@ def test_a_jobs_temporary_disk_and_the_nodes_are_read(slurm_fixture):
     (job,) = parse_squeue_json(slurm_fixture("squeue_tmp_disk.json"))
     assert job.tmp_disk_mb == 100
     assert {n.tmp_disk_mb for n in parse_sinfo_json(slurm_fixture("sinfo.json"))} == {0}
+
+
+def test_a_jobs_node_layout_and_the_nodes_are_read(slurm_fixture):
+    # alice's held `sbatch -H --gres=gpu:1 -B 3:10:2` (job 1690) on the lab's 2 x 8 x 1 nodes
+    (job,) = parse_squeue_json(slurm_fixture("squeue_node_layout.json"))
+    assert (job.sockets_per_node, job.cores_per_socket, job.threads_per_core) == (3, 10, 2)
+    (plain,) = [j for j in parse_squeue_json(slurm_fixture("squeue_tmp_disk.json"))]
+    assert (plain.sockets_per_node, plain.cores_per_socket, plain.threads_per_core) == (0, 0, 0)
+    nodes = parse_sinfo_json(slurm_fixture("sinfo.json"))
+    assert {(n.sockets, n.cores_per_socket, n.threads_per_core) for n in nodes} == {(2, 8, 1)}

@@ -45,6 +45,18 @@ def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
         return f"has {node.mem_mb} MB memory, the job needs {sj.mem_per_node_mb}"
     if node.tmp_disk_mb is not None and sj.tmp_disk_mb > node.tmp_disk_mb:
         return f"has {node.tmp_disk_mb} MB temporary disk, the job needs {sj.tmp_disk_mb} (--tmp)"
+    return _layout_short(sj, node)
+
+
+def _layout_short(sj: SlurmJob, node: SlurmNode) -> str | None:
+    """The node's sockets, cores per socket or threads per core short of what the job asks (-B ...)."""
+    for have, need, one, many in (
+        (node.sockets, sj.sockets_per_node, "socket", "sockets"),
+        (node.cores_per_socket, sj.cores_per_socket, "core per socket", "cores per socket"),
+        (node.threads_per_core, sj.threads_per_core, "thread per core", "threads per core"),
+    ):
+        if have and need > have:
+            return f"has {have} {one if have == 1 else many}, the job needs {need}"
     return None
 
 

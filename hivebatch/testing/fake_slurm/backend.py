@@ -532,6 +532,9 @@ class FakeSlurm(SlurmBackend):
                     mem_mb=n.mem_mb,
                     mem_free_mb=max(0, n.mem_mb - sum(j.mem_per_node_mb for j in running)),
                     tmp_disk_mb=n.tmp_disk_mb,
+                    sockets=n.sockets,
+                    cores_per_socket=n.cores_per_socket,
+                    threads_per_core=n.threads_per_core,
                 )
             )
         return out

@@ -119,6 +119,9 @@ class Node:
     cpus: int = 16
     mem_mb: int = 64000
     tmp_disk_mb: int = 0  # the lab's slurm.conf sets no TmpDisk
+    sockets: int = 2  # Sockets=2 CoresPerSocket=8 ThreadsPerCore=1
+    cores_per_socket: int = 8
+    threads_per_core: int = 1
 
 
 class State:
