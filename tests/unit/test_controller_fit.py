@@ -559,3 +559,16 @@ def test_jobs_placed_in_one_cycle_get_nodes_that_hold_their_cpus_together(tmp_pa
     env.cycle()
     env.cycle()
     assert env.job(jobs[2]).state in ("placed", "running")
+
+
+def test_a_job_whose_tasks_fill_its_one_node_takes_that_nodes_cpus_in_the_round(tmp_path: Path) -> None:
+    # on the lab `-B 2:8:1 --gres=gpu:1` (16 tasks, MinCPUsNode 1, as `-n 16`) was pinned to node1 with two
+    # small jobs beside it in one cycle; Slurm started it, and the two waited for CPUs node1 no longer had
+    env = make_env(tmp_path)
+    wide = env.submit("bob", "nlp", 1, extra=["-n", "16"])
+    small = [env.submit("bob", "nlp", 1, extra=["-c", "4"]) for _ in range(2)]
+    env.cycle()
+    (node,) = env.job(wide).placement or {}
+    others = [next(iter(env.job(j).placement or {})) for j in small]
+    assert node not in others, (node, others)
+    assert all(env.slurm.job(j).state == "RUNNING" for j in [wide, *small])

@@ -115,9 +115,13 @@ def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> 
 Needs = tuple[str, str, tuple[str, ...], str, int, int, bool]
 
 
-def node_needs(sj: SlurmJob) -> NodeNeeds:
-    """What the job takes of each node it runs on besides GPUs, as the round counts it."""
-    return NodeNeeds(sj.cpus_per_node, sj.mem_per_node_mb, sj.whole_node_memory)
+def node_needs(sj: SlurmJob, nodes: int = 1) -> NodeNeeds:
+    """What the job takes of each node it runs on besides GPUs, as the round counts it, on at most
+    ``nodes`` nodes: its tasks' CPUs are all on one node when pinned to one (``-n 16 --gres=gpu:1``, or
+    ``-B 2:8:1``, whose MinCPUsNode stays 1: tests/fixtures/slurm/held_job_sizes.txt), and spread at
+    best evenly over more."""
+    cpus = max(sj.cpus_per_node, -(-sj.cpus_total // max(nodes, 1)))
+    return NodeNeeds(cpus, sj.mem_per_node_mb, sj.whole_node_memory)
 
 
 def node_rooms(
@@ -127,9 +131,10 @@ def node_rooms(
     there that Slurm has not started: it counts a job's CPUs and memory only once it runs) will take."""
     rooms = {name: NodeRoom(n.cpus, n.cpus_free, n.mem_mb, n.mem_free_mb) for name, n in nodes.items()}
     for sj, names in pins:
-        for name in names:
+        on = list(names)
+        for name in on:
             if name in rooms:
-                rooms[name].take(node_needs(sj))
+                rooms[name].take(node_needs(sj, len(on)))
     return rooms
 
 

@@ -44,6 +44,7 @@ from hivebatch.testing.fake_slurm.state import (
     Job,
     Node,
     State,
+    cpus_on_a_node,
     refuse_finished,
 )
 from hivebatch.testing.fake_slurm.views import squeue_view
@@ -314,6 +315,9 @@ class FakeSlurm(SlurmBackend):
             j.cpus_per_node = int(opts["cpus_per_task"]) * int(opts.get("ntasks_per_node") or 1)
         if opts.get("tmp"):
             j.tmp_disk_mb = size_mb(opts["tmp"])
+        if opts.get("ntasks"):  # squeue's tasks and cpus
+            j.tasks = int(opts["ntasks"])
+            j.cpus_total = j.tasks * int(opts.get("cpus_per_task") or 1)
         if opts.get("array"):
             make_array(j, opts["array"])
         if opts.get("begin", "").startswith("now+"):
@@ -528,7 +532,7 @@ class FakeSlurm(SlurmBackend):
                     reason=n.reason,
                     partitions=list(self._s.partitions),
                     cpus=n.cpus,
-                    cpus_free=max(0, n.cpus - sum(j.cpus_per_node for j in running)),
+                    cpus_free=max(0, n.cpus - sum(cpus_on_a_node(j) for j in running)),
                     mem_mb=n.mem_mb,
                     mem_free_mb=max(0, n.mem_mb - sum(j.mem_per_node_mb for j in running)),
                     tmp_disk_mb=n.tmp_disk_mb,

@@ -74,6 +74,8 @@ class Job:
     mem_per_node_mb: int = 0
     tasks_per_node: int = 0
     tmp_disk_mb: int = 0  # --tmp
+    tasks: int = 0  # -n (0: not given)
+    cpus_total: int = 0  # -n times -c: all its tasks' CPUs (0: -n not given)
     # nodes where Slurm's scheduler finds the job never runnable, for a need the fake does not model
     # (FakeSlurm.never_runnable_on): pinned there, it is held by Slurm itself
     never_on: frozenset[str] = frozenset()
@@ -104,6 +106,12 @@ class Job:
         return self.state == "PENDING" and (
             self.reason in ("JobHeldUser", "JobHeldAdmin", "job_requeued_in_held_state") or self.held_by_slurm
         )
+
+
+def cpus_on_a_node(job: Job) -> int:
+    """The CPUs a running job holds on each of its nodes, as sinfo counts them: its tasks' CPUs shared
+    out over its nodes, at least its MinCPUsNode."""
+    return max(job.cpus_per_node, -(-job.cpus_total // max(len(job.nodes), 1)))
 
 
 @dataclass

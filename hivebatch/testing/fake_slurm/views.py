@@ -42,6 +42,8 @@ def squeue_view(state: State, j: Job) -> SlurmJob:
         mem_per_node_mb=j.mem_per_node_mb,
         tasks_per_node=j.tasks_per_node,
         tmp_disk_mb=j.tmp_disk_mb,
+        tasks=j.tasks,
+        cpus_total=j.cpus_total,
         held=j.held,
         exit_code=j.exit_code if j.state in FINISHED_STATES else None,
         tres_per_node=j.tres_per_node,
