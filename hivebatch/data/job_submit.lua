@@ -753,6 +753,12 @@ local function check_node_sizes(job_desc, req, part_list)
       fail("the job needs " .. asked .. " " .. l[3] .. " on one node, but " .. where .. " has " .. have .. ": ask for no more (" .. l[4] .. ")")
     end
   end
+  -- a socket's CPUs bound its tasks (cons_common.c can_job_run_on_node)
+  local per_socket = (tonumber(field(largest, "cores")) or 0) * (tonumber(field(largest, "threads")) or 0)
+  local tasks = get(job_desc, "ntasks_per_socket")
+  if is_set(tasks) and per_socket > 0 and tasks > per_socket then
+    fail("the job asks " .. tasks .. " tasks per socket, but " .. where .. " has " .. per_socket .. " CPUs on a socket: ask for fewer (--ntasks-per-socket)")
+  end
 end
 
 local function hours(x)

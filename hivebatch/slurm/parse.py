@@ -321,6 +321,7 @@ def _node_needs(job: Mapping[str, Any]) -> dict[str, Any]:
         "sockets_per_node": _num(job.get("sockets_per_node")) or 0,
         "cores_per_socket": _num(job.get("cores_per_socket")) or 0,
         "threads_per_core": _num(job.get("threads_per_core")) or 0,
+        "tasks_per_socket": _num(job.get("tasks_per_socket")) or 0,
         # squeue shows no memory of any kind for such a job (tests/fixtures/slurm/squeue_mem_zero.json)
         "whole_node_memory": not mem and not job.get("memory_per_tres"),
         "reservation": str(job.get("resv_name") or ""),

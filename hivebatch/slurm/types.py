@@ -160,6 +160,7 @@ class SlurmJob:
     sockets_per_node: int = 0
     cores_per_socket: int = 0
     threads_per_core: int = 0
+    tasks_per_socket: int = 0  # --ntasks-per-socket (0: not asked)
     # no memory asked at all (--mem=0, or a site without DefMemPerCPU/Node): Slurm gives the job all of
     # each node's memory, so it starts only where no other job holds any
     whole_node_memory: bool = False

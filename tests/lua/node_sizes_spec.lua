@@ -71,6 +71,8 @@ describe("the size of a GPU job's node at submit", function()
     { "-B 3", { sockets_per_node = 3 }, LAYOUT:format(3, "sockets", 2, "--sockets-per-node or -B") },
     { "--cores-per-socket=10", { cores_per_socket = 10 }, LAYOUT:format(10, "cores per socket", 8, "--cores-per-socket or -B") },
     { "--threads-per-core=2", { threads_per_core = 2 }, LAYOUT:format(2, "threads per core", 1, "--threads-per-core, -B or --hint") },
+    { "--ntasks-per-socket=10 -n 10", { ntasks_per_socket = 10, num_tasks = 10, min_cpus = 10 },
+      "hivebatch: the job asks 10 tasks per socket, but the largest node with GPUs has 8 CPUs on a socket: ask for fewer (--ntasks-per-socket)" },
   }
   for _, case in ipairs(refused) do
     it("refuses " .. case[1] .. ", as Slurm would, with one line naming what to change", function()
@@ -92,6 +94,7 @@ describe("the size of a GPU job's node at submit", function()
     { "--tmp=0", { pn_min_tmp_disk = 0 } },
     { "-B 2:8:1 (the node's layout)", { sockets_per_node = 2, cores_per_socket = 8, threads_per_core = 1 } },
     { "--hint=nomultithread", { threads_per_core = 1 } },
+    { "--ntasks-per-socket=8 -n 16", { ntasks_per_socket = 8, num_tasks = 16, min_cpus = 16 } },
     { "no --tmp", { pn_min_tmp_disk = NO_VAL } },
   }
   for _, case in ipairs(accepted) do

@@ -127,6 +127,7 @@ NODES = ("node1", "node2", "node3", "node4")
         ({"sockets_per_node": 3}, "node1: has 2 sockets, the job needs 3"),
         ({"cores_per_socket": 10}, "node1: has 8 cores per socket, the job needs 10"),
         ({"threads_per_core": 2}, "node1: has 1 thread per core, the job needs 2"),
+        ({"tasks_per_socket": 10}, "node1: has 8 CPUs on a socket, the job asks 10 tasks per socket"),
     ],
 )
 def test_a_job_no_node_could_ever_take_is_rejected_saying_so(ctx, needs: dict, why: str) -> None:  # type: ignore[no-untyped-def]

@@ -57,6 +57,10 @@ def _layout_short(sj: SlurmJob, node: SlurmNode) -> str | None:
     ):
         if have and need > have:
             return f"has {have} {one if have == 1 else many}, the job needs {need}"
+    # a socket's CPUs bound its tasks (cons_common.c can_job_run_on_node)
+    per_socket = node.cores_per_socket * node.threads_per_core
+    if per_socket and sj.tasks_per_socket > per_socket:
+        return f"has {per_socket} CPUs on a socket, the job asks {sj.tasks_per_socket} tasks per socket"
     return None
 
 
