@@ -108,8 +108,9 @@ def _usable_at(r: Round, sj: SlurmJob, name: str) -> dt.datetime | None:
 def _to_round(r: Round, job: Job, req: JobRequest, sj: SlurmJob) -> None:
     task = r.builder.task(job, req, sj.time_limit_s, sj.nice, sj)
     task.avoid_nodes = frozenset(n for n in r.unfit_for(job, sj) if n in r.alloc.tree.node_cell)
-    # the most nodes it may be placed on: its shape's, else one GPU on each
-    most = task.shape.d_node if task.shape is not None else max(task.gpus or 1, 1)
+    # the most nodes it may be placed on: its shape's, else one GPU on each, else (the policy picks its
+    # GPUs) any node
+    most = task.shape.d_node if task.shape is not None else task.gpus or max(len(r.ledger.nodes), 1)
     task.node_needs = node_needs(sj, min(most, sj.max_nodes) if sj.max_nodes else most)
     r.tasks.append(task)
     r.reqs[task.job_id] = (job, req)
