@@ -317,6 +317,7 @@ def _node_needs(job: Mapping[str, Any]) -> dict[str, Any]:
         "tasks_per_node": _num(job.get("tasks_per_node")) or 0,
         "max_nodes": _num(job.get("max_nodes")) or 0,
         "mem_per_node_mb": mem,
+        "mem_per_cpu_mb": _num(job.get("memory_per_cpu")) or 0,
         "tmp_disk_mb": _num(job.get("minimum_tmp_disk_per_node")) or 0,
         "sockets_per_node": _num(job.get("sockets_per_node")) or 0,
         "cores_per_socket": _num(job.get("cores_per_socket")) or 0,

@@ -155,6 +155,7 @@ class SlurmJob:
     # over as many nodes as they need)
     max_nodes: int = 0
     mem_per_node_mb: int = 0
+    mem_per_cpu_mb: int = 0  # --mem-per-cpu (or DefMemPerCPU): its tasks' memory follows their CPUs
     tmp_disk_mb: int = 0  # --tmp: MB of temporary disk on each node
     # -B / --sockets-per-node, --cores-per-socket, --threads-per-core (0: not asked)
     sockets_per_node: int = 0

@@ -80,6 +80,30 @@ def test_tasks_per_node_spread_the_job_as_slurm_does(ctx) -> None:  # type: igno
     assert "its 8 tasks, at most 4 on a node (--ntasks-per-node), need 2 nodes" in (place.note or "")
 
 
+def test_memory_per_cpu_spreads_the_tasks_as_slurm_does(ctx) -> None:  # type: ignore[no-untyped-def]
+    # `-n 16 --mem-per-cpu=5000 --gres=gpu:1`: 16 CPUs fit one node, their 80000 MB do not; plain Slurm
+    # ran 8 tasks on each of two nodes, one GPU each (tests/fixtures/slurm/tasks_spread_over_nodes.txt)
+    asks = {
+        "cpus_total": 16,
+        "tasks": 16,
+        "cpus_per_node": 1,
+        "mem_per_node_mb": 5000,
+        "mem_per_cpu_mb": 5000,
+    }
+    r = _decided(ctx, JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1), **asks)
+    (place,) = r.out.places
+    assert place.shape == (2, 1) and len(place.placement) == 2
+    assert "its 16 tasks of 5000 MB memory (--mem-per-cpu) need 2 nodes of at most 64000 MB each" in (
+        place.note or ""
+    )
+    # the lab's default 2000 MB per CPU leaves them on one node
+    r = _decided(
+        ctx, JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1), **{**asks, "mem_per_cpu_mb": 2000}
+    )
+    (place,) = r.out.places
+    assert place.shape == (1, 1)
+
+
 def test_a_per_job_count_is_split_evenly_over_the_nodes(ctx) -> None:  # type: ignore[no-untyped-def]
     r = _decided(ctx, JobRequest(vc="nlp", gpus=4), cpus_total=32, tasks=32)
     (place,) = r.out.places
@@ -164,6 +188,7 @@ def test_squeue_gives_tasks_per_node_and_the_owners_node_bound(slurm_fixture) ->
     jobs = {j.job_id: j for j in parse_squeue_json(slurm_fixture("squeue_tasks_spread.json"))}
     loose, per_node, fixed = jobs[3702], jobs[3703], jobs[3704]  # recorded on the lab, held
     assert (loose.tasks, loose.cpus_total, loose.max_nodes) == (32, 32, 0)
+    assert loose.mem_per_cpu_mb == 2000  # the lab's DefMemPerCPU, which squeue lists as the job's
     assert nodes_for_tasks(loose, SIXTEEN)[0] == 2
     assert (per_node.tasks, per_node.tasks_per_node) == (16, 4) and nodes_for_tasks(per_node, SIXTEEN)[0] == 4
     assert fixed.max_nodes == 1

@@ -2,8 +2,9 @@
 
 Slurm puts a job whose owner fixed no node count on as many nodes as its tasks need: on 16-CPU
 nodes `sbatch -n 32 --gres=gpu:2` ran on 2 nodes with 2 GPUs each, `-n 16 --ntasks-per-node=4
---gres=gpu:1` on 4 nodes with 1 each, and `--gpus=2 --cpus-per-gpu=12` on 2 nodes with a GPU and 12
-CPUs each (tests/fixtures/slurm/tasks_spread_over_nodes.txt). Pinned to fewer nodes, Slurm finds the
+--gres=gpu:1` on 4 nodes with 1 each, `--gpus=2 --cpus-per-gpu=12` on 2 nodes with a GPU and 12
+CPUs each, and `-n 16 --mem-per-cpu=5000 --gres=gpu:1` on two 64000 MB nodes with 8 tasks and a GPU
+each (tests/fixtures/slurm/tasks_spread_over_nodes.txt). Pinned to fewer nodes, Slurm finds the
 job never runnable and holds it again, and it was placed again every cycle. So such a job is planned
 on that many nodes, with its GPUs per node as asked (a per-job count split evenly over them, each
 node's CPUs and memory per GPU following its share); a job whose owner's node count cannot hold its
@@ -27,6 +28,7 @@ Spread = tuple[JobRequest, str | None, str | None]  # (request, note when widene
 # what its owner can ask for less of, by what spreads the job
 FEWER_TASKS = "fewer tasks or CPUs (-n, -c, --ntasks-per-node)"
 LESS_PER_GPU = "fewer CPUs or less memory per GPU (--cpus-per-gpu, --mem-per-gpu)"
+LESS_PER_CPU = "fewer tasks or less memory per CPU (-n, --mem-per-cpu)"
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,16 @@ def nodes_for_tasks(
         if by_share > need:
             need = by_share
             why = f"its {sj.tasks} tasks of {per_task_cpus} CPUs need {need} nodes of at most {node.cpus} CPUs each"
+    if sj.mem_per_cpu_mb and node.mem_mb and sj.tasks and not (node.cpus and per_task_cpus > node.cpus):
+        # -n 16 --mem-per-cpu=5000: Slurm put 8 tasks on each of two 64000 MB nodes
+        # (tests/fixtures/slurm/tasks_spread_over_nodes.txt)
+        task_mem = max(per_task_cpus, 1) * sj.mem_per_cpu_mb
+        per_node = node.mem_mb // task_mem
+        by_mem = -(-sj.tasks // per_node) if per_node else 0
+        if by_mem > need:
+            need = by_mem
+            why = f"its {sj.tasks} tasks of {task_mem} MB memory (--mem-per-cpu) need {need} nodes of at most {node.mem_mb} MB each"
+            fewer = LESS_PER_CPU
     if sj.tasks_per_node and sj.tasks > sj.tasks_per_node:
         by_tasks = -(-sj.tasks // sj.tasks_per_node)
         if by_tasks > need:
