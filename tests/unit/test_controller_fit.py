@@ -573,3 +573,13 @@ def test_a_job_whose_tasks_fill_its_one_node_takes_that_nodes_cpus_in_the_round(
     others = [next(iter(env.job(j).placement or {})) for j in small]
     assert node not in others, (node, others)
     assert all(env.slurm.job(j).state == "RUNNING" for j in [wide, *small])
+
+
+def test_a_job_whose_tasks_share_one_node_takes_their_memory_per_cpu_in_the_round(tmp_path: Path) -> None:
+    # on the lab two `-n 8 --mem-per-cpu=6000 --gres=gpu:1` jobs were pinned to node1 in one cycle: 96000
+    # MB on a 64000 MB node, and Slurm left the second waiting for memory while nlp's other node was idle
+    env = make_env(tmp_path)
+    jobs = [env.submit("bob", "nlp", 1, extra=["-n", "8", "--mem-per-cpu=6000"]) for _ in range(2)]
+    env.cycle()
+    nodes = [next(iter(env.job(j).placement or {})) for j in jobs]
+    assert len(set(nodes)) == 2, nodes

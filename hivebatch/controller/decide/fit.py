@@ -123,9 +123,10 @@ def node_needs(sj: SlurmJob, nodes: int = 1) -> NodeNeeds:
     """What the job takes of each node it runs on besides GPUs, as the round counts it, on at most
     ``nodes`` nodes: its tasks' CPUs are all on one node when pinned to one (``-n 16 --gres=gpu:1``, or
     ``-B 2:8:1``, whose MinCPUsNode stays 1: tests/fixtures/slurm/held_job_sizes.txt), and spread at
-    best evenly over more."""
+    best evenly over more; their memory per CPU (--mem-per-cpu, DefMemPerCPU) with them."""
     cpus = max(sj.cpus_per_node, -(-sj.cpus_total // max(nodes, 1)))
-    return NodeNeeds(cpus, sj.mem_per_node_mb, sj.whole_node_memory)
+    mem = max(sj.mem_per_node_mb, sj.mem_per_cpu_mb * cpus)
+    return NodeNeeds(cpus, mem, sj.whole_node_memory)
 
 
 def node_rooms(

@@ -45,6 +45,7 @@ from hivebatch.testing.fake_slurm.state import (
     Node,
     State,
     cpus_on_a_node,
+    mem_on_a_node,
     refuse_finished,
 )
 from hivebatch.testing.fake_slurm.views import squeue_view
@@ -313,6 +314,8 @@ class FakeSlurm(SlurmBackend):
         )
         if opts.get("cpus_per_task"):  # MinCPUsNode: a task's CPUs times the tasks on one node
             j.cpus_per_node = int(opts["cpus_per_task"]) * int(opts.get("ntasks_per_node") or 1)
+        if opts.get("mem_per_cpu"):
+            j.mem_per_cpu_mb = size_mb(opts["mem_per_cpu"], "--mem-per-cpu")
         if opts.get("tmp"):
             j.tmp_disk_mb = size_mb(opts["tmp"])
         if opts.get("ntasks"):  # squeue's tasks and cpus
@@ -534,7 +537,7 @@ class FakeSlurm(SlurmBackend):
                     cpus=n.cpus,
                     cpus_free=max(0, n.cpus - sum(cpus_on_a_node(j) for j in running)),
                     mem_mb=n.mem_mb,
-                    mem_free_mb=max(0, n.mem_mb - sum(j.mem_per_node_mb for j in running)),
+                    mem_free_mb=max(0, n.mem_mb - sum(mem_on_a_node(j) for j in running)),
                     tmp_disk_mb=n.tmp_disk_mb,
                     sockets=n.sockets,
                     cores_per_socket=n.cores_per_socket,

@@ -34,6 +34,7 @@ OPTS_WITH_VALUE = {
     "--export": None,
     "--mem": None,
     "--tmp": "tmp",
+    "--mem-per-cpu": "mem_per_cpu",
     "-c": "cpus_per_task",
     "--cpus-per-task": "cpus_per_task",
     "-n": "ntasks",
@@ -110,13 +111,13 @@ def time_limit(text: str | None) -> int | None:
     return parse_time_limit(text) if text else None
 
 
-def size_mb(text: str) -> int:
+def size_mb(text: str, option: str = "--tmp") -> int:
     """MB of a size as sbatch reads --tmp and --mem: a number, M unless a K, G or T follows."""
     digits = "".join(c for c in text if c.isdigit())
     unit = text[len(digits) :].upper() or "M"
     scale = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
     if not digits or unit not in scale:
-        raise SlurmError(["sbatch"], 1, f"sbatch: error: Invalid --tmp specification {text}")
+        raise SlurmError(["sbatch"], 1, f"sbatch: error: Invalid {option} specification {text}")
     return int(int(digits) * scale[unit])
 
 

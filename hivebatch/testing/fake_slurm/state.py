@@ -74,6 +74,7 @@ class Job:
     mem_per_node_mb: int = 0
     tasks_per_node: int = 0
     tmp_disk_mb: int = 0  # --tmp
+    mem_per_cpu_mb: int = 0  # --mem-per-cpu
     tasks: int = 0  # -n (0: not given)
     cpus_total: int = 0  # -n times -c: all its tasks' CPUs (0: -n not given)
     # nodes where Slurm's scheduler finds the job never runnable, for a need the fake does not model
@@ -112,6 +113,11 @@ def cpus_on_a_node(job: Job) -> int:
     """The CPUs a running job holds on each of its nodes, as sinfo counts them: its tasks' CPUs shared
     out over its nodes, at least its MinCPUsNode."""
     return max(job.cpus_per_node, -(-job.cpus_total // max(len(job.nodes), 1)))
+
+
+def mem_on_a_node(job: Job) -> int:
+    """The memory a running job holds on each of its nodes: per node, or per CPU of its CPUs there."""
+    return max(job.mem_per_node_mb, job.mem_per_cpu_mb * cpus_on_a_node(job))
 
 
 @dataclass

@@ -40,6 +40,7 @@ def squeue_view(state: State, j: Job) -> SlurmJob:
         num_nodes=j.num_nodes,
         cpus_per_node=j.cpus_per_node,
         mem_per_node_mb=j.mem_per_node_mb,
+        mem_per_cpu_mb=j.mem_per_cpu_mb,
         tasks_per_node=j.tasks_per_node,
         tmp_disk_mb=j.tmp_disk_mb,
         tasks=j.tasks,
