@@ -1,12 +1,13 @@
-"""The largest figures of the GPU nodes (CPUs, memory, disk, layout), for the job_submit plugin's test at submit.
+"""The largest figures of the GPU nodes (CPUs, memory, disk, layout), for the job_submit plugin's test
+at submit.
 
 Slurm refuses at submit a job no node could ever hold, but it skips that test for a held job, and the
 plugin holds every GPU job (tests/fixtures/slurm/held_job_sizes.txt). The plugin cannot ask Slurm for
 node sizes (22.05's Lua API has none), so the controller writes them each cycle next to the usage file
 (``hivebatch_nodes.lua``): a Lua chunk returning, per GPU type and over all of them (``any``), the
 most CPUs, MB of memory, MB of temporary disk, sockets, cores per socket and threads per core one
-node has, and each GPU node's own figures (the plugin takes the largest within a job's partitions). The plugin reads it as it reads the usage file: data only,
-and not at all once it is stale.
+node has, and each GPU node's own figures (the plugin takes the largest within a job's partitions).
+The plugin reads it as it reads the usage file: data only, and not at all once it is stale.
 """
 
 from __future__ import annotations
