@@ -71,16 +71,21 @@ def write_intents(session: Session, decisions: Decisions, jobs: dict[int, Job], 
             write_notice(victim, by, until)
 
 
-def _still_pending(backend: SlurmBackend, job_id: int) -> bool | None:
-    """After a failed call: True when the job still waits in Slurm, False when it is gone, None unknown."""
+def _look_up(backend: SlurmBackend, job_id: int) -> tuple[bool, SlurmJob | None]:
+    """After a failed call: whether Slurm answered, and the job as it lists it now (None: gone)."""
     try:
         found = backend.list_jobs([job_id])
     except SlurmError:
+        return False, None
+    return True, next((sj for sj in found if int(sj.job_id) == job_id), None)
+
+
+def _still_pending(backend: SlurmBackend, job_id: int) -> bool | None:
+    """After a failed call: True when the job still waits in Slurm, False when it is gone, None unknown."""
+    answered, sj = _look_up(backend, job_id)
+    if not answered:
         return None
-    for sj in found:
-        if int(sj.job_id) == job_id:
-            return phase(sj.state) in ("pending", "running")
-    return False
+    return sj is not None and phase(sj.state) in ("pending", "running")
 
 
 def _hold_or_requeue(backend: SlurmBackend, job: Job) -> bool:
@@ -91,22 +96,14 @@ def _hold_or_requeue(backend: SlurmBackend, job: Job) -> bool:
         backend.hold(job.slurm_job_id)
         return False
     except SlurmError:
-        started = _running_now(backend, job.slurm_job_id)
-        if started is None:
+        _, started = _look_up(backend, job.slurm_job_id)
+        if started is None or phase(started.state) != "running":
             raise
     backend.requeue_hold(job.slurm_job_id)
     job.segment_start = to_utc(started.start_time)
     if job.start_time is None:
         job.start_time = job.segment_start
     return True
-
-
-def _running_now(backend: SlurmBackend, job_id: int) -> SlurmJob | None:
-    try:
-        found = backend.list_jobs([job_id])
-    except SlurmError:
-        return None
-    return next((sj for sj in found if int(sj.job_id) == job_id and phase(sj.state) == "running"), None)
 
 
 def _record_failure(
