@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shlex
 
+from hivebatch.cells.config import parse_memory_mib
+from hivebatch.errors import ConfigError
 from hivebatch.slurm.types import SlurmError
 from hivebatch.submit.timefmt import parse_time_limit
 
@@ -113,12 +115,10 @@ def time_limit(text: str | None) -> int | None:
 
 def size_mb(text: str, option: str = "--tmp") -> int:
     """MB of a size as sbatch reads --tmp and --mem: a number, M unless a K, G or T follows."""
-    digits = "".join(c for c in text if c.isdigit())
-    unit = text[len(digits) :].upper() or "M"
-    scale = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
-    if not digits or unit not in scale:
-        raise SlurmError(["sbatch"], 1, f"sbatch: error: Invalid {option} specification {text}")
-    return int(int(digits) * scale[unit])
+    try:
+        return parse_memory_mib(text, option) or 0
+    except ConfigError:
+        raise SlurmError(["sbatch"], 1, f"sbatch: error: Invalid {option} specification {text}") from None
 
 
 def begin_offset_s(text: str) -> int:
