@@ -259,9 +259,8 @@ def _record(
     if ctx.usage_path is not None:
         _write_usage_file(ctx.usage_path, ledger, obs.now)
     if ctx.nodes_path is not None and obs.nodes:
-        types = {n.name: n.gpu_type for n in ctx.spec.nodes}
-        sizes, nodes = node_sizes(obs.nodes.values(), types), node_figures(obs.nodes.values(), types)
-        _write_plugin_file(ctx.nodes_path, node_sizes_lua(sizes, obs.now, nodes), "node sizes")
+        nodes = node_figures(obs.nodes.values(), {n.name: n.gpu_type for n in ctx.spec.nodes})
+        _write_plugin_file(ctx.nodes_path, node_sizes_lua(node_sizes(nodes), obs.now, nodes), "node sizes")
     set_state(
         session,
         "last_cycle",

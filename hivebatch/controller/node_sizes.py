@@ -39,19 +39,17 @@ def _figures(node: SlurmNode) -> dict[str, int]:
     return figures
 
 
-def node_sizes(nodes: Iterable[SlurmNode], gpu_type_of: Mapping[str, str]) -> dict[str, dict[str, int]]:
+def node_sizes(figures: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     """Per GPU type (lower case, as the plugin keys them) and ``any``: the most of each figure one node
-    has. Only nodes with GPUs count (``gpu_type_of``: node name → its GPU type), and only the figures
-    Slurm reported (a node it lists without CPUs or memory adds nothing)."""
+    has, from ``node_figures`` (only nodes with GPUs), and only the figures Slurm reported (a node it
+    lists without CPUs or memory adds nothing)."""
     sizes: dict[str, dict[str, int]] = {}
-    for node in nodes:
-        gpu_type = gpu_type_of.get(node.name)
-        if gpu_type is None:
-            continue
-        for key in (gpu_type.lower(), ANY_TYPE):
+    for node in figures.values():
+        for key in (node["type"], ANY_TYPE):
             most = sizes.setdefault(key, {})
-            for name, value in _figures(node).items():
-                most[name] = max(most.get(name, 0), value)
+            for name, value in node.items():
+                if name != "type":
+                    most[name] = max(most.get(name, 0), value)
     # a size Slurm did not report is left out, so the plugin tests nothing against it
     return {key: {k: v for k, v in most.items() if v > 0 or k == "tmp_mb"} for key, most in sizes.items()}
 

@@ -33,7 +33,7 @@ def test_the_largest_figures_per_gpu_type_and_over_all_of_them() -> None:
         _node("cpu1", 128, 1024000),
     ]
     types = {"a1": "A100", "a2": "A100", "v1": "V100"}  # cpu1 has no GPUs: its size is no GPU job's
-    assert node_sizes(nodes, types) == {
+    assert node_sizes(node_figures(nodes, types)) == {
         "a100": {"cpus": 64, "mem_mb": 64000},
         "v100": {"cpus": 32, "mem_mb": 512000},
         "any": {"cpus": 64, "mem_mb": 512000},
@@ -42,12 +42,15 @@ def test_the_largest_figures_per_gpu_type_and_over_all_of_them() -> None:
 
 def test_a_figure_slurm_did_not_report_is_left_out_so_nothing_is_tested_against_it() -> None:
     # a node slurmctld has not heard from yet lists no memory (sinfo shows 0 or nothing)
-    assert node_sizes([_node("v1", 16, 0)], {"v1": "V100"}) == {"v100": {"cpus": 16}, "any": {"cpus": 16}}
+    assert node_sizes(node_figures([_node("v1", 16, 0)], {"v1": "V100"})) == {
+        "v100": {"cpus": 16},
+        "any": {"cpus": 16},
+    }
 
 
 def test_the_sizes_of_the_lab_as_sinfo_lists_them(slurm_fixture: Any) -> None:
     nodes = parse_sinfo_json(slurm_fixture("sinfo_mem_held.json"))
-    sizes = node_sizes(nodes, {n.name: "V100" for n in nodes})
+    sizes = node_sizes(node_figures(nodes, {n.name: "V100" for n in nodes}))
     # no TmpDisk in the lab's slurm.conf: 0 MB, and Slurm refuses any --tmp (held_job_sizes.txt)
     lab = {"cpus": 16, "mem_mb": 64000, "tmp_mb": 0, "sockets": 2, "cores": 8, "threads": 1}
     assert sizes["v100"] == sizes["any"] == lab
@@ -59,7 +62,7 @@ def test_the_most_temporary_disk_where_slurm_reports_it() -> None:
         dataclasses.replace(_node("a2", 16, 64000), tmp_disk_mb=800000),
         _node("v1", 16, 64000),  # not reported: no figure, nothing tested against it
     ]
-    sizes = node_sizes(nodes, {"a1": "A100", "a2": "A100", "v1": "V100"})
+    sizes = node_sizes(node_figures(nodes, {"a1": "A100", "a2": "A100", "v1": "V100"}))
     assert sizes["a100"]["tmp_mb"] == sizes["any"]["tmp_mb"] == 800000
     assert "tmp_mb" not in sizes["v100"]
     figures = node_figures(nodes, {"a1": "A100", "v1": "V100"})
