@@ -39,6 +39,14 @@ local function job(fields)
   return d
 end
 
+-- a job (as `job` makes it) that names its partition, the messages of earlier submissions cleared
+local function job_in(partition, fields)
+  local d = job(fields)
+  d.partition = partition
+  slurm.user_msgs = {}
+  return d
+end
+
 local CPUS = "hivebatch: the job needs %d CPUs on one node, but the largest node with GPUs has 16: "
   .. "ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)"
 local MEM = "hivebatch: the job needs %d MB of memory on one node, but the largest node with GPUs has 64000 MB: "
@@ -125,10 +133,7 @@ describe("the size of a GPU job's node at submit", function()
     }
     local twelve = { cpus_per_task = 12, pn_min_cpus = 12, min_cpus = 12 }
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(twelve), parts, 1001)) -- the default partition, big
-    local small = job(twelve)
-    small.partition = "small"
-    slurm.user_msgs = {}
-    assert.are.equal(slurm.ERROR, slurm_job_submit(small, parts, 1001))
+    assert.are.equal(slurm.ERROR, slurm_job_submit(job_in("small", twelve), parts, 1001))
     assert.are.same({ "hivebatch: the job needs 12 CPUs on one node, but the largest node with GPUs in partition small has 8: "
       .. "ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)" },
       slurm.user_msgs)
@@ -146,17 +151,13 @@ describe("the size of a GPU job's node at submit", function()
       big = { name = "big", nodes = "node3", flag_default = 1, total_cpus = 16 },
       unknown = { name = "unknown", nodes = "node4", total_cpus = 16 },
     }
-    local d = job({ pn_min_tmp_disk = 200000 })
-    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, parts, 1001)) -- node3's 800000 MB
-    d = job({ pn_min_tmp_disk = 200000 })
-    d.partition = "small"
-    slurm.user_msgs = {}
-    assert.are.equal(slurm.ERROR, slurm_job_submit(d, parts, 1001))
+    local tmp = { pn_min_tmp_disk = 200000 }
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(tmp), parts, 1001)) -- node3's 800000 MB
+    assert.are.equal(slurm.ERROR, slurm_job_submit(job_in("small", tmp), parts, 1001))
     assert.are.same({ "hivebatch: the job needs 200000 MB of temporary disk on one node (--tmp), but the largest node "
       .. "with GPUs in partition small has 100000 MB: ask for less, or leave --tmp out" }, slurm.user_msgs)
-    d = job({ pn_min_tmp_disk = 900000 })
-    d.partition = "unknown" -- a node whose disk Slurm did not report: left to Slurm
-    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, parts, 1001))
+    -- a node whose disk Slurm did not report: left to Slurm
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job_in("unknown", { pn_min_tmp_disk = 900000 }), parts, 1001))
   end)
 
   it("names the GPU type a typed ask is measured against", function()
