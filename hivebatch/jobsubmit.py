@@ -176,14 +176,16 @@ def _generated_lua(figures: Mapping[str, Any], logic: str) -> str:
     return "\n".join(head) + resources.files("hivebatch").joinpath("data", logic).read_text(encoding="utf-8")
 
 
-def cli_filter_lua(data: Mapping[str, Any]) -> str:
+def cli_filter_lua(data: Mapping[str, Any], operators: Iterable[str] = ()) -> str:
     """cli_filter.lua with the cluster's GPU models above it (lower case, as slurm.conf names them as
     node features): srun's ask for one of them becomes a --constraint; another it leaves to the plugin,
-    which says which models there are."""
+    which says which models there are. And the Operators' names: the plugin leaves their jobs as Slurm
+    has them, so the filter leaves a new job's GPU ask over several nodes as they gave it."""
     from hivebatch.cells import parse_cluster_config
 
     models = {name.lower(): True for name in parse_cluster_config(data).gpu_types}
-    return _generated_lua({"HIVEBATCH_GPU_MODELS": models}, "cli_filter.lua")
+    names = {name: True for name in (*ALWAYS_OPERATORS, *operators)}
+    return _generated_lua({"HIVEBATCH_GPU_MODELS": models, "HIVEBATCH_OPERATORS": names}, "cli_filter.lua")
 
 
 def job_submit_lua(

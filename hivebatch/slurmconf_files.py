@@ -92,7 +92,7 @@ def config_files(data: Mapping[str, Any], opts: ConfigOptions) -> dict[str, tupl
         "gres.conf": (gres_conf(layout, hw, shards=opts.shards, device_dir=devices), 0o644),
         "accounts.sh": (accounting_script(plan), 0o755),
         "job_submit.lua": (job_submit_lua(data, opts.operators, opts.conf_dir), 0o644),
-        "cli_filter.lua": (cli_filter_lua(data), 0o644),
+        "cli_filter.lua": (cli_filter_lua(data, opts.operators), 0o644),
         TASK_PROLOG: (
             resources.files("hivebatch").joinpath("data/task_prolog.sh").read_text(encoding="utf-8"),
             0o755,

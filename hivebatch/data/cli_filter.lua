@@ -18,7 +18,9 @@
 --   * a new job (srun on a login node) with no node count, or one node: --gres=gpu:N or
 --     --gpus-per-node=N becomes --gpus=N. hivebatch places it on one node, unless its tasks need
 --     more (srun -n 32 on 16-CPU nodes): then, as Slurm spreads it, on as many as they need, with the
---     N GPUs split evenly over them;
+--     N GPUs split evenly over them. With exactly K nodes (-N K) it becomes --gpus=N*K, which the
+--     plugin gives the job as N on each node, and the step takes them all, as under plain Slurm
+--     (not for an Operator, whose job the plugin leaves to Slurm);
 --   * a GPU model named to srun (--gres=gpu:v100:2, --gpus=v100:2, --gpus-per-task=v100:1), inside a
 --     job or read from its environment, is dropped from the step's ask; a new job keeps it as a
 --     --constraint, if it is one of the cluster's models (HIVEBATCH_GPU_MODELS, written above). A
@@ -94,6 +96,23 @@ function M.whole_job(nodes, in_job, job_nodes)
     return n
   end
   return nil
+end
+
+-- a new job's node count when srun was given exactly one (-N 2, -N 2-2); nil for a range or none
+function M.exact_nodes(nodes)
+  local lo, hi = node_range(nodes)
+  if lo ~= hi or lo < 2 then
+    return nil
+  end
+  return lo
+end
+
+-- whether srun runs as one of the Operators (HIVEBATCH_OPERATORS, written above this file by name),
+-- whose jobs the plugin leaves as Slurm has them. The login name is the user's to set, and all it
+-- changes is whether their own ask is rewritten: the plugin refuses what the filter leaves.
+function M.operator(env)
+  local names = HIVEBATCH_OPERATORS or {}
+  return names[env("USER") or env("LOGNAME") or ""] == true
 end
 
 -- srun options whose [type:]count a step inherits from its job's environment (SLURM_GPUS=v100:2 of
@@ -254,10 +273,16 @@ function M.rewrite_counts(get, env)
     local nodes = M.whole_job(get("nodes"), in_job, env("SLURM_JOB_NUM_NODES"))
     -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has its own ask
     local held = env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")
+    if not in_job then
+      -- the plugin pins no Operator's job, and Slurm would take --gpus=N*K unevenly from the nodes
+      nodes, held = not M.operator(env) and M.exact_nodes(get("nodes")) or nil, tostring(count)
+    end
     if nodes == nil or tostring(count) ~= held then
       return nil
     end
-    total = count * nodes -- every GPU of the job: each node gives all of its own
+    -- every GPU of the job: each node gives all of its own. A new job on K nodes asks the total; the
+    -- plugin gives a --gpus total on a fixed node count the same GPUs on every node
+    total = count * nodes
   end
   local set = { gpus = tostring(math.max(total, step_total or 0)) }
   if field == "gres" then

@@ -5,7 +5,8 @@
 
 local function load_filter()
   dofile("tests/lua/fake_slurm.lua")
-  _G.HIVEBATCH_GPU_MODELS = { v100 = true } -- as hadmin slurm-config writes it above the filter
+  _G.HIVEBATCH_GPU_MODELS = { v100 = true } -- as hadmin slurm-config writes them above the filter
+  _G.HIVEBATCH_OPERATORS = { root = true, hbctl = true }
   dofile("hivebatch/data/cli_filter.lua")
   return HIVEBATCH_CLI_FILTER
 end
@@ -26,6 +27,20 @@ describe("srun's own GPU ask", function()
     assert.are.same({ gres = "gpu:0", gpus = "2" }, rewrite({ gres = "gres:gpu:2" }))
     assert.are.same({ ["gpus-per-node"] = "0", gpus = "2" }, rewrite({ ["gpus-per-node"] = "2" }))
     assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:4", nodes = "1" }))
+  end)
+
+  it("asks a new job on exactly K nodes for the GPUs of all of them as one total", function()
+    -- plain Slurm ran `srun -N 2 --gres=gpu:2` with 2 GPUs on each node
+    -- (tests/fixtures/slurm/srun_new_job_nodes.txt); the plugin gives -N 2 --gpus=4 2 on each
+    assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:2", nodes = "2" }))
+    assert.are.same({ gres = "gpu:0", gpus = "6" }, rewrite({ gres = "gres:gpu:3", nodes = "2-2" }))
+    assert.are.same({ ["gpus-per-node"] = "0", gpus = "8" }, rewrite({ ["gpus-per-node"] = "2", nodes = "4" }))
+    assert.are.same({ gres = "gpu:0", gpus = "4", constraint = "v100" },
+                    rewrite({ gres = "gres:gpu:v100:2", nodes = "2" }, { USER = "bob" }))
+    -- the plugin pins no Operator's job: Slurm would take 4 GPUs from 2 nodes as 3 + 1
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2" }, { USER = "hbctl" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2" }, { LOGNAME = "root" }))
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, rewrite({ gres = "gres:gpu:2" }, { USER = "hbctl" }))
   end)
 
   it("asks a step over all of a job's nodes for every GPU of each as one total", function()
@@ -135,8 +150,8 @@ describe("srun's own GPU ask", function()
     assert.is_nil(rewrite({ gpus = "2" }))                                 -- per step already
     assert.is_nil(rewrite({ gpus = "2" }, IN_JOB))
     assert.is_nil(rewrite({ gpus = "1", ["gpus-per-node"] = "2" }))        -- a new job's own contradiction
-    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2" }))          -- several nodes
-    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1-2" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1-2" }))        -- maybe several nodes
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2-3" }))
     assert.is_nil(rewrite({ gres = "gres:gpu:2" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2",
                                                       SLURM_GPUS_ON_NODE = "4" }))  -- fewer than each node holds
     assert.is_nil(rewrite({ gres = "gres:gpu:1", ["gpus-per-node"] = "2" }, IN_JOB)) -- the --gres is one GPU

@@ -174,6 +174,8 @@ def test_cli_writes_files_once(tmp_path):
     # the models srun may name, lower case as slurm.conf names them as node features
     text = (out / "cli_filter.lua").read_text()
     assert "HIVEBATCH_GPU_MODELS = {" in text.splitlines()[1] and '["v100"] = true' in text.splitlines()[1]
+    # the Operators, whose new jobs over several nodes the filter leaves as they asked
+    assert text.splitlines()[2] == 'HIVEBATCH_OPERATORS = { ["root"] = true, ["hbctl"] = true }'
     assert "Features=v100" in (out / "slurm.conf").read_text()
     again = CliRunner().invoke(hadmin, args)
     assert "unchanged" in again.output
