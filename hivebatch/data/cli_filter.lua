@@ -73,38 +73,61 @@ local function node_range(value)
   return tonumber(lo or "1"), tonumber(hi ~= "" and hi or lo or "0")
 end
 
--- whether the step or job srun is about to start lies on one node
-function M.one_node(nodes, in_job, job_nodes)
-  local lo, hi = node_range(nodes)
-  if lo > 1 or hi > 1 then
-    return false
+-- how many hosts a --nodelist names ("node[1-3,5],gpu7" -> 5); nil for a file of names (srun reads
+-- it later) or a form this does not read
+function M.count_hosts(list)
+  if list == nil or list == "" then
+    return 0
   end
-  if in_job and hi == 0 then
-    return job_nodes == "1" -- a step spans the whole allocation unless told otherwise
-  end
-  return true
-end
-
--- the number of nodes of a step that spans its whole job (nil: not inside a job, or fewer nodes)
-function M.whole_job(nodes, in_job, job_nodes)
-  local n = tonumber(job_nodes or "")
-  if not in_job or n == nil then
+  if string.find(list, "/", 1, true) then
     return nil
   end
-  local lo, hi = node_range(nodes)
-  if hi == 0 or (lo == n and hi == n) then
-    return n
+  local total = 0
+  -- commas inside brackets separate ranges of one name, outside them names
+  for item in string.gmatch(string.gsub(list, "%b[]", function(b) return (string.gsub(b, ",", ";")) end), "[^,]+") do
+    local n = 1
+    for inside in string.gmatch(item, "%[([^%]]*)%]") do
+      local k = 0
+      for part in string.gmatch(inside, "[^;]+") do
+        local a, b = string.match(part, "^(%d+)%-(%d+)$")
+        if a ~= nil then
+          k = k + tonumber(b) - tonumber(a) + 1
+        elseif string.match(part, "^%d+$") then
+          k = k + 1
+        else
+          return nil
+        end
+      end
+      n = n * k
+    end
+    total = total + n
   end
-  return nil
+  return total
 end
 
--- a new job's node count when srun was given exactly one (-N 2, -N 2-2); nil for a range or none
-function M.exact_nodes(nodes)
+-- how many nodes the step or new job srun is about to start spans: 1, all K of its job, or a new
+-- job's exact count (-N K, or the K nodes -w names); nil when that is not known here. A new job with
+-- no node count counts as one node (its tasks may need more: the controller spreads them as Slurm).
+-- Inside a job srun reads SLURM_NNODES as its -N, and then -w only names nodes the step must include:
+-- plain Slurm ran `srun -w node1` inside a 2-node batch job on both nodes, and on node1 alone once
+-- SLURM_NNODES was unset (tests/fixtures/slurm/srun_new_job_nodes.txt).
+function M.span(nodes, nodelist, in_job, job_nodes)
   local lo, hi = node_range(nodes)
-  if lo ~= hi or lo < 2 then
+  local listed = M.count_hosts(nodelist)
+  if listed == nil or (hi > 0 and listed > hi) then
     return nil
   end
-  return lo
+  if hi == 0 and listed > 0 then
+    lo, hi = listed, listed -- Slurm takes the listed nodes
+  end
+  if in_job then
+    local n = tonumber(job_nodes or "")
+    if hi == 0 then
+      return n -- a step spans the whole allocation unless told otherwise
+    end
+    return (lo == hi and (lo == 1 or lo == n)) and lo or nil
+  end
+  return (hi == 0 or lo == hi) and math.max(hi, 1) or nil
 end
 
 -- whether srun runs as one of the Operators (HIVEBATCH_OPERATORS, written above this file by name),
@@ -262,27 +285,28 @@ function M.rewrite_counts(get, env)
   if count == nil or count < 1 then
     return nil
   end
+  if not in_job and M.operator(env) then
+    return nil -- the plugin pins no Operator's job: Slurm takes --gpus=N*K from K nodes unevenly
+  end
   if typ ~= nil and not in_job then
     return nil -- a new job's GPU type is its owner's choice; the plugin says what to do
   end
   if count == 1 and typ == nil then
     return nil -- a one-GPU record holds it
   end
+  local span = M.span(get("nodes"), get("nodelist"), in_job, env("SLURM_JOB_NUM_NODES"))
   local total = count
-  if not M.one_node(get("nodes"), in_job, env("SLURM_JOB_NUM_NODES")) then
-    local nodes = M.whole_job(get("nodes"), in_job, env("SLURM_JOB_NUM_NODES"))
-    -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has its own ask
+  if span == nil then
+    return nil
+  elseif span > 1 then
+    -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has its own ask. A step
+    -- asks every GPU of each of the job's nodes; a new job on K nodes asks the total, which the
+    -- plugin gives on a fixed node count as the same GPUs on every node
     local held = env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")
-    if not in_job then
-      -- the plugin pins no Operator's job, and Slurm would take --gpus=N*K unevenly from the nodes
-      nodes, held = not M.operator(env) and M.exact_nodes(get("nodes")) or nil, tostring(count)
-    end
-    if nodes == nil or tostring(count) ~= held then
+    if in_job and tostring(count) ~= held then
       return nil
     end
-    -- every GPU of the job: each node gives all of its own. A new job on K nodes asks the total; the
-    -- plugin gives a --gpus total on a fixed node count the same GPUs on every node
-    total = count * nodes
+    total = count * span
   end
   local set = { gpus = tostring(math.max(total, step_total or 0)) }
   if field == "gres" then

@@ -37,10 +37,36 @@ describe("srun's own GPU ask", function()
     assert.are.same({ ["gpus-per-node"] = "0", gpus = "8" }, rewrite({ ["gpus-per-node"] = "2", nodes = "4" }))
     assert.are.same({ gres = "gpu:0", gpus = "4", constraint = "v100" },
                     rewrite({ gres = "gres:gpu:v100:2", nodes = "2" }, { USER = "bob" }))
+    -- the K nodes -w names, as Slurm takes them (before, counted as one node: 1 GPU on each)
+    assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:2", nodelist = "node1,node2" }))
+    assert.are.same({ gres = "gpu:0", gpus = "6" }, rewrite({ gres = "gres:gpu:2", nodelist = "node[1-3]" }))
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, rewrite({ gres = "gres:gpu:2", nodelist = "node3" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodelist = "./hosts" }))           -- a file srun reads later
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1", nodelist = "node[1,2]" }))  -- Slurm's to refuse
     -- the plugin pins no Operator's job: Slurm would take 4 GPUs from 2 nodes as 3 + 1
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2" }, { USER = "hbctl" }))
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2" }, { LOGNAME = "root" }))
-    assert.are.same({ gres = "gpu:0", gpus = "2" }, rewrite({ gres = "gres:gpu:2" }, { USER = "hbctl" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2" }, { USER = "hbctl" }))
+  end)
+
+  it("counts the hosts of a --nodelist as Slurm's hostlists name them", function()
+    local M = load_filter()
+    assert.are.equal(0, M.count_hosts(nil))
+    assert.are.equal(1, M.count_hosts("node1"))
+    assert.are.equal(5, M.count_hosts("node[1-3,5],gpu7"))
+    assert.are.equal(4, M.count_hosts("r[1-2]n[1-2]"))
+    assert.is_nil(M.count_hosts("/home/u/hosts"))
+  end)
+
+  it("reads a step's -w as its nodes, unless it has a node count (srun reads SLURM_NNODES as -N)", function()
+    -- plain Slurm ran `srun -w node1` inside a 2-node batch job on both nodes (SLURM_NNODES=2), and
+    -- on node1 alone without SLURM_NNODES
+    local batch = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2", SLURM_GPUS_ON_NODE = "2" }
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, rewrite({ gres = "gres:gpu:2", nodelist = "node2" }, batch))
+    assert.are.same({ gres = "gpu:0", gpus = "4" },
+                    rewrite({ gres = "gres:gpu:2", nodes = "2", nodelist = "node2" }, batch))
+    assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:2", nodelist = "node[1-2]" }, batch))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1", nodelist = "node[1-2]" }, batch))
   end)
 
   it("asks a step over all of a job's nodes for every GPU of each as one total", function()
