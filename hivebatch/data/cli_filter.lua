@@ -18,9 +18,10 @@
 --   * a new job (srun on a login node) with no node count, or one node: --gres=gpu:N or
 --     --gpus-per-node=N becomes --gpus=N. hivebatch places it on one node, unless its tasks need
 --     more (srun -n 32 on 16-CPU nodes): then, as Slurm spreads it, on as many as they need, with the
---     N GPUs split evenly over them. With exactly K nodes (-N K) it becomes --gpus=N*K, which the
---     plugin gives the job as N on each node, and the step takes them all, as under plain Slurm
---     (not for an Operator, whose job the plugin leaves to Slurm);
+--     N GPUs split evenly over them. On exactly K nodes (-N K, or the K nodes -w names) it becomes
+--     N per task with one task per node, or with more tasks the total --gpus=N*K, which the plugin
+--     gives as N on each node: the step takes them as under plain Slurm (not for an Operator, whose
+--     job the plugin leaves to Slurm);
 --   * a GPU model named to srun (--gres=gpu:v100:2, --gpus=v100:2, --gpus-per-task=v100:1), inside a
 --     job or read from its environment, is dropped from the step's ask; a new job keeps it as a
 --     --constraint, if it is one of the cluster's models (HIVEBATCH_GPU_MODELS, written above). A
@@ -260,6 +261,28 @@ function M.refusal(get, env)
   return nil
 end
 
+-- a new job on K nodes asking N GPUs on each: with one task per node (srun's default) as N per task,
+-- which each node gives whole, a job that shares its nodes and one that takes them whole
+-- (--exclusive, or a partition that gives whole nodes) alike; with more tasks as the total N*K, which
+-- the plugin gives a shared job as N on each node. nil: left to the plugin, which says what starts.
+-- Slurm takes a total from whole nodes unevenly (3 + 1 of --gpus=4 on two --exclusive nodes) and a
+-- per-task count stays with whole tasks (tests/fixtures/slurm/srun_new_job_nodes.txt).
+local function over_nodes(get, count, k)
+  if (get("gpus-per-task") or "") ~= "" then
+    return nil
+  end
+  local tasks = tonumber(get("ntasks") or "") or 1
+  local per_node = tonumber(get("ntasks-per-node") or "") or -2 -- srun lists it unset as -2
+  if (tasks <= 1 or tasks == k) and (per_node <= 0 or per_node == 1) then
+    return { ["gpus-per-task"] = tostring(count), ["ntasks-per-node"] = "1" }
+  end
+  local exclusive = get("exclusive") or "unset"
+  if exclusive ~= "unset" and exclusive ~= "oversubscribe" then
+    return nil
+  end
+  return { gpus = tostring(count * k) }
+end
+
 -- M.rewrite's per-node and per-step counts, with a step's types already dropped
 function M.rewrite_counts(get, env)
   local in_job = env("SLURM_JOB_ID") ~= nil
@@ -295,20 +318,24 @@ function M.rewrite_counts(get, env)
     return nil -- a one-GPU record holds it
   end
   local span = M.span(get("nodes"), get("nodelist"), in_job, env("SLURM_JOB_NUM_NODES"))
-  local total = count
+  local set = nil
   if span == nil then
     return nil
-  elseif span > 1 then
-    -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has its own ask. A step
-    -- asks every GPU of each of the job's nodes; a new job on K nodes asks the total, which the
-    -- plugin gives on a fixed node count as the same GPUs on every node
-    local held = env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")
-    if in_job and tostring(count) ~= held then
+  elseif span > 1 and not in_job then
+    set = over_nodes(get, count, span)
+    if set == nil then
       return nil
     end
-    total = count * span
+  elseif span > 1 then
+    -- a step asks every GPU of each of the job's nodes. The job's GPUs on a node: slurmd tells a
+    -- batch script; salloc's shell has its own ask
+    if tostring(count) ~= (env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")) then
+      return nil
+    end
+    set = { gpus = tostring(math.max(count * span, step_total or 0)) }
+  else
+    set = { gpus = tostring(math.max(count, step_total or 0)) }
   end
-  local set = { gpus = tostring(math.max(total, step_total or 0)) }
   if field == "gres" then
     -- a zero count asks for none: it keeps srun's other GRES and takes the GPUs out of the per-node ask
     table.insert(others, 1, "gpu:0")

@@ -375,20 +375,25 @@ def test_an_srun_whose_tasks_need_two_nodes_runs_on_both(ctl: Ctl, loop: Loop) -
 
 @pytest.mark.parametrize(
     "ask",
-    [["-N", "2", "--gres=gpu:2"], ["-N", "2-2", "--gpus-per-node=2"], ["-w", "node[1-2]", "--gres=gpu:2"]],
+    [
+        ["-N", "2", "--gres=gpu:2"],
+        ["-N", "2-2", "--gpus-per-node=2"],
+        ["-w", "node[1-2]", "--gres=gpu:2"],
+        ["-N", "2", "--gres=gpu:2", "-n", "4"],
+    ],
 )
 def test_an_srun_on_two_nodes_gets_its_per_node_gpus_on_each(ctl: Ctl, loop: Loop, ask: list[str]) -> None:
     # plain Slurm gives 2 GPUs on each of the 2 nodes; hivebatch refused -N 2 (srun's own step cannot
     # ask per node on per-GPU pins) and ran -w node[1-2] with one on each, read as one node
     # (tests/fixtures/slurm/srun_new_job_nodes.txt). cli_filter.lua asks for all 4 as one total,
     # which the plugin gives as 2 on each node
-    name = f"{ctl.tag}-srun2n-{ask[0][1]}{ask[2][2:6]}"
+    name = f"{ctl.tag}-srun2n-{ask[0][1]}{ask[2][2:6]}{len(ask)}"
     proc = popen_as("bob", ["srun", "-J", name, *ask, "-q", "opportunistic", "-t", "5",
                             "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
     jid = _adopt(ctl, name)
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
-    seen = [ln.split()[1:3] for ln in out.splitlines() if ln.startswith("gpus ")]
+    seen = {tuple(ln.split()[1:3]) for ln in out.splitlines() if ln.startswith("gpus ")}
     placed = _placed(ctl, jid)
     assert len(seen) == 2 and _by_host((h, [int(c) for c in cvd.split(",")]) for h, cvd in seen) == placed
     assert sorted(len(g) for g in placed.values()) == [2, 2]

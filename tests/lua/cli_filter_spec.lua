@@ -29,21 +29,38 @@ describe("srun's own GPU ask", function()
     assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:4", nodes = "1" }))
   end)
 
-  it("asks a new job on exactly K nodes for the GPUs of all of them as one total", function()
+  it("asks a new job on exactly K nodes for N GPUs per task, one task on each node", function()
     -- plain Slurm ran `srun -N 2 --gres=gpu:2` with 2 GPUs on each node
-    -- (tests/fixtures/slurm/srun_new_job_nodes.txt); the plugin gives -N 2 --gpus=4 2 on each
-    assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:2", nodes = "2" }))
-    assert.are.same({ gres = "gpu:0", gpus = "6" }, rewrite({ gres = "gres:gpu:3", nodes = "2-2" }))
-    assert.are.same({ ["gpus-per-node"] = "0", gpus = "8" }, rewrite({ ["gpus-per-node"] = "2", nodes = "4" }))
-    assert.are.same({ gres = "gpu:0", gpus = "4", constraint = "v100" },
+    -- (tests/fixtures/slurm/srun_new_job_nodes.txt); a per-task count stays with whole tasks
+    local two = { gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1" }
+    assert.are.same(two, rewrite({ gres = "gres:gpu:2", nodes = "2", ntasks = "1", ["ntasks-per-node"] = "-2" }))
+    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "3", ["ntasks-per-node"] = "1" },
+                    rewrite({ gres = "gres:gpu:3", nodes = "2-2", ntasks = "2", ["ntasks-per-node"] = "1" }))
+    assert.are.same({ ["gpus-per-node"] = "0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1" },
+                    rewrite({ ["gpus-per-node"] = "2", nodes = "4" }))
+    -- whole nodes as well: Slurm took --gpus=4 from two --exclusive nodes as 3 + 1
+    assert.are.same(two, rewrite({ gres = "gres:gpu:2", nodes = "2", exclusive = "exclusive" }))
+    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1", constraint = "v100" },
                     rewrite({ gres = "gres:gpu:v100:2", nodes = "2" }, { USER = "bob" }))
     -- the K nodes -w names, as Slurm takes them (before, counted as one node: 1 GPU on each)
-    assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:2", nodelist = "node1,node2" }))
-    assert.are.same({ gres = "gpu:0", gpus = "6" }, rewrite({ gres = "gres:gpu:2", nodelist = "node[1-3]" }))
+    assert.are.same(two, rewrite({ gres = "gres:gpu:2", nodelist = "node1,node2" }))
+    assert.are.same(two, rewrite({ gres = "gres:gpu:2", nodelist = "node[1-3]" }))
     assert.are.same({ gres = "gpu:0", gpus = "2" }, rewrite({ gres = "gres:gpu:2", nodelist = "node3" }))
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodelist = "./hosts" }))           -- a file srun reads later
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1", nodelist = "node[1,2]" }))  -- Slurm's to refuse
-    -- the plugin pins no Operator's job: Slurm would take 4 GPUs from 2 nodes as 3 + 1
+  end)
+
+  it("asks a new job with more tasks than nodes for the total, which the plugin gives evenly", function()
+    assert.are.same({ gres = "gpu:0", gpus = "4" },
+                    rewrite({ gres = "gres:gpu:2", nodes = "2", ntasks = "4", ["ntasks-per-node"] = "-2" }))
+    assert.are.same({ gres = "gpu:0", gpus = "4" },
+                    rewrite({ gres = "gres:gpu:2", nodes = "2", ntasks = "1", ["ntasks-per-node"] = "2" }))
+    -- on whole nodes a total is taken unevenly: the plugin says what starts
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2", ntasks = "4", exclusive = "exclusive" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2", ["gpus-per-task"] = "1" }))
+  end)
+
+  it("leaves an Operator's new job as given: the plugin pins none of theirs", function()
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2" }, { USER = "hbctl" }))
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2" }, { LOGNAME = "root" }))
     assert.is_nil(rewrite({ gres = "gres:gpu:2" }, { USER = "hbctl" }))
