@@ -13,8 +13,10 @@
 --     all the job's K nodes asking all the GPUs of each (N = SLURM_GPUS_ON_NODE, or in salloc's shell
 --     the job's own SLURM_GPUS_PER_NODE) becomes --gpus=N*K, which can only be taken N from each
 --     node. This is how an srun inside `sbatch -N 2 --gpus-per-node=4` starts: it reads
---     SLURM_GPUS_PER_NODE=4 from the job's environment. A step's own --gpus or --gres beside that
---     read-back ask is what the step gets, as under plain Slurm;
+--     SLURM_GPUS_PER_NODE=4 from the job's environment. A step over K nodes with one task on each
+--     asking fewer GPUs than the job holds there, or in the shell of salloc --gres=gpu:N (which does
+--     not say), asks N per task instead. A step's own --gpus or --gres beside that read-back ask is
+--     what the step gets, as under plain Slurm;
 --   * a new job (srun on a login node) with no node count, or one node: --gres=gpu:N or
 --     --gpus-per-node=N becomes --gpus=N. hivebatch places it on one node, unless its tasks need
 --     more (srun -n 32 on 16-CPU nodes): then, as Slurm spreads it, on as many as they need, with the
@@ -261,13 +263,14 @@ function M.refusal(get, env)
   return nil
 end
 
--- a new job on K nodes asking N GPUs on each: with one task per node (srun's default) as N per task,
--- which each node gives whole, a job that shares its nodes and one that takes them whole
--- (--exclusive, or a partition that gives whole nodes) alike; with more tasks as the total N*K, which
--- the plugin gives a shared job as N on each node. nil: left to the plugin, which says what starts.
--- Slurm takes a total from whole nodes unevenly (3 + 1 of --gpus=4 on two --exclusive nodes) and a
--- per-task count stays with whole tasks (tests/fixtures/slurm/srun_new_job_nodes.txt).
-local function over_nodes(get, count, k)
+-- a new job or a step on K nodes asking N GPUs on each: with one task per node (srun's default) as
+-- N per task, which each node gives whole, whatever the job holds there (a job that shares its
+-- nodes, one that takes them whole, salloc's, whose shell does not say how many it holds); with more
+-- tasks as the total N*K where ``total_ok`` says each node gives the job just N. nil: left to the
+-- plugin or Slurm, which say what starts. Slurm takes a total from whole nodes unevenly (3 + 1 of
+-- --gpus=4 on two --exclusive nodes) and a per-task count stays with whole tasks
+-- (tests/fixtures/slurm/srun_new_job_nodes.txt).
+local function over_nodes(get, count, k, total_ok)
   if (get("gpus-per-task") or "") ~= "" then
     return nil
   end
@@ -276,11 +279,7 @@ local function over_nodes(get, count, k)
   if (tasks <= 1 or tasks == k) and (per_node <= 0 or per_node == 1) then
     return { ["gpus-per-task"] = tostring(count), ["ntasks-per-node"] = "1" }
   end
-  local exclusive = get("exclusive") or "unset"
-  if exclusive ~= "unset" and exclusive ~= "oversubscribe" then
-    return nil
-  end
-  return { gpus = tostring(count * k) }
+  return total_ok and { gpus = tostring(count * k) } or nil
 end
 
 -- M.rewrite's per-node and per-step counts, with a step's types already dropped
@@ -321,18 +320,29 @@ function M.rewrite_counts(get, env)
   local set = nil
   if span == nil then
     return nil
-  elseif span > 1 and not in_job then
-    set = over_nodes(get, count, span)
+  elseif span > 1 and step_total == nil then
+    -- a total is taken evenly where each node gives the job just N: the plugin's pins of a new job
+    -- that shares its nodes, or every GPU of each node of a job (slurmd tells a batch script its
+    -- GPUs on a node; salloc's shell has only its own --gpus-per-node ask)
+    local total_ok = tostring(count) == (env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE"))
+    if not in_job then
+      local exclusive = get("exclusive") or "unset"
+      total_ok = exclusive == "unset" or exclusive == "oversubscribe"
+    end
+    if in_job and total_ok then
+      set = { gpus = tostring(count * span) }
+    else
+      set = over_nodes(get, count, span, total_ok)
+    end
     if set == nil then
       return nil
     end
   elseif span > 1 then
-    -- a step asks every GPU of each of the job's nodes. The job's GPUs on a node: slurmd tells a
-    -- batch script; salloc's shell has its own ask
+    -- a step's own --gpus beside its job's per-node ask: every GPU of each node, or its own total
     if tostring(count) ~= (env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")) then
       return nil
     end
-    set = { gpus = tostring(math.max(count * span, step_total or 0)) }
+    set = { gpus = tostring(math.max(count * span, step_total)) }
   else
     set = { gpus = tostring(math.max(count, step_total or 0)) }
   end

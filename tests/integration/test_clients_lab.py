@@ -165,6 +165,21 @@ def test_salloc_allocation_and_its_own_srun_use_the_cells_gpus(ctl: Ctl, loop: L
     assert _gpus_line(host, cvd) == _placed(ctl, jid)
 
 
+def test_a_two_node_sallocs_srun_repeating_its_gres_gets_them_on_each_node(ctl: Ctl, loop: Loop) -> None:
+    # salloc's shell does not say how many GPUs the job holds on a node, and the step's per-node ask
+    # failed on the per-GPU pins; plain Slurm gives 2 on each node (srun_new_job_nodes.txt)
+    name = f"{ctl.tag}-salloc2n"
+    proc = popen_as("bob", ["salloc", "-J", name, "-N", "2", "--gres=gpu:2", "-q", "opportunistic", "-t", "5",
+                            "srun", "--gres=gpu:2", "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
+    jid = _adopt(ctl, name)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    seen = {tuple(ln.split()[1:3]) for ln in out.splitlines() if ln.startswith("gpus ")}
+    placed = _placed(ctl, jid)
+    assert len(seen) == 2 and _by_host((h, [int(c) for c in cvd.split(",")]) for h, cvd in seen) == placed
+    assert sorted(len(g) for g in placed.values()) == [2, 2]
+
+
 def test_an_srun_whose_job_can_never_run_is_told_why_in_its_terminal(ctl: Ctl) -> None:
     # slurmctld accepts -c 500 (more CPUs than the partition has: it would wait for ever, reason
     # PartitionConfig; held_impossible_accepted.txt), and so does the plugin; a controller run as root

@@ -95,7 +95,24 @@ describe("srun's own GPU ask", function()
     local shell = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2", SLURM_GPUS_PER_NODE = "2" }
     assert.are.same({ ["gpus-per-node"] = "0", gpus = "4" }, rewrite({ ["gpus-per-node"] = "2" }, shell))
     assert.is_nil(rewrite({ ["gpus-per-node"] = "4", nodes = "1-2" }, batch))  -- maybe not every node
-    assert.is_nil(rewrite({ ["gpus-per-node"] = "4" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }))
+    -- with more tasks than nodes, only where each node holds just the step's ask
+    assert.are.same({ gres = "gpu:0", gpus = "8" }, rewrite({ gres = "gres:gpu:4", ntasks = "4" }, batch))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", ntasks = "4" }, batch))
+  end)
+
+  it("asks a step of one task per node for N GPUs per task where the job's GPUs per node are unknown", function()
+    -- salloc -N 2 --gres=gpu:2: its shell has no SLURM_GPUS_ON_NODE, and plain Slurm ran
+    -- `srun --gres=gpu:2` there with 2 GPUs on each node (tests/fixtures/slurm/srun_new_job_nodes.txt)
+    local shell = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }
+    assert.are.same({ ["gpus-per-node"] = "0", ["gpus-per-task"] = "4", ["ntasks-per-node"] = "1" },
+                    rewrite({ ["gpus-per-node"] = "4" }, shell))
+    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1" },
+                    rewrite({ gres = "gres:gpu:2", nodes = "2" }, shell))
+    -- or fewer than each node holds (a batch job of 4 per node, or whole nodes)
+    local batch = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2", SLURM_GPUS_ON_NODE = "4" }
+    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1" },
+                    rewrite({ gres = "gres:gpu:2" }, batch))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", ["ntasks-per-node"] = "2" }, shell))
   end)
 
   it("joins a step's own --gpus to the per-node ask it read from the job's environment", function()
@@ -195,7 +212,7 @@ describe("srun's own GPU ask", function()
     assert.is_nil(rewrite({ gpus = "1", ["gpus-per-node"] = "2" }))        -- a new job's own contradiction
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1-2" }))        -- maybe several nodes
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2-3" }))
-    assert.is_nil(rewrite({ gres = "gres:gpu:2" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2",
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", ntasks = "4" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2",
                                                       SLURM_GPUS_ON_NODE = "4" }))  -- fewer than each node holds
     assert.is_nil(rewrite({ gres = "gres:gpu:1", ["gpus-per-node"] = "2" }, IN_JOB)) -- the --gres is one GPU
     assert.is_nil(rewrite({ gres = "gres:gpu:0" }))
