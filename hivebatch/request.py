@@ -56,6 +56,8 @@ PLUGIN_EXTRAS = (
     "exclusive",
     # the owner's -w/--nodelist (a hostlist): the job is placed on those nodes only
     "nodelist",
+    # the owner's --begin (epoch seconds): a release replaces Slurm's begin time while the job waits
+    "begin",
     # --gpus-per-task with -n: on several nodes each holds whole tasks' GPUs
     "gpus_per_task",
 )
@@ -232,6 +234,20 @@ def released_by_owner(job: Any) -> bool:
     """The plugin parked the job behind its far begin time after its owner released it."""
     begin = _begin_s(job)
     return begin is not None and begin >= RELEASED_BEGIN
+
+
+def begin_asked(job: Any) -> dt.datetime | None:
+    """The earliest start its owner gave the job (--begin), None for none: Slurm's begin time, or the
+    one the plugin recorded at submit where a release has put a far one in its place, or the
+    controller has cleared that."""
+    slurm_begin = getattr(job, "eligible_time", None)
+    if slurm_begin is not None and int(slurm_begin.timestamp()) >= RELEASED_BEGIN:
+        slurm_begin = None  # one of the plugin's markers
+    recorded = plugin_extras(job).get("begin")
+    asked = (
+        dt.datetime.fromtimestamp(recorded, dt.UTC) if isinstance(recorded, int) and recorded > 0 else None
+    )
+    return max((b for b in (slurm_begin, asked) if b is not None), default=None)
 
 
 def kept_gpus(job: Any) -> bool:

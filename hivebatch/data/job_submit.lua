@@ -957,6 +957,13 @@ local function submit(job_desc, part_list, submit_uid)
   if get(job_desc, "priority") == 0 then
     req.user_hold = 1
   end
+  -- the owner's --begin: while the job waits the plugin moves Slurm's begin time (a release parks it
+  -- far away, the controller clears that), so the request keeps it for the controller (seen on the
+  -- lab: released, the job was placed at once, where plain Slurm kept it pending for its BeginTime)
+  local begin = get(job_desc, "begin_time")
+  if is_set(begin) and begin > 0 and begin < RELEASED_BEGIN then
+    req.begin = begin
+  end
   check_node_sizes(job_desc, req, part_list)
   translate_per_gpu(job_desc, req)
   record_signal(job_desc, req)

@@ -63,3 +63,23 @@ def test_an_array_dependency_and_a_singleton_are_judged_without_waiting_for_slur
     second = ctl.lab.wait_for(solo[1], {"COMPLETED"}, timeout_s=60)
     assert first.end_time is not None and second.start_time is not None
     assert second.start_time >= first.end_time  # one at a time, as under Slurm
+
+
+def test_a_begin_time_outlasts_its_owners_release(ctl: Ctl) -> None:
+    # a release replaces Slurm's begin time while the job waits; plain Slurm kept such a job pending for
+    # its BeginTime, hivebatch placed it at once (tests/fixtures/slurm/begin_after_release.txt)
+    held = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-heldbegin", "--gres=gpu:1", "--begin=now+1hour", "--hold",
+                   "--wrap", "true")  # fmt: skip
+    later = _sbatch(
+        ctl, "alice", "-J", f"{ctl.tag}-holdbegin", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true"
+    )
+    assert run_as("alice", ["scontrol", "hold", str(later)]).returncode == 0
+    ctl.cycle()
+    for jid in (held, later):
+        assert run_as("alice", ["scontrol", "release", str(jid)]).returncode == 0
+    for _ in range(3):
+        ctl.cycle()
+    for jid in (held, later):
+        assert ctl.job(jid).state == "queued" and not ctl.job(jid).placement
+        assert ctl.job(jid).reason.startswith("waits for its begin time"), ctl.job(jid).reason
+        assert ctl.lab.backend().list_jobs([jid])[0].state == "PENDING"

@@ -295,6 +295,15 @@ describe("slurm_job_submit", function()
     assert.are.equal(1, request_of(d).user_hold)
   end)
 
+  it("records the user's own --begin, which a release would replace", function()
+    local d = desc({ tres_per_node = "gres:gpu:1", priority = 0, begin_time = 1795000000 })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.equal(1795000000, request_of(d).begin)
+    local now = desc({ tres_per_node = "gres:gpu:1", begin_time = 0 })
+    slurm_job_submit(now, {}, 1001)
+    assert.is_nil(request_of(now).begin)
+  end)
+
   local refusals = {
     { "an unknown GPU model", { tres_per_node = "gres:gpu:a100:1" }, "GPU type 'a100'" },
     { "more GPUs per node than a node has", { tres_per_node = "gres:gpu:9" }, "at most 8" },

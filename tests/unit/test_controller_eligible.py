@@ -47,6 +47,19 @@ def test_a_begin_time_counts_for_a_first_start_only() -> None:
     assert not_eligible(later, NOW, first_start=False) is None  # a requeued job's delay is Slurm's own
 
 
+def test_a_begin_time_the_owner_gave_outlasts_their_release() -> None:
+    # released, Slurm shows the plugin's far begin time (or, taken back, none); plain Slurm kept the job
+    # pending for its --begin (tests/fixtures/slurm/begin_after_release.txt)
+    nine = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
+    comment = f'hivebatch:v2:{{"vc":"cv","qos":"normal","gpus":1,"begin":{int(nine.timestamp())}}}'
+    released = replace(job(9, admin_comment=comment, eligible_time=dt.datetime.fromtimestamp(RELEASED_BEGIN, dt.UTC)),
+                       reason="BeginTime")  # fmt: skip
+    assert not_eligible(released, NOW).startswith("waits for its begin time 2026-11-24 09:00 UTC")
+    taken_back = replace(released, reason="JobHeldAdmin", eligible_time=NOW.replace(tzinfo=dt.UTC))
+    assert not_eligible(taken_back, NOW).startswith("waits for its begin time 2026-11-24 09:00 UTC")
+    assert not_eligible(taken_back, nine.replace(tzinfo=None) + dt.timedelta(seconds=1)) is None
+
+
 def test_a_job_its_owner_held_after_submitting_it_waits_for_their_release() -> None:
     # the plugin marks the owner's `scontrol hold` with a begin time of 2100-01-02 (tests/lua): Slurm
     # shows the plugin's own hold as the same JobHeldUser (seen on the lab: the controller released it)

@@ -1,6 +1,7 @@
 """Only jobs Slurm would start now are placed: a job waiting for its dependency, its begin time or its
 owner's release holds no cells, and its owner reads why (verified on the lab: a held job's squeue record
-keeps ``dependency`` as ``afterok:983(unfulfilled)`` and ``eligible_time`` at its ``--begin``). A job whose
+keeps ``dependency`` as ``afterok:983(unfulfilled)`` and ``eligible_time`` at its ``--begin``, which the
+request keeps too: a release replaces it while the job waits). A job whose
 ``--deadline`` can no longer be met is Slurm's to end, as it ends one it schedules itself."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 
 from hivebatch.controller.decide.dependency import Listing, judge, shown
 from hivebatch.controller.decide.times import aware
-from hivebatch.request import admin_holds, owner_holds, released_by_owner
+from hivebatch.request import admin_holds, begin_asked, owner_holds
 from hivebatch.slurm.types import SlurmJob
 from hivebatch.submit.timefmt import format_duration
 
@@ -33,8 +34,8 @@ def not_eligible(
         return f"its dependency {shown(sj.dependency)} can never be met: cancel it (scancel {sj.display_id})"
     if verdict == "wait":
         return f"waits for its dependency {shown(sj.dependency)}; it holds no GPUs meanwhile"
-    begin = sj.eligible_time
-    if first_start and begin is not None and not released_by_owner(sj) and begin > aware(now):
+    begin = begin_asked(sj)
+    if first_start and begin is not None and begin > aware(now):
         return f"waits for its begin time {begin.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC; it holds no GPUs meanwhile"
     return None
 
