@@ -8,15 +8,15 @@
 -- as well as on its own (recorded: tests/fixtures/slurm/srun_step_gres.txt). A per-step count
 -- (--gpus=N) starts on one node, so on one node this filter asks srun for the same GPUs that way:
 --
---   * inside a job (SLURM_JOB_ID set), a step on one node: --gres=gpu[:TYPE]:N or --gpus-per-node=N
---     becomes --gpus=N (the job's GPUs are all of one type, the one it was placed by); a step over
---     all the job's K nodes asking all the GPUs of each (N = SLURM_GPUS_ON_NODE, or in salloc's shell
---     the job's own SLURM_GPUS_PER_NODE) becomes --gpus=N*K, which can only be taken N from each
---     node. This is how an srun inside `sbatch -N 2 --gpus-per-node=4` starts: it reads
---     SLURM_GPUS_PER_NODE=4 from the job's environment. A step over K nodes with one task on each
---     asking fewer GPUs than the job holds there, or in the shell of salloc --gres=gpu:N (which does
---     not say), asks N per task instead. A step's own --gpus or --gres beside that read-back ask is
---     what the step gets, as under plain Slurm;
+--   * inside a job (SLURM_JOB_ID set, or srun --jobid), a step on one node: --gres=gpu[:TYPE]:N or
+--     --gpus-per-node=N becomes --gpus=N (the job's GPUs are all of one type, the one it was placed
+--     by); a step over all the job's K nodes asking all the GPUs of each (N = SLURM_GPUS_ON_NODE, or
+--     in salloc's shell the job's own SLURM_GPUS_PER_NODE) becomes --gpus=N*K, which can only be
+--     taken N from each node. This is how an srun inside `sbatch -N 2 --gpus-per-node=4` starts: it
+--     reads SLURM_GPUS_PER_NODE=4 from the job's environment. A step over K nodes with one task on
+--     each asking fewer GPUs than the job holds there, or in the shell of salloc --gres=gpu:N (which
+--     does not say), or attached from outside with --jobid, asks N per task instead. A step's own
+--     --gpus or --gres beside that read-back ask is what the step gets, as under plain Slurm;
 --   * a new job (srun on a login node) with no node count, or one node: --gres=gpu:N or
 --     --gpus-per-node=N becomes --gpus=N. hivebatch places it on one node, unless its tasks need
 --     more (srun -n 32 on 16-CPU nodes): then, as Slurm spreads it, on as many as they need, with the
@@ -108,8 +108,9 @@ function M.count_hosts(list)
   return total
 end
 
--- how many nodes the step or new job srun is about to start spans: 1, all K of its job, or a new
--- job's exact count (-N K, or the K nodes -w names); nil when that is not known here. A new job with
+-- how many nodes the step or new job srun is about to start spans: 1, all K of its job (0 when srun
+-- attaches to a job with --jobid, whose size only the job's own environment says), or a new job's
+-- exact count (-N K, or the K nodes -w names); nil when that is not known here. A new job with
 -- no node count counts as one node (its tasks may need more: the controller spreads them as Slurm).
 -- Inside a job srun reads SLURM_NNODES as its -N, and then -w only names nodes the step must include:
 -- plain Slurm ran `srun -w node1` inside a 2-node batch job on both nodes, and on node1 alone once
@@ -126,11 +127,21 @@ function M.span(nodes, nodelist, in_job, job_nodes)
   if in_job then
     local n = tonumber(job_nodes or "")
     if hi == 0 then
-      return n -- a step spans the whole allocation unless told otherwise
+      return n or 0 -- a step spans the whole allocation unless told otherwise (0: of a size unknown here)
     end
-    return (lo == hi and (lo == 1 or lo == n)) and lo or nil
+    return (lo == hi and (lo == 1 or lo == n or n == nil)) and lo or nil
   end
   return (hi == 0 or lo == hi) and math.max(hi, 1) or nil
+end
+
+-- whether srun starts a step in an existing job: inside one (SLURM_JOB_ID), or attached to one from
+-- outside (--jobid), and that job's node count where its environment says it
+local function job_of_step(get, env)
+  local target = get("jobid")
+  if target == nil or target == "unset" or target == env("SLURM_JOB_ID") then
+    return env("SLURM_JOB_ID") ~= nil, env("SLURM_JOB_NUM_NODES")
+  end
+  return true, nil
 end
 
 -- whether srun runs as one of the Operators (HIVEBATCH_OPERATORS, written above this file by name),
@@ -194,7 +205,7 @@ function M.rewrite(get, env)
   if get("type") ~= "srun" then
     return nil
   end
-  local in_job = env("SLURM_JOB_ID") ~= nil
+  local in_job = job_of_step(get, env)
   local untyped, model = {}, nil
   for _, name in ipairs(COUNT_OPTIONS) do
     local n, t = untype_count(get(name))
@@ -239,7 +250,7 @@ end
 -- above the filter, as from a hivebatch before it wrote one)
 function M.refusal(get, env)
   local models = HIVEBATCH_GPU_MODELS
-  if get("type") ~= "srun" or env("SLURM_JOB_ID") == nil or models == nil then
+  if get("type") ~= "srun" or not job_of_step(get, env) or models == nil then
     return nil
   end
   local named = {}
@@ -264,27 +275,32 @@ function M.refusal(get, env)
 end
 
 -- a new job or a step on K nodes asking N GPUs on each: with one task per node (srun's default) as
--- N per task, which each node gives whole, whatever the job holds there (a job that shares its
+-- N per task (--gpus-per-task, which srun refuses for a new job on -w nodes without a task count, and
+-- the step's default of one task on each of its nodes), which each node gives whole, whatever the job holds there (a job that shares its
 -- nodes, one that takes them whole, salloc's, whose shell does not say how many it holds); with more
 -- tasks as the total N*K where ``total_ok`` says each node gives the job just N. nil: left to the
 -- plugin or Slurm, which say what starts. Slurm takes a total from whole nodes unevenly (3 + 1 of
 -- --gpus=4 on two --exclusive nodes) and a per-task count stays with whole tasks
 -- (tests/fixtures/slurm/srun_new_job_nodes.txt).
-local function over_nodes(get, count, k, total_ok)
+local function over_nodes(get, count, k, total_ok, new_job)
   if (get("gpus-per-task") or "") ~= "" then
     return nil
   end
   local tasks = tonumber(get("ntasks") or "") or 1
   local per_node = tonumber(get("ntasks-per-node") or "") or -2 -- srun lists it unset as -2
   if (tasks <= 1 or tasks == k) and (per_node <= 0 or per_node == 1) then
-    return { ["gpus-per-task"] = tostring(count), ["ntasks-per-node"] = "1" }
+    -- a step takes one task per node of its own; a new job is told, as srun refuses --gpus-per-task
+    -- without a task count where -w alone sets its nodes. A step is not: srun --jobid=J from outside
+    -- the job then took one node instead of all of J's
+    return new_job and { ["gpus-per-task"] = tostring(count), ["ntasks-per-node"] = "1" }
+      or { ["gpus-per-task"] = tostring(count) }
   end
   return total_ok and { gpus = tostring(count * k) } or nil
 end
 
 -- M.rewrite's per-node and per-step counts, with a step's types already dropped
 function M.rewrite_counts(get, env)
-  local in_job = env("SLURM_JOB_ID") ~= nil
+  local in_job, job_nodes = job_of_step(get, env)
   -- a step's own --gpus beside the job's per-node ask srun read from SLURM_GPUS_PER_NODE: plain
   -- Slurm gave such a step the per-node count (tests/fixtures/slurm/step_gpu_env.txt)
   local given = get("gpus") or ""
@@ -316,30 +332,30 @@ function M.rewrite_counts(get, env)
   if count == 1 and typ == nil then
     return nil -- a one-GPU record holds it
   end
-  local span = M.span(get("nodes"), get("nodelist"), in_job, env("SLURM_JOB_NUM_NODES"))
+  local span = M.span(get("nodes"), get("nodelist"), in_job, job_nodes)
   local set = nil
   if span == nil then
     return nil
-  elseif span > 1 and step_total == nil then
+  elseif span ~= 1 and step_total == nil then
     -- a total is taken evenly where each node gives the job just N: the plugin's pins of a new job
     -- that shares its nodes, or every GPU of each node of a job (slurmd tells a batch script its
     -- GPUs on a node; salloc's shell has only its own --gpus-per-node ask)
-    local total_ok = tostring(count) == (env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE"))
+    local total_ok = job_nodes ~= nil and tostring(count) == (env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE"))
     if not in_job then
       local exclusive = get("exclusive") or "unset"
       total_ok = exclusive == "unset" or exclusive == "oversubscribe"
     end
-    if in_job and total_ok then
+    if in_job and total_ok and span > 0 then
       set = { gpus = tostring(count * span) }
     else
-      set = over_nodes(get, count, span, total_ok)
+      set = over_nodes(get, count, span, total_ok and span > 0, not in_job)
     end
     if set == nil then
       return nil
     end
-  elseif span > 1 then
+  elseif span ~= 1 then
     -- a step's own --gpus beside its job's per-node ask: every GPU of each node, or its own total
-    if tostring(count) ~= (env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")) then
+    if job_nodes == nil or tostring(count) ~= (env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")) then
       return nil
     end
     set = { gpus = tostring(math.max(count * span, step_total)) }

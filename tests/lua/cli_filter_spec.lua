@@ -66,6 +66,23 @@ describe("srun's own GPU ask", function()
     assert.is_nil(rewrite({ gres = "gres:gpu:2" }, { USER = "hbctl" }))
   end)
 
+  it("reads srun --jobid as a step of that job, whose size only the job's own environment says", function()
+    -- plain Slurm ran `srun --jobid=J --gres=gpu:2` from a login node on both nodes of a 2-node
+    -- allocation with 2 GPUs each; read as a new job on one node it asked --gpus=2 and got 1 + 1
+    -- its step takes one task on each of J's nodes: told one task per node, it took one node
+    local per_task = { gres = "gpu:0", ["gpus-per-task"] = "2" }
+    assert.are.same(per_task, rewrite({ gres = "gres:gpu:2", jobid = "77" }))
+    assert.are.same(per_task, rewrite({ gres = "gres:gpu:v100:2", jobid = "77" }))  -- no constraint: a step
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, rewrite({ gres = "gres:gpu:2", jobid = "77", nodes = "1" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", jobid = "77", ntasks = "4" }))    -- a total needs the size
+    -- from inside another job, whose environment is not the target's
+    local other = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2", SLURM_GPUS_ON_NODE = "2" }
+    assert.are.same(per_task, rewrite({ gres = "gres:gpu:2", jobid = "77", nodes = "2" }, other))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", jobid = "77", nodes = "2", ntasks = "4" }, other))
+    assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:2", jobid = "42", ntasks = "4" }, other))
+    assert.are.same(per_task, rewrite({ gres = "gres:gpu:2", jobid = "77" }, { USER = "hbctl" }))  -- a step
+  end)
+
   it("counts the hosts of a --nodelist as Slurm's hostlists name them", function()
     local M = load_filter()
     assert.are.equal(0, M.count_hosts(nil))
@@ -104,14 +121,11 @@ describe("srun's own GPU ask", function()
     -- salloc -N 2 --gres=gpu:2: its shell has no SLURM_GPUS_ON_NODE, and plain Slurm ran
     -- `srun --gres=gpu:2` there with 2 GPUs on each node (tests/fixtures/slurm/srun_new_job_nodes.txt)
     local shell = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }
-    assert.are.same({ ["gpus-per-node"] = "0", ["gpus-per-task"] = "4", ["ntasks-per-node"] = "1" },
-                    rewrite({ ["gpus-per-node"] = "4" }, shell))
-    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1" },
-                    rewrite({ gres = "gres:gpu:2", nodes = "2" }, shell))
+    assert.are.same({ ["gpus-per-node"] = "0", ["gpus-per-task"] = "4" }, rewrite({ ["gpus-per-node"] = "4" }, shell))
+    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2" }, rewrite({ gres = "gres:gpu:2", nodes = "2" }, shell))
     -- or fewer than each node holds (a batch job of 4 per node, or whole nodes)
     local batch = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2", SLURM_GPUS_ON_NODE = "4" }
-    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1" },
-                    rewrite({ gres = "gres:gpu:2" }, batch))
+    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2" }, rewrite({ gres = "gres:gpu:2" }, batch))
     assert.is_nil(rewrite({ gres = "gres:gpu:2", ["ntasks-per-node"] = "2" }, shell))
   end)
 
