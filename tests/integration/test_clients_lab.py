@@ -177,6 +177,21 @@ def test_a_two_node_sallocs_srun_repeating_its_gres_gets_them_on_each_node(ctl: 
     assert sorted(len(g) for g in _tasks_ran_on_placement(ctl, jid, out).values()) == [2, 2]
 
 
+def test_an_srun_attached_with_jobid_gets_its_per_node_gpus_on_each_node(ctl: Ctl, loop: Loop) -> None:
+    # from a login node srun --jobid has no SLURM_JOB_ID: read as a new job on one node it got one GPU
+    # on each node, where plain Slurm gives 2 (srun_new_job_nodes.txt)
+    name = f"{ctl.tag}-nosh"
+    alloc = popen_as("bob", ["salloc", "--no-shell", "-J", name, "-N", "2", "--gres=gpu:2", "-q", "opportunistic",
+                             "-t", "5"])  # fmt: skip
+    jid = _adopt(ctl, name)
+    _, err = alloc.communicate(timeout=90)
+    assert alloc.returncode == 0, err
+    out = run_as("bob", ["srun", f"--jobid={jid}", "--gres=gpu:2",
+                         "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'], timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert sorted(len(g) for g in _tasks_ran_on_placement(ctl, jid, out.stdout).values()) == [2, 2]
+
+
 def test_an_srun_whose_job_can_never_run_is_told_why_in_its_terminal(ctl: Ctl) -> None:
     # slurmctld accepts -c 500 (more CPUs than the partition has: it would wait for ever, reason
     # PartitionConfig; held_impossible_accepted.txt), and so does the plugin; a controller run as root
