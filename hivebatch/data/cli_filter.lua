@@ -87,7 +87,10 @@ function M.count_hosts(list)
   end
   local total = 0
   -- commas inside brackets separate ranges of one name, outside them names
-  for item in string.gmatch(string.gsub(list, "%b[]", function(b) return (string.gsub(b, ",", ";")) end), "[^,]+") do
+  local names = string.gsub(list, "%b[]", function(b)
+    return (string.gsub(b, ",", ";"))
+  end)
+  for item in string.gmatch(names, "[^,]+") do
     local n = 1
     for inside in string.gmatch(item, "%[([^%]]*)%]") do
       local k = 0
@@ -275,12 +278,11 @@ function M.refusal(get, env)
 end
 
 -- a new job or a step on K nodes asking N GPUs on each: with one task per node (srun's default) as
--- N per task (--gpus-per-task, which srun refuses for a new job on -w nodes without a task count, and
--- the step's default of one task on each of its nodes), which each node gives whole, whatever the job holds there (a job that shares its
--- nodes, one that takes them whole, salloc's, whose shell does not say how many it holds); with more
--- tasks as the total N*K where ``total_ok`` says each node gives the job just N. nil: left to the
--- plugin or Slurm, which say what starts. Slurm takes a total from whole nodes unevenly (3 + 1 of
--- --gpus=4 on two --exclusive nodes) and a per-task count stays with whole tasks
+-- N per task, which each node gives whole whatever the job holds there (a job that shares its nodes,
+-- one that takes them whole, salloc's, whose shell does not say how many it holds); with more tasks
+-- as the total N*K where ``total_ok`` says each node gives the job just N. nil: left to the plugin or
+-- Slurm, which say what starts. Slurm takes a total from whole nodes unevenly (3 + 1 of --gpus=4 on
+-- two --exclusive nodes) and a per-task count stays with whole tasks
 -- (tests/fixtures/slurm/srun_new_job_nodes.txt).
 local function over_nodes(get, count, k, total_ok, new_job)
   if (get("gpus-per-task") or "") ~= "" then
@@ -340,7 +342,8 @@ function M.rewrite_counts(get, env)
     -- a total is taken evenly where each node gives the job just N: the plugin's pins of a new job
     -- that shares its nodes, or every GPU of each node of a job (slurmd tells a batch script its
     -- GPUs on a node; salloc's shell has only its own --gpus-per-node ask)
-    local total_ok = job_nodes ~= nil and tostring(count) == (env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE"))
+    local held = env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")
+    local total_ok = job_nodes ~= nil and tostring(count) == held
     if not in_job then
       local exclusive = get("exclusive") or "unset"
       total_ok = exclusive == "unset" or exclusive == "oversubscribe"
