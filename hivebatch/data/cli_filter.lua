@@ -142,9 +142,30 @@ end
 local function job_of_step(get, env)
   local target = get("jobid")
   if target == nil or target == "unset" or target == env("SLURM_JOB_ID") then
-    return env("SLURM_JOB_ID") ~= nil, env("SLURM_JOB_NUM_NODES")
+    return env("SLURM_JOB_ID") ~= nil, env("SLURM_JOB_NUM_NODES"), env("SLURM_JOB_ID")
   end
-  return true, nil
+  return true, nil, target
+end
+
+-- a job's node count and its GPUs on each node as Slurm lists them (TresPerNode: a pinned job's
+-- per-index items, gres:gpu:g0:1,gres:gpu:g1:1), for a step whose environment does not say (salloc's
+-- shell has no SLURM_GPUS_ON_NODE, srun --jobid none of the job's); nil where Slurm does not answer.
+-- Only a job id of digits reaches the command.
+function M.job_figures(id)
+  if not string.match(id or "", "^%d+$") then
+    return nil
+  end
+  local pipe = io.popen("scontrol show job -o " .. id .. " 2>/dev/null")
+  if pipe == nil then
+    return nil
+  end
+  local line = pipe:read("*a") or ""
+  pipe:close()
+  local per_node = 0
+  for item in string.gmatch(string.match(line, "TresPerNode=(%S+)") or "", "[^,]+") do
+    per_node = per_node + (M.gpu_item(item) or 0)
+  end
+  return tonumber(string.match(line, "NumNodes=(%d+)") or ""), per_node > 0 and per_node or nil
 end
 
 -- whether srun runs as one of the Operators (HIVEBATCH_OPERATORS, written above this file by name),
@@ -280,11 +301,11 @@ end
 -- a new job or a step on K nodes asking N GPUs on each: with one task per node (srun's default) as
 -- N per task, which each node gives whole whatever the job holds there (a job that shares its nodes,
 -- one that takes them whole, salloc's, whose shell does not say how many it holds); with more tasks
--- as the total N*K where ``total_ok`` says each node gives the job just N. nil: left to the plugin or
+-- as the total N*K where ``total_nodes()`` gives K, each node giving the job just N. nil: left to the plugin or
 -- Slurm, which say what starts. Slurm takes a total from whole nodes unevenly (3 + 1 of --gpus=4 on
 -- two --exclusive nodes) and a per-task count stays with whole tasks
 -- (tests/fixtures/slurm/srun_new_job_nodes.txt).
-local function over_nodes(get, count, k, total_ok, new_job)
+local function over_nodes(get, count, k, total_nodes, new_job)
   if (get("gpus-per-task") or "") ~= "" then
     return nil
   end
@@ -297,12 +318,13 @@ local function over_nodes(get, count, k, total_ok, new_job)
     return new_job and { ["gpus-per-task"] = tostring(count), ["ntasks-per-node"] = "1" }
       or { ["gpus-per-task"] = tostring(count) }
   end
-  return total_ok and { gpus = tostring(count * k) } or nil
+  local nodes = total_nodes()
+  return nodes and { gpus = tostring(count * nodes) } or nil
 end
 
 -- M.rewrite's per-node and per-step counts, with a step's types already dropped
 function M.rewrite_counts(get, env)
-  local in_job, job_nodes = job_of_step(get, env)
+  local in_job, job_nodes, target = job_of_step(get, env)
   -- a step's own --gpus beside the job's per-node ask srun read from SLURM_GPUS_PER_NODE: plain
   -- Slurm gave such a step the per-node count (tests/fixtures/slurm/step_gpu_env.txt)
   local given = get("gpus") or ""
@@ -343,15 +365,21 @@ function M.rewrite_counts(get, env)
     -- that shares its nodes, or every GPU of each node of a job (slurmd tells a batch script its
     -- GPUs on a node; salloc's shell has only its own --gpus-per-node ask)
     local held = env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")
-    local total_ok = job_nodes ~= nil and tostring(count) == held
-    if not in_job then
-      local exclusive = get("exclusive") or "unset"
-      total_ok = exclusive == "unset" or exclusive == "oversubscribe"
+    local says = job_nodes ~= nil and held ~= nil
+    local function total_nodes()
+      if not in_job then
+        local exclusive = get("exclusive") or "unset"
+        return (exclusive == "unset" or exclusive == "oversubscribe") and span or nil
+      elseif says then
+        return tostring(count) == held and span or nil
+      end
+      local nodes, per_node = M.job_figures(target)
+      return (per_node == count and (span == 0 or span == nodes)) and nodes or nil
     end
-    if in_job and total_ok and span > 0 then
+    if in_job and says and tostring(count) == held then
       set = { gpus = tostring(count * span) }
     else
-      set = over_nodes(get, count, span, total_ok and span > 0, not in_job)
+      set = over_nodes(get, count, span, total_nodes, not in_job)
     end
     if set == nil then
       return nil

@@ -165,16 +165,20 @@ def test_salloc_allocation_and_its_own_srun_use_the_cells_gpus(ctl: Ctl, loop: L
     assert _gpus_line(host, cvd) == _placed(ctl, jid)
 
 
-def test_a_two_node_sallocs_srun_repeating_its_gres_gets_them_on_each_node(ctl: Ctl, loop: Loop) -> None:
+@pytest.mark.parametrize("tasks", [[], ["--ntasks-per-node=2"]])
+def test_a_two_node_sallocs_srun_repeating_its_gres_gets_them_on_each_node(
+    ctl: Ctl, loop: Loop, tasks: list[str]
+) -> None:
     # salloc's shell does not say how many GPUs the job holds on a node, and the step's per-node ask
     # failed on the per-GPU pins; plain Slurm gives 2 on each node (srun_new_job_nodes.txt)
-    name = f"{ctl.tag}-salloc2n"
-    proc = popen_as("bob", ["salloc", "-J", name, "-N", "2", "--gres=gpu:2", "-q", "opportunistic", "-t", "5",
+    name = f"{ctl.tag}-salloc2n{len(tasks)}"
+    proc = popen_as("bob", ["salloc", "-J", name, "-N", "2", *tasks, "--gres=gpu:2", "-q", "opportunistic", "-t", "5",
                             "srun", "--gres=gpu:2", "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
     jid = _adopt(ctl, name)
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
     assert sorted(len(g) for g in _tasks_ran_on_placement(ctl, jid, out).values()) == [2, 2]
+    assert sum(ln.startswith("gpus ") for ln in out.splitlines()) == 2 * (1 + len(tasks))
 
 
 def test_an_srun_attached_with_jobid_gets_its_per_node_gpus_on_each_node(ctl: Ctl, loop: Loop) -> None:

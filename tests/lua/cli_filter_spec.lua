@@ -3,11 +3,21 @@
 -- Option values are what srun 22.05 hands the filter (seen on the lab: --gres=gpu:2 reads
 -- "gres:gpu:2", no -N reads nodes "1-0").
 
+-- what `scontrol show job -o ID` says of a job (node count, GPUs per node), by id; nil: no answer
+local JOBS = {}
+
 local function load_filter()
   dofile("tests/lua/fake_slurm.lua")
   _G.HIVEBATCH_GPU_MODELS = { v100 = true } -- as hadmin slurm-config writes them above the filter
   _G.HIVEBATCH_OPERATORS = { root = true, hbctl = true }
   dofile("hivebatch/data/cli_filter.lua")
+  HIVEBATCH_CLI_FILTER.job_figures = function(id)
+    local j = JOBS[id]
+    if j == nil then
+      return nil
+    end
+    return j[1], j[2]
+  end
   return HIVEBATCH_CLI_FILTER
 end
 
@@ -81,6 +91,42 @@ describe("srun's own GPU ask", function()
     assert.is_nil(rewrite({ gres = "gres:gpu:2", jobid = "77", nodes = "2", ntasks = "4" }, other))
     assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:2", jobid = "42", ntasks = "4" }, other))
     assert.are.same(per_task, rewrite({ gres = "gres:gpu:2", jobid = "77" }, { USER = "hbctl" }))  -- a step
+  end)
+
+  it("asks Slurm how many GPUs a job holds on a node where the step's environment does not say", function()
+    -- salloc -N 2 --ntasks-per-node=2 --gres=gpu:2: srun --gres=gpu:2 ran 2 tasks on each node with
+    -- both GPUs under plain Slurm, and was refused on per-GPU pins (srun_new_job_nodes.txt)
+    local shell = { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }
+    JOBS["42"] = { 2, 2 }
+    assert.are.same({ gres = "gpu:0", gpus = "4" },
+                    rewrite({ gres = "gres:gpu:2", ntasks = "4", ["ntasks-per-node"] = "2" }, shell))
+    JOBS["42"] = { 2, 8 } -- whole nodes: a total would be taken unevenly
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", ntasks = "4", ["ntasks-per-node"] = "2" }, shell))
+    JOBS["42"] = nil -- no answer
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", ntasks = "4", ["ntasks-per-node"] = "2" }, shell))
+    -- srun --jobid from outside: the job's node count comes from Slurm too
+    JOBS["77"] = { 3, 2 }
+    assert.are.same({ gres = "gpu:0", gpus = "6" }, rewrite({ gres = "gres:gpu:2", jobid = "77", ntasks = "6" }))
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", jobid = "77", nodes = "2", ntasks = "4" }))  -- not all of them
+    JOBS["77"] = nil
+  end)
+
+  it("asks Slurm about a job id of digits only", function()
+    local M = load_filter()
+    dofile("hivebatch/data/cli_filter.lua") -- the real job_figures, not the stub
+    M = HIVEBATCH_CLI_FILTER
+    local saved, ran = io.popen, {}
+    io.popen = function(cmd)
+      ran[#ran + 1] = cmd
+      return { read = function() return "JobId=42 NumNodes=2 TresPerNode=gres:gpu:g0:1,gres:gpu:g1:1 X=1" end,
+               close = function() end }
+    end
+    local nodes, per_node = M.job_figures("42")
+    local bad = { M.job_figures("42; rm -rf ~"), M.job_figures("42_1"), M.job_figures(nil) }
+    io.popen = saved
+    assert.are.same({ 2, 2 }, { nodes, per_node })
+    assert.are.same({}, bad)
+    assert.are.same({ "scontrol show job -o 42 2>/dev/null" }, ran)
   end)
 
   it("counts the hosts of a --nodelist as Slurm's hostlists name them", function()
