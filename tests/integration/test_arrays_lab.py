@@ -44,3 +44,31 @@ def test_array_tasks_run_each_on_their_own_gpu_within_the_throttle(ctl: Ctl) -> 
     for task, jid in tasks.items():
         ((node, idx),) = ctl.job(jid).placement.items()
         assert seen[task] == (node, idx[0]) and ctl.job(jid).state == "done"
+
+
+def test_an_array_its_owner_holds_waits_for_their_release(ctl: Ctl) -> None:
+    # plain Slurm keeps it held; the controller's split, an admin's hold to Slurm, let its tasks be placed
+    # without the owner's release (tests/fixtures/slurm/array_owner_hold.txt)
+    out = run_as("alice", ["sbatch", "--parsable", "-J", f"{ctl.tag}-harr", "--array=0-1", "--hold", "--gres=gpu:1",
+                           "-t", "5", "-o", "/dev/null", "--wrap", "sleep 2"], timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    array = int(out.stdout.strip())
+    ctl.mine.add(array)
+    for _ in range(3):
+        ctl.cycle()
+    tasks = [j for j in ctl.backend.inner.list_jobs() if j.array_job_id == array]
+    assert [j.reason for j in tasks] == ["JobHeldUser"] and tasks[0].array_pending  # one record, not split
+    assert (
+        ctl.job(array).reason
+        == f"held by its owner: scontrol release {tasks[0].display_id} lets hivebatch place it"
+    )
+    assert run_as("alice", ["scontrol", "release", str(array)]).returncode == 0
+
+    def both_done() -> bool:
+        ctl.mine.update(j.job_id for j in ctl.backend.inner.list_jobs() if j.array_job_id == array)
+        done = [
+            j for j in ctl.backend.inner.list_jobs() if j.array_job_id == array and j.state == "COMPLETED"
+        ]
+        return len(done) == 2
+
+    ctl.until(both_done, timeout_s=90, what="the released array's two tasks to complete")

@@ -144,3 +144,19 @@ def test_waiting_tasks_are_predicted_to_start_after_the_reserved_head(tmp_path):
     later = end + (ends[0] - starts[0])
     assert starts[2] == starts[3] == later
     assert all((ends[i] - starts[i]).total_seconds() == 900 for i in range(4))
+
+
+def test_an_array_its_owner_holds_waits_whole_until_they_release_it(tmp_path):
+    # plain Slurm keeps `sbatch --array --hold` held; the controller's split is a hold Slurm shows as an
+    # admin's, and the split tasks were placed without the owner's release
+    # (tests/fixtures/slurm/array_owner_hold.txt)
+    env = make_env(tmp_path)
+    array = env.submit("alice", "cv", 1, extra=["--array=0-2", "--hold"])
+    env.cycle()
+    env.cycle()
+    assert _tasks(env, array) == []  # nothing split off
+    assert env.job(array).reason.startswith("held by its owner: scontrol release")
+    env.slurm.as_user("alice").release(array)
+    for _ in range(3):
+        env.cycle()
+    assert [t.state for t in _tasks(env, array)] == ["RUNNING"] * 3

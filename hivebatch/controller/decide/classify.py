@@ -65,10 +65,16 @@ def _task_index(r: Round, job: Job) -> int:
 def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
     ledger, spec = r.ledger, r.ctx.spec
     sj = ledger.slurm[job.slurm_job_id]
-    if sj.array_pending_meta:
-        gate.hold_back(r, job, sj)
-        return
     first = job.state != "preempted" and not job.placement
+    if sj.array_pending_meta:
+        # an array its owner holds (sbatch --array --hold) is not split: the split is the controller's
+        # hold, which Slurm shows as an admin's, and its tasks were placed without the owner's release
+        held = not_eligible(sj, r.now, first_start=first, others=r.listing)
+        if held:
+            r.out.waits.append(Wait(job, held, not_startable=True))
+        else:
+            gate.hold_back(r, job, sj)
+        return
     not_yet = (
         not_eligible(sj, r.now, first_start=first, others=r.listing)
         or partition_stopped(sj, r.stopped_partitions)
