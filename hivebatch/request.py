@@ -240,9 +240,8 @@ def begin_asked(job: Any) -> dt.datetime | None:
     """The earliest start its owner gave the job (--begin), None for none: Slurm's begin time, or the
     one the plugin recorded at submit where a release has put a far one in its place, or the
     controller has cleared that."""
-    slurm_begin = getattr(job, "eligible_time", None)
-    if slurm_begin is not None and int(slurm_begin.timestamp()) >= RELEASED_BEGIN:
-        slurm_begin = None  # one of the plugin's markers
+    # a begin time of RELEASED_BEGIN or later is one of the plugin's markers, not the owner's
+    slurm_begin = None if released_by_owner(job) else getattr(job, "eligible_time", None)
     recorded = plugin_extras(job).get("begin")
     asked = (
         dt.datetime.fromtimestamp(recorded, dt.UTC) if isinstance(recorded, int) and recorded > 0 else None

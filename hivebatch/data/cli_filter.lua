@@ -357,14 +357,15 @@ function M.rewrite_counts(get, env)
     return nil -- a one-GPU record holds it
   end
   local span = M.span(get("nodes"), get("nodelist"), in_job, job_nodes)
+  -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has only its own
+  -- --gpus-per-node ask
+  local held = env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")
   local set = nil
   if span == nil then
     return nil
   elseif span ~= 1 and step_total == nil then
     -- a total is taken evenly where each node gives the job just N: the plugin's pins of a new job
-    -- that shares its nodes, or every GPU of each node of a job (slurmd tells a batch script its
-    -- GPUs on a node; salloc's shell has only its own --gpus-per-node ask)
-    local held = env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")
+    -- that shares its nodes, or every GPU of each node of a job
     local says = job_nodes ~= nil and held ~= nil
     local function total_nodes()
       if not in_job then
@@ -386,7 +387,7 @@ function M.rewrite_counts(get, env)
     end
   elseif span ~= 1 then
     -- a step's own --gpus beside its job's per-node ask: every GPU of each node, or its own total
-    if job_nodes == nil or tostring(count) ~= (env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")) then
+    if job_nodes == nil or tostring(count) ~= held then
       return nil
     end
     set = { gpus = tostring(math.max(count * span, step_total)) }
