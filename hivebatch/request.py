@@ -217,12 +217,26 @@ def plugin_extras(job: Any) -> dict[str, Any]:
 
 
 def owner_holds(job: Any) -> bool:
-    """The job's owner held it themselves (sbatch --hold, scontrol hold or requeuehold later) and has not
-    released it yet."""
+    """The job is held for its owner to release: they held it themselves (sbatch --hold, scontrol hold or
+    requeuehold later), or an Operator's ``scontrol uhold`` did, and it is not released yet."""
+    reason, begin = getattr(job, "reason", ""), _begin_s(job)
+    if reason == "JobHeldAdmin":
+        # their hold of a job the controller holds: Slurm kept the admin's hold, the plugin marked theirs
+        # (its mark of an admin's own hold, which their hold leaves, is ADMIN_HELD_BEGIN)
+        return begin == HELD_BEGIN
+    if reason == "JobHeldUser" and begin == ADMIN_HELD_BEGIN:
+        return True  # an Operator's uhold, which the plugin marks as any Operator's hold
     # a job requeued held by someone else carries the same marker (controller/reconcile/machine.py)
-    if getattr(job, "reason", "") not in ("JobHeldUser", REQUEUED_HELD):
+    if reason not in ("JobHeldUser", REQUEUED_HELD):
         return False
-    return _begin_s(job) == HELD_BEGIN or plugin_extras(job).get("user_hold") == 1
+    return begin == HELD_BEGIN or plugin_extras(job).get("user_hold") == 1
+
+
+def held_over_ours(job: Any) -> bool:
+    """Its owner held a job the controller holds: Slurm keeps that an admin's hold, which they could not
+    release (tests/fixtures/slurm/owner_hold_of_held.txt); an Operator's ``scontrol uhold`` makes it
+    theirs."""
+    return getattr(job, "reason", "") == "JobHeldAdmin" and owner_holds(job)
 
 
 def admin_holds(job: Any) -> bool:

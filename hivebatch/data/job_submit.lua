@@ -1028,6 +1028,27 @@ local function refuse_whole_node_move(job_desc, job_rec, part_list)
   end
 end
 
+-- An Operator's own hold (scontrol hold or uhold; the controller's carries CONTROLLER_HOLD) is also
+-- marked where the owner cannot change it: their scontrol hold of a job an admin holds would otherwise
+-- replace ADMIN_HELD_BEGIN with HELD_BEGIN (Slurm ignores the hold itself, the priority being 0
+-- already), and the controller would no longer see the admin's hold (recorded:
+-- tests/fixtures/slurm/owner_hold_of_held.txt). The plugin can neither read a job's begin time nor,
+-- on an Operator's update, write its admin comment (only SlurmUser and Administrators may), so the mark
+-- is a site factor of -1: only Operators and this plugin can set it, and it weighs nothing while the
+-- job's priority is 0. A job whose site factor the site sets itself is not marked.
+local OPERATOR_HOLD_SITE = -1
+
+local function operator_held(job_rec)
+  return job_rec.site_factor == OPERATOR_HOLD_SITE
+end
+
+-- the update clears the mark of an Operator's hold that ends with it
+local function unmark(job_desc, job_rec)
+  if operator_held(job_rec) then
+    job_desc.site_factor = 0
+  end
+end
+
 -- An admin's hold or release of a waiting hivebatch job (the controller's own hold carries
 -- CONTROLLER_HOLD and does not come here). A hold is marked so the controller does not release it (seen
 -- on the lab: an admin's scontrol hold was released as soon as the job's VC had room). An admin's release of a
@@ -1043,10 +1064,16 @@ local function operator_update(job_desc, job_rec)
   end
   if priority == 0 then
     job_desc.begin_time = ADMIN_HELD_BEGIN
-    slurm.log_info("hivebatch: admin held job %s; the controller leaves it until an admin releases it", tostring(job_rec.job_id))
-  elseif priority == INFINITE and job_rec.priority == 0 and #split_gpu(job_rec.tres_per_node) == 0 then
-    job_desc.begin_time = RELEASED_BEGIN
-    slurm.log_info("hivebatch: admin released job %s before it was pinned; waiting for the controller", tostring(job_rec.job_id))
+    if job_rec.site_factor == 0 then
+      job_desc.site_factor = OPERATOR_HOLD_SITE
+    end
+    slurm.log_info("hivebatch: an Operator held job %s; the controller leaves it until it is released", tostring(job_rec.job_id))
+  elseif priority ~= nil and priority ~= NO_VAL then
+    unmark(job_desc, job_rec)
+    if priority == INFINITE and job_rec.priority == 0 and #split_gpu(job_rec.tres_per_node) == 0 then
+      job_desc.begin_time = RELEASED_BEGIN
+      slurm.log_info("hivebatch: admin released job %s before it was pinned; waiting for the controller", tostring(job_rec.job_id))
+    end
   end
 end
 
@@ -1060,6 +1087,9 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
       -- begin time when it places the job again.
       local kept = managed and #split_gpu(job_rec.tres_per_node) > 0
       job_desc.begin_time = kept and RELEASED_BEGIN or 0
+      if managed then
+        unmark(job_desc, job_rec) -- this hold is the controller's
+      end
     elseif managed then
       operator_update(job_desc, job_rec)
     end
@@ -1091,11 +1121,15 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   -- pending behind a far begin time, which the controller reads as "released by the owner"
   local waiting = #split_gpu(job_rec.tres_per_node) == 0
   local pending = (job_rec.job_state or 0) % 256 == 0
-  if pending and get(job_desc, "priority") == 0 then
+  if pending and get(job_desc, "priority") == 0 and job_rec.priority == 0 and operator_held(job_rec) then
+    -- plain Slurm ignores an owner's hold of a job an admin holds: the admin's hold stands
+    slurm.log_info("hivebatch: owner's hold of job %s, which an Operator holds, changes nothing", tostring(job_rec.job_id))
+  elseif pending and get(job_desc, "priority") == 0 then
     job_desc.begin_time = HELD_BEGIN
     slurm.log_info("hivebatch: owner held job %s; the controller leaves it until they release it", tostring(job_rec.job_id))
   elseif waiting and job_rec.priority == 0 and get(job_desc, "priority") == INFINITE then
     job_desc.begin_time = RELEASED_BEGIN
+    unmark(job_desc, job_rec) -- an Operator's uhold, theirs to release
     slurm.log_info("hivebatch: owner released job %s; waiting for the controller", tostring(job_rec.job_id))
   elseif waiting and (get(job_desc, "begin_time") or 0) > 0 then
     fail("the start time of hivebatch job " .. tostring(job_rec.job_id) .. " is set by hivebatch while it waits for GPUs")

@@ -60,6 +60,11 @@ class SlurmBackend(ABC):
         the owner's ``scontrol release`` leaves it pending for hivebatch instead of letting Slurm start it."""
 
     @abstractmethod
+    def user_hold(self, job_id: int) -> None:
+        """Make a held job's hold one its owner may release (``scontrol uhold``); the job_submit plugin
+        marks it as an Operator's hold, which their own hold cannot undo."""
+
+    @abstractmethod
     def hold(self, job_id: int) -> None:
         """Hold a pending job as the controller (shown by Slurm as an admin's hold), in a way the job_submit
         plugin tells from an admin's own ``scontrol hold``, which the controller leaves alone."""

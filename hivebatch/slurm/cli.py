@@ -173,6 +173,9 @@ class CliBackend(SlurmBackend):
             ["scontrol", "update", f"JobId={self._name(job_id)}", f"StartTime={when}"], env={"TZ": "UTC"}
         )
 
+    def user_hold(self, job_id: int) -> None:
+        self._run(["scontrol", "uhold", self._name(job_id)])
+
     def hold(self, job_id: int) -> None:
         self._hold(self._name(job_id))
 

@@ -72,3 +72,44 @@ def test_an_array_its_owner_holds_waits_for_their_release(ctl: Ctl) -> None:
         return len(done) == 2
 
     ctl.until(both_done, timeout_s=90, what="the released array's two tasks to complete")
+
+
+def test_a_split_task_its_owner_holds_waits_for_their_release(ctl: Ctl) -> None:
+    # Slurm ignores an owner's hold of a task the controller holds already (split off, an admin's hold to
+    # Slurm), so the task was placed with the others (tests/fixtures/slurm/owner_hold_of_held.txt)
+    blockers = []
+    for gpus in (8, 4):  # all of cv's GPUs: the array's tasks wait, split off
+        out = run_as("alice", ["sbatch", "--parsable", "-J", f"{ctl.tag}-full", f"--gres=gpu:{gpus}", "-t", "5",
+                               "-o", "/dev/null", "--wrap", "sleep 300"], timeout=60)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        blockers.append(int(out.stdout.strip()))
+    ctl.mine.update(blockers)
+    out = run_as("alice", ["sbatch", "--parsable", "-J", f"{ctl.tag}-tarr", "--array=0-1", "--gres=gpu:1",
+                           "-t", "5", "-o", "/dev/null", "--wrap", "sleep 2"], timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    array = int(out.stdout.strip())
+    ctl.mine.add(array)
+
+    def tasks() -> dict[int, int]:
+        found = {
+            j.array_task_id: j.job_id
+            for j in ctl.backend.inner.list_jobs()
+            if j.array_job_id == array and j.array_task_id is not None
+        }
+        ctl.mine.update(found.values())
+        return found
+
+    ctl.until(lambda: len(tasks()) == 2, what="the array's tasks to be split off")
+    task = tasks()[1]
+    assert run_as("alice", ["scontrol", "hold", f"{array}_1"]).returncode == 0
+    ctl.cycle()
+    (listed,) = ctl.lab.backend().list_jobs([task])
+    assert listed.reason == "JobHeldUser"
+    assert ctl.job(task).reason == f"held by its owner: scontrol release {array}_1 lets hivebatch place it"
+    assert run_as("alice", ["scancel", *map(str, blockers)]).returncode == 0
+    ctl.until(lambda: ctl.job(tasks()[0]).state == "done", timeout_s=90, what="the other task to run")
+    assert ctl.job(task).state == "queued" and not ctl.job(task).placement
+    assert run_as("alice", ["scontrol", "release", f"{array}_1"]).returncode == 0
+    ctl.until(
+        lambda: ctl.job(task).state in ("running", "done"), timeout_s=60, what=lambda: ctl.job(task).reason
+    )

@@ -83,3 +83,21 @@ def test_a_begin_time_outlasts_its_owners_release(ctl: Ctl) -> None:
         assert ctl.job(jid).state == "queued" and not ctl.job(jid).placement
         assert ctl.job(jid).reason.startswith("waits for its begin time"), ctl.job(jid).reason
         assert ctl.lab.backend().list_jobs([jid])[0].state == "PENDING"
+
+
+def test_the_owners_hold_of_a_job_an_admin_holds_leaves_the_admins_hold(ctl: Ctl) -> None:
+    # plain Slurm ignores it; it replaced the plugin's admin-hold mark and the controller placed the job
+    # once its dependency was met (tests/fixtures/slurm/owner_hold_of_held.txt)
+    first = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-first", "--wrap", "sleep 2")
+    after = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-admheld", "--gres=gpu:1", f"--dependency=afterany:{first}",
+                    "--wrap", "true")  # fmt: skip
+    assert run_as("root", ["scontrol", "hold", str(after)]).returncode == 0
+    assert run_as("alice", ["scontrol", "hold", str(after)]).returncode == 0
+    ctl.lab.wait_for(first, {"COMPLETED"}, timeout_s=60)
+    for _ in range(3):
+        ctl.cycle()
+    assert ctl.job(after).state == "queued" and not ctl.job(after).placement
+    assert ctl.job(after).reason.startswith("held by an admin"), ctl.job(after).reason
+    assert run_as("alice", ["scontrol", "release", str(after)]).returncode != 0  # as on plain Slurm
+    assert run_as("root", ["scontrol", "release", str(after)]).returncode == 0
+    ctl.until(lambda: ctl.job(after).state in ("running", "done"), what=lambda: ctl.job(after).reason)

@@ -443,6 +443,49 @@ describe("slurm_job_modify", function()
     assert.are.equal(0, c.begin_time)
   end)
 
+  it("marks an Operator's hold where the owner's own hold cannot undo it", function()
+    -- plain Slurm ignores an owner's hold of a job held already; it used to replace the admin-hold begin
+    -- time, and the controller placed the job (tests/fixtures/slurm/owner_hold_of_held.txt)
+    local waiting = { job_id = 7, admin_comment = managed.admin_comment, priority = 0, tres_per_node = "", job_state = 0, site_factor = 0 }
+    local admin = upd({ priority = 0 })
+    slurm_job_modify(admin, waiting, {}, 0)
+    assert.are.equal(-1, admin.site_factor)
+    assert.are.equal(4102444800 + 2 * 86400, admin.begin_time)
+    local held = { job_id = 7, admin_comment = managed.admin_comment, priority = 0, tres_per_node = "", job_state = 0, site_factor = -1 }
+    local owner = upd({ priority = 0 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(owner, held, {}, 1001))
+    assert.are.equal(0, owner.begin_time)
+    assert.is_nil(owner.site_factor)
+    -- a site's own site factor is left as it is (no mark)
+    local weighted = { job_id = 7, admin_comment = managed.admin_comment, priority = 0, tres_per_node = "", job_state = 0, site_factor = 500 }
+    local w = upd({ priority = 0 })
+    slurm_job_modify(w, weighted, {}, 0)
+    assert.is_nil(w.site_factor)
+    -- the owner's hold of a job the controller holds, and of one released since (priority no longer 0),
+    -- is marked as before
+    local ours = upd({ priority = 0 })
+    slurm_job_modify(ours, waiting, {}, 1001)
+    assert.are.equal(4102444800 + 86400, ours.begin_time)
+    local released = { job_id = 7, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "", job_state = 0, site_factor = -1 }
+    local rehold = upd({ priority = 0 })
+    slurm_job_modify(rehold, released, {}, 1001)
+    assert.are.equal(4102444800 + 86400, rehold.begin_time)
+    -- a release clears the mark (an Operator's, or the owner's of an uhold), as does the controller's hold
+    local release = upd({ priority = INFINITE })
+    slurm_job_modify(release, held, {}, 0)
+    assert.are.equal(0, release.site_factor)
+    assert.are.equal(4102444800, release.begin_time)
+    local mine = upd({ priority = INFINITE })
+    slurm_job_modify(mine, held, {}, 1001)
+    assert.are.equal(0, mine.site_factor)
+    local ctl = upd({ priority = 0, begin_time = 4102444800 + 3 * 86400 })
+    slurm_job_modify(ctl, released, {}, 990)
+    assert.are.equal(0, ctl.site_factor)
+    local plain = upd({ priority = 0, begin_time = 4102444800 + 3 * 86400 })
+    slurm_job_modify(plain, waiting, {}, 990)
+    assert.is_nil(plain.site_factor)
+  end)
+
   it("lets the owner move a waiting job to another VC, not a placed one nor to an account that is no VC", function()
     -- Slurm lets an owner change a pending job's account; the controller follows it (seen on the lab:
     -- alice's job moved from nlp to cv kept nlp's cells until then)

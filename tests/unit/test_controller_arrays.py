@@ -160,3 +160,34 @@ def test_an_array_its_owner_holds_waits_whole_until_they_release_it(tmp_path):
     for _ in range(3):
         env.cycle()
     assert [t.state for t in _tasks(env, array)] == ["RUNNING"] * 3
+
+
+def test_a_split_task_its_owner_holds_waits_until_they_release_it(tmp_path):
+    # the controller's split is a hold Slurm shows as an admin's; Slurm ignores the owner's hold of a job
+    # held already, so the task was placed with the others (tests/fixtures/slurm/owner_hold_of_held.txt)
+    env = make_env(tmp_path)
+    env.submit("alice", "cv", 8)
+    env.submit("alice", "cv", 4)  # cv is full: the tasks wait, split off
+    env.cycle()
+    array = env.submit("alice", "cv", 1, extra=["--array=0-2"])
+    env.cycle()
+    first, held, _ = _tasks(env, array)
+    assert held.reason == "JobHeldAdmin"
+    env.slurm.as_user("alice").hold(held.job_id)
+    env.cycle()
+    assert ("hbctl", "user_hold", (held.job_id,)) in env.slurm.calls
+    assert env.slurm.job(held.job_id).reason == "JobHeldUser"
+    assert env.job(held.job_id).reason == (
+        f"held by its owner: scontrol release {array}_1 lets hivebatch place it"
+    )
+    for j in env.ctl.list_jobs():  # cv's GPUs come free
+        if j.array_job_id is None and j.state == "RUNNING":
+            env.slurm.finish(j.job_id)
+    for _ in range(3):
+        env.cycle()
+    assert env.slurm.job(first.job_id).state == "RUNNING"
+    assert env.slurm.job(held.job_id).state == "PENDING" and not env.job(held.job_id).placement
+    env.slurm.as_user("alice").release(held.job_id)  # theirs to release, as on plain Slurm
+    for _ in range(3):
+        env.cycle()
+    assert env.slurm.job(held.job_id).state == "RUNNING"

@@ -589,3 +589,22 @@ def test_a_running_job_whose_owner_lowers_its_limit_is_expected_to_end_by_it(env
     assert job.slack_s == pytest.approx(before_slack + (before_end - job.predicted_end).total_seconds())
     env.cycle()
     assert env.job(jid).predicted_end == job.predicted_end  # settled: nothing moves again
+
+
+def test_the_owners_hold_of_a_job_an_admin_holds_leaves_the_admins_hold(env: Env) -> None:
+    # plain Slurm ignores it (tests/fixtures/slurm/owner_hold_of_held.txt); it used to replace the plugin's
+    # admin-hold mark, and the controller placed the job
+    jid = env.submit("alice", "cv", 1)
+    env.slurm.as_user("root").admin_hold(jid)
+    env.slurm.as_user("alice").hold(jid)
+    env.cycle()
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "queued" and not job.placement and job.reason.startswith("held by an admin")
+    assert not [c for c in env.slurm.calls if c[1] == "user_hold"]
+    with pytest.raises(SlurmError):
+        env.slurm.as_user("alice").release(jid)
+    env.slurm.as_user("root").release(jid)
+    env.cycle()
+    env.cycle()
+    assert env.job(jid).placement and env.slurm.job(jid).state == "RUNNING"

@@ -14,6 +14,7 @@ NOW = dt.datetime(2026, 11, 24, 7, 0)
 
 
 def job(job_id: int, state: str = "PENDING", **kw: object) -> SlurmJob:
+    fields: dict[str, object] = {"reason": "JobHeldUser", **kw}
     return SlurmJob(
         job_id=job_id,
         name="j",
@@ -21,8 +22,7 @@ def job(job_id: int, state: str = "PENDING", **kw: object) -> SlurmJob:
         account="cv",
         qos="normal",
         state=state,
-        reason="JobHeldUser",
-        **kw,
+        **fields,
     )  # type: ignore[arg-type]
 
 
@@ -147,3 +147,30 @@ def test_a_job_whose_partitions_are_all_down_waits() -> None:
     )
     assert partition_stopped(replace(down, partition="gpu,debug"), {"gpu": "DOWN"}) is None
     assert partition_stopped(down, {}) is None
+
+
+def test_whose_hold_a_held_job_waits_for_as_recorded_on_the_lab(slurm_fixture: Callable[[str], str]) -> None:
+    # tests/fixtures/slurm/owner_hold_of_held.txt: the reason Slurm shows and the begin time of each hold
+    # after the owner's own scontrol hold, as scontrol showed them
+    from hivebatch.request import admin_holds, held_over_ours, owner_holds
+
+    text = slurm_fixture("owner_hold_of_held.txt")
+    after = text[text.index("# After: the plugin marks") :]
+    shown = [
+        line.split() for line in after.splitlines() if line.strip().startswith(("JobState=", "StartTime="))
+    ]
+    records = [
+        job(7, reason=state[1].split("=")[1], eligible_time=dt.datetime.fromisoformat(start[0].split("=")[1]).replace(tzinfo=dt.UTC))
+        for state, start in zip(shown[0::2], shown[1::2], strict=True)
+    ]  # fmt: skip
+    admin_held, task_held, task_user_held = records
+    assert admin_holds(admin_held) and not owner_holds(admin_held) and not held_over_ours(admin_held)
+    # the owner's hold of the controller's: theirs, and the controller makes it a hold they may release
+    assert owner_holds(task_held) and held_over_ours(task_held) and not admin_holds(task_held)
+    assert (
+        owner_holds(task_user_held) and not held_over_ours(task_user_held) and not admin_holds(task_user_held)
+    )
+    assert not_eligible(task_held, NOW) == "held by its owner: scontrol release 7 lets hivebatch place it"
+    assert (
+        not_eligible(task_user_held, NOW) == "held by its owner: scontrol release 7 lets hivebatch place it"
+    )

@@ -22,7 +22,7 @@ from hivebatch.controller.preemption import book_preemption
 from hivebatch.controller.reconcile.slurm_view import gpus_of
 from hivebatch.controller.record import Recorder, account_run, placement_text
 from hivebatch.db.models import Job
-from hivebatch.request import CLASS_PRIORITY, HELD_BEGIN_AT, kept_gpus, released_by_owner
+from hivebatch.request import CLASS_PRIORITY, HELD_BEGIN_AT, held_over_ours, kept_gpus, released_by_owner
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import REQUEUED_HELD, AcctRecord, SlurmError, SlurmJob
 
@@ -203,6 +203,16 @@ def _follow_waiting(
                 backend.clear_begin_time(job.slurm_job_id)
             except SlurmError as exc:
                 rec.event(session, job, "act_failed", f"could not clear its begin time: {exc}")
+    elif held_over_ours(sj):
+        # it waits as their hold; made a user hold, their scontrol release reaches it as on plain Slurm
+        try:
+            backend.user_hold(job.slurm_job_id)
+        except SlurmError as exc:
+            rec.event(session, job, "act_failed", f"could not make its hold its owner's: {exc}")
+        else:
+            rec.event(
+                session, job, "held", f"held by its owner: scontrol release {sj.display_id} releases it"
+            )
 
 
 def _follow_placed(

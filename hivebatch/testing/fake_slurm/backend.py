@@ -26,9 +26,11 @@ from hivebatch.testing.fake_slurm.plugin import (
     JobSubmit,
     mark_admin_hold,
     mark_owner_hold,
+    operator_held,
     park_kept_pin,
     park_owner_release,
     run_job_submit,
+    unmark_operator_hold,
 )
 from hivebatch.testing.fake_slurm.sbatch import (
     begin_offset_s,
@@ -392,6 +394,7 @@ class FakeSlurm(SlurmBackend):
             j.held_by_slurm = False
             if self._s.job_submit is not None:  # an Operator's release of an unpinned job too
                 park_owner_release(j)
+                unmark_operator_hold(j)
         self._maybe_schedule()
 
     def clear_begin_time(self, job_id: int) -> None:
@@ -408,15 +411,35 @@ class FakeSlurm(SlurmBackend):
 
     def hold(self, job_id: int) -> None:
         j = self._pending_to_hold(job_id)
-        j.reason = "JobHeldAdmin" if self._is_admin() else "JobHeldUser"
-        if self._s.job_submit is not None:
-            (park_kept_pin if self._is_admin() else mark_owner_hold)(j)
+        if self._is_admin():  # the controller's hold
+            j.reason = "JobHeldAdmin"
+            if self._s.job_submit is not None:
+                park_kept_pin(j)
+                unmark_operator_hold(j)
+            return
+        # as slurmctld: a non-Operator's hold of a job held already (priority 0) leaves Slurm's hold as it is
+        # (tests/fixtures/slurm/owner_hold_of_held.txt)
+        was_held = j.held
+        if not was_held:
+            j.reason = "JobHeldUser"
+        if self._s.job_submit is not None and not (was_held and operator_held(j)):
+            mark_owner_hold(j)
 
     def admin_hold(self, job_id: int) -> None:
         """An admin's own ``scontrol hold`` (the controller's hold() carries the begin time the plugin drops)."""
         j = self._pending_to_hold(job_id)
         j.reason = "JobHeldAdmin"
         if self._s.job_submit is not None:
+            mark_admin_hold(j)
+
+    def user_hold(self, job_id: int) -> None:
+        self._log("user_hold", (job_id,))
+        j = self._pending_to_hold(job_id)
+        if not self._is_admin():
+            self.hold(job_id)
+            return
+        j.reason = "JobHeldUser"
+        if self._s.job_submit is not None:  # to the plugin, an Operator's hold as any other
             mark_admin_hold(j)
 
     def _pending_to_hold(self, job_id: int) -> Job:

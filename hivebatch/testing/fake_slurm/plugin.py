@@ -14,6 +14,9 @@ from hivebatch.request import ADMIN_HELD_BEGIN, HELD_BEGIN_AT, RELEASED_BEGIN
 from hivebatch.slurm.types import SlurmError
 from hivebatch.testing.fake_slurm.state import Job
 
+#: the site factor by which the plugin marks an Operator's hold (hivebatch/data/job_submit.lua)
+OPERATOR_HOLD_SITE = -1
+
 
 class JobSubmit(Protocol):
     """The plugin's submit hook: a job_desc in, a verdict (accepted, message, fields) out."""
@@ -65,7 +68,19 @@ def mark_owner_hold(j: Job) -> None:
 
 
 def mark_admin_hold(j: Job) -> None:
-    """job_modify: an admin's own hold of a pending GPU job (not the controller's) is marked for the controller
-    to leave."""
+    """job_modify: an Operator's own hold of a pending GPU job (not the controller's) is marked for the
+    controller to leave, in its begin time and, where the owner's hold cannot undo it, its site factor."""
     if j.admin_comment:
         j.eligible_at = datetime.fromtimestamp(ADMIN_HELD_BEGIN, tz=UTC)
+        if j.site_factor == 0:
+            j.site_factor = OPERATOR_HOLD_SITE
+
+
+def unmark_operator_hold(j: Job) -> None:
+    """job_modify: a release, or the controller's hold, ends an Operator's hold."""
+    if operator_held(j):
+        j.site_factor = 0
+
+
+def operator_held(j: Job) -> bool:
+    return bool(j.admin_comment) and j.site_factor == OPERATOR_HOLD_SITE

@@ -59,6 +59,7 @@ class Job:
     script: str = ""
     env: dict[str, str] = field(default_factory=dict)
     admin_comment: str = ""
+    site_factor: int = 0  # as the job_submit plugin reads it: Slurm's SiteFactor less its offset
     dependency: str = ""  # as given: afterok:ID[:ID...] or afterany:ID[:ID...]
     array_job_id: int | None = None
     array_task_id: int | None = None
