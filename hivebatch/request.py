@@ -251,16 +251,18 @@ def released_by_owner(job: Any) -> bool:
 
 
 def begin_asked(job: Any) -> dt.datetime | None:
-    """The earliest start its owner gave the job (--begin), None for none: Slurm's begin time, or the
-    one the plugin recorded at submit where a release has put a far one in its place, or the
-    controller has cleared that."""
-    # a begin time of RELEASED_BEGIN or later is one of the plugin's markers, not the owner's
-    slurm_begin = None if released_by_owner(job) else getattr(job, "eligible_time", None)
+    """The earliest start its owner gave the job, None for none: Slurm's begin time, theirs (``--begin``,
+    or a start time they set with ``scontrol update`` while it waits), or, where one of the plugin's marks
+    stands in its place (their hold or release), the ``--begin`` the plugin recorded at submit."""
+    # a begin time of RELEASED_BEGIN or later is one of the plugin's marks, not the owner's
+    return begin_recorded(job) if released_by_owner(job) else getattr(job, "eligible_time", None)
+
+
+def begin_recorded(job: Any) -> dt.datetime | None:
+    """The ``--begin`` the plugin recorded at submit, None for none: a release replaces Slurm's while the
+    job waits, so the controller gives it back when it takes the job back."""
     recorded = plugin_extras(job).get("begin")
-    asked = (
-        dt.datetime.fromtimestamp(recorded, dt.UTC) if isinstance(recorded, int) and recorded > 0 else None
-    )
-    return max((b for b in (slurm_begin, asked) if b is not None), default=None)
+    return dt.datetime.fromtimestamp(recorded, dt.UTC) if isinstance(recorded, int) and recorded > 0 else None
 
 
 def kept_gpus(job: Any) -> bool:

@@ -1034,17 +1034,26 @@ end
 -- already), and the controller would no longer see the admin's hold (recorded:
 -- tests/fixtures/slurm/owner_hold_of_held.txt). The plugin can neither read a job's begin time nor,
 -- on an Operator's update, write its admin comment (only SlurmUser and Administrators may), so the mark
--- is a site factor of -1: only Operators and this plugin can set it, and it weighs nothing while the
--- job's priority is 0. A job whose site factor the site sets itself is not marked.
+-- is a site factor: only Operators and this plugin can set it, and it weighs nothing while the job's
+-- priority is 0. The owner's own hold is marked too, so that a start time they set later does not
+-- replace its begin time. A job whose site factor the site sets itself is not marked.
+-- (Lua's number becomes slurmctld's uint32 before its offset is added: -2 would read as NO_VAL, "unset")
 local OPERATOR_HOLD_SITE = -1
+local OWNER_HOLD_SITE = -3
 
 local function operator_held(job_rec)
   return job_rec.site_factor == OPERATOR_HOLD_SITE
 end
 
--- the update clears the mark of an Operator's hold that ends with it
+local function mark(job_desc, job_rec, site)
+  if job_rec.site_factor == 0 then
+    job_desc.site_factor = site
+  end
+end
+
+-- the update clears the mark of a hold that ends with it
 local function unmark(job_desc, job_rec)
-  if operator_held(job_rec) then
+  if job_rec.site_factor == OPERATOR_HOLD_SITE or job_rec.site_factor == OWNER_HOLD_SITE then
     job_desc.site_factor = 0
   end
 end
@@ -1064,9 +1073,7 @@ local function operator_update(job_desc, job_rec)
   end
   if priority == 0 then
     job_desc.begin_time = ADMIN_HELD_BEGIN
-    if job_rec.site_factor == 0 then
-      job_desc.site_factor = OPERATOR_HOLD_SITE
-    end
+    mark(job_desc, job_rec, OPERATOR_HOLD_SITE)
     slurm.log_info("hivebatch: an Operator held job %s; the controller leaves it until it is released", tostring(job_rec.job_id))
   elseif priority ~= nil and priority ~= NO_VAL then
     unmark(job_desc, job_rec)
@@ -1121,18 +1128,25 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   -- pending behind a far begin time, which the controller reads as "released by the owner"
   local waiting = #split_gpu(job_rec.tres_per_node) == 0
   local pending = (job_rec.job_state or 0) % 256 == 0
-  if pending and get(job_desc, "priority") == 0 and job_rec.priority == 0 and operator_held(job_rec) then
+  local priority = get(job_desc, "priority")
+  if pending and priority == 0 and job_rec.priority == 0 and operator_held(job_rec) then
     -- plain Slurm ignores an owner's hold of a job an admin holds: the admin's hold stands
     slurm.log_info("hivebatch: owner's hold of job %s, which an Operator holds, changes nothing", tostring(job_rec.job_id))
-  elseif pending and get(job_desc, "priority") == 0 then
+  elseif pending and priority == 0 then
     job_desc.begin_time = HELD_BEGIN
+    mark(job_desc, job_rec, OWNER_HOLD_SITE)
     slurm.log_info("hivebatch: owner held job %s; the controller leaves it until they release it", tostring(job_rec.job_id))
-  elseif waiting and job_rec.priority == 0 and get(job_desc, "priority") == INFINITE then
+  elseif waiting and job_rec.priority == 0 and priority == INFINITE then
     job_desc.begin_time = RELEASED_BEGIN
-    unmark(job_desc, job_rec) -- an Operator's uhold, theirs to release
+    unmark(job_desc, job_rec)
     slurm.log_info("hivebatch: owner released job %s; waiting for the controller", tostring(job_rec.job_id))
-  elseif waiting and (get(job_desc, "begin_time") or 0) > 0 then
-    fail("the start time of hivebatch job " .. tostring(job_rec.job_id) .. " is set by hivebatch while it waits for GPUs")
+  elseif priority == INFINITE then
+    unmark(job_desc, job_rec)
+  elseif waiting and (get(job_desc, "begin_time") or 0) > 0 and (job_rec.priority ~= 0 or job_rec.site_factor ~= 0) then
+    -- a start time is the owner's to set while the plugin's hold keeps the job (the controller waits
+    -- for it), but not over a mark: an owner's or an Operator's hold, or their release, which the
+    -- controller has not taken back yet (Slurm would start the job without its GPUs)
+    fail("the start time of hivebatch job " .. tostring(job_rec.job_id) .. " cannot change while it is held by its owner or an admin, or just released: set it once hq shows it waiting for GPUs")
   end
   return slurm.SUCCESS
 end

@@ -51,8 +51,9 @@ class SlurmBackend(ABC):
         keeps the array's request; its new job id shows in the next listing."""
 
     @abstractmethod
-    def clear_begin_time(self, job_id: int) -> None:
-        """Let a pending job start as soon as it is released (drops a --begin or the plugin's far one)."""
+    def clear_begin_time(self, job_id: int, to: datetime | None = None) -> None:
+        """Let a pending job start as soon as it is released (drops a --begin or the plugin's far one), or
+        from ``to`` on."""
 
     @abstractmethod
     def mark_owner_hold(self, job_id: int) -> None:

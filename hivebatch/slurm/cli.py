@@ -7,7 +7,7 @@ import pwd
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from hivebatch.request import CONTROLLER_HOLD_AT, HELD_BEGIN_AT
 from hivebatch.slurm.base import SlurmBackend
@@ -163,8 +163,14 @@ class CliBackend(SlurmBackend):
     def split_array_task(self, array_job_id: int, task_id: int) -> None:
         self._hold(f"{int(array_job_id)}_{int(task_id)}")
 
-    def clear_begin_time(self, job_id: int) -> None:
-        self._run(["scontrol", "update", f"JobId={self._name(job_id)}", "StartTime=now"])
+    def clear_begin_time(self, job_id: int, to: datetime | None = None) -> None:
+        if to is None:
+            self._run(["scontrol", "update", f"JobId={self._name(job_id)}", "StartTime=now"])
+            return
+        when = to.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")  # scontrol reads its own time zone
+        self._run(
+            ["scontrol", "update", f"JobId={self._name(job_id)}", f"StartTime={when}"], env={"TZ": "UTC"}
+        )
 
     def mark_owner_hold(self, job_id: int) -> None:
         # scontrol reads the time in its own time zone: the marker is an instant in UTC

@@ -101,3 +101,36 @@ def test_the_owners_hold_of_a_job_an_admin_holds_leaves_the_admins_hold(ctl: Ctl
     assert run_as("alice", ["scontrol", "release", str(after)]).returncode != 0  # as on plain Slurm
     assert run_as("root", ["scontrol", "release", str(after)]).returncode == 0
     ctl.until(lambda: ctl.job(after).state in ("running", "done"), what=lambda: ctl.job(after).reason)
+
+
+def test_the_owner_moves_the_start_time_of_a_waiting_job(ctl: Ctl) -> None:
+    # plain Slurm lets them; every such update was refused (tests/fixtures/slurm/owner_start_time.txt)
+    sooner = _sbatch(
+        ctl, "alice", "-J", f"{ctl.tag}-sooner", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true"
+    )
+    later = _sbatch(
+        ctl, "alice", "-J", f"{ctl.tag}-later", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true"
+    )
+    held = _sbatch(
+        ctl, "alice", "-J", f"{ctl.tag}-held", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true"
+    )
+    ctl.cycle()
+    assert run_as("alice", ["scontrol", "update", f"JobId={sooner}", "StartTime=now"]).returncode == 0
+    assert run_as("alice", ["scontrol", "update", f"JobId={later}", "StartTime=now+2hours"]).returncode == 0
+    # not over their own hold, whose mark it would replace
+    assert run_as("alice", ["scontrol", "hold", str(held)]).returncode == 0
+    assert run_as("alice", ["scontrol", "update", f"JobId={held}", "StartTime=now"]).returncode != 0
+    ctl.until(lambda: ctl.job(sooner).state in ("running", "done"), what=lambda: ctl.job(sooner).reason)
+    assert ctl.job(later).reason.startswith("waits for its begin time"), ctl.job(later).reason
+    (listed,) = ctl.lab.backend().list_jobs([later])
+    assert (
+        listed.eligible_time is not None
+        and (listed.eligible_time - listed.submit_time).total_seconds() > 7000
+    )
+    # released, the job waits for its --begin again, and then the start time is theirs to move
+    assert run_as("alice", ["scontrol", "release", str(held)]).returncode == 0
+    ctl.cycle()
+    ctl.cycle()
+    assert ctl.job(held).reason.startswith("waits for its begin time"), ctl.job(held).reason
+    assert run_as("alice", ["scontrol", "update", f"JobId={held}", "StartTime=now"]).returncode == 0
+    ctl.until(lambda: ctl.job(held).state in ("running", "done"), what=lambda: ctl.job(held).reason)

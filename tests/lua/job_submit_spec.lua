@@ -357,7 +357,7 @@ end)
 
 describe("slurm_job_modify", function()
   before_each(load_plugin)
-  local managed = { job_id = 7, admin_comment = 'hivebatch:v2:{"gpus":1,"qos":"normal","vc":"cv"}', priority = 0, tres_per_node = "" }
+  local managed = { job_id = 7, admin_comment = 'hivebatch:v2:{"gpus":1,"qos":"normal","vc":"cv"}', priority = 0, tres_per_node = "", site_factor = 0 }
   local function upd(fields)
     local d = { priority = NO_VAL, min_nodes = NO_VAL, max_nodes = NO_VAL, begin_time = 0 }
     for k, v in pairs(fields) do d[k] = v end
@@ -392,6 +392,7 @@ describe("slurm_job_modify", function()
     local d = upd({ priority = 0 })
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, managed, {}, 1001))
     assert.are.equal(4102444800 + 86400, d.begin_time)
+    assert.are.equal(-3, d.site_factor) -- so that a start time they set later cannot replace it
     local pinned = { job_id = 9, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "gres:gpu:g0:1", job_state = 0 }
     local p = upd({ priority = 0 })
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(p, pinned, {}, 1001))
@@ -499,8 +500,22 @@ describe("slurm_job_modify", function()
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ account = "nlp" }), placed, {}, 1001))  -- the same VC
   end)
 
-  it("refuses the owner moving the start time of a waiting job", function()
-    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ begin_time = 1700000000 }), managed, {}, 1001))
+  it("lets the owner move the start time of a waiting job, not over a hold or a release", function()
+    -- plain Slurm lets them (tests/fixtures/slurm/owner_start_time.txt); the controller waits for it
+    local d = upd({ begin_time = 1700000000 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, managed, {}, 1001))
+    assert.are.equal(1700000000, d.begin_time)
+    local function with(fields)
+      local rec = {}
+      for k, v in pairs(managed) do rec[k] = v end
+      for k, v in pairs(fields) do rec[k] = v end
+      return rec
+    end
+    -- held by its owner or an Operator (the mark would be lost), released and not taken back yet
+    -- (Slurm would start it without GPUs), or a site factor the site set (a mark cannot be told)
+    for _, rec in ipairs({ with({ site_factor = -3 }), with({ site_factor = -1 }), with({ priority = 100 }), with({ site_factor = 500 }) }) do
+      assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ begin_time = 1700000000 }), rec, {}, 1001))
+    end
   end)
 
   it("lets the Operator change anything", function()

@@ -55,9 +55,21 @@ def test_a_begin_time_the_owner_gave_outlasts_their_release() -> None:
     released = replace(job(9, admin_comment=comment, eligible_time=dt.datetime.fromtimestamp(RELEASED_BEGIN, dt.UTC)),
                        reason="BeginTime")  # fmt: skip
     assert not_eligible(released, NOW).startswith("waits for its begin time 2026-11-24 09:00 UTC")
-    taken_back = replace(released, reason="JobHeldAdmin", eligible_time=NOW.replace(tzinfo=dt.UTC))
+    # taken back, the controller gives Slurm that --begin again
+    taken_back = replace(released, reason="JobHeldAdmin", eligible_time=nine)
     assert not_eligible(taken_back, NOW).startswith("waits for its begin time 2026-11-24 09:00 UTC")
     assert not_eligible(taken_back, nine.replace(tzinfo=None) + dt.timedelta(seconds=1)) is None
+
+
+def test_a_start_time_the_owner_sets_while_the_job_waits_is_slurms_begin_time() -> None:
+    # `scontrol update StartTime=` by the owner (tests/fixtures/slurm/owner_start_time.txt): earlier or
+    # later than the --begin recorded at submit, Slurm's begin time is what the job waits for
+    nine = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
+    comment = f'hivebatch:v2:{{"vc":"cv","qos":"normal","gpus":1,"begin":{int(nine.timestamp())}}}'
+    sooner = job(9, admin_comment=comment, eligible_time=NOW.replace(tzinfo=dt.UTC) - dt.timedelta(seconds=5))
+    assert not_eligible(sooner, NOW) is None
+    later = replace(sooner, eligible_time=nine + dt.timedelta(hours=1))
+    assert not_eligible(later, NOW).startswith("waits for its begin time 2026-11-24 10:00 UTC")
 
 
 def test_a_job_its_owner_held_after_submitting_it_waits_for_their_release() -> None:

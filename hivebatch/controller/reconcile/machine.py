@@ -22,7 +22,14 @@ from hivebatch.controller.preemption import book_preemption
 from hivebatch.controller.reconcile.slurm_view import gpus_of
 from hivebatch.controller.record import Recorder, account_run, placement_text
 from hivebatch.db.models import Job
-from hivebatch.request import CLASS_PRIORITY, HELD_BEGIN_AT, held_over_ours, kept_gpus, released_by_owner
+from hivebatch.request import (
+    CLASS_PRIORITY,
+    HELD_BEGIN_AT,
+    begin_recorded,
+    held_over_ours,
+    kept_gpus,
+    released_by_owner,
+)
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import REQUEUED_HELD, AcctRecord, SlurmError, SlurmJob
 
@@ -196,11 +203,14 @@ def _follow_waiting(
         rec.event(session, job, "held", "released without a placement; held again until hivebatch places it")
         hold(session, rec, job, backend)
         if released_by_owner(sj) and not kept_gpus(sj):
-            # held by the Operator now, so the job_submit plugin's far begin time can go; one that kept
-            # an earlier pin's GPUs stays parked (its hold parks it again), or an admin's release would
-            # start it on them
+            # held by the Operator now, so the job_submit plugin's far begin time can go, back to the
+            # --begin it replaced if that is still to come; one that kept an earlier pin's GPUs stays
+            # parked (its hold parks it again), or an admin's release would start it on them
+            begin = begin_recorded(sj)
             try:
-                backend.clear_begin_time(job.slurm_job_id)
+                backend.clear_begin_time(
+                    job.slurm_job_id, to=begin if begin and begin > aware(rec.now) else None
+                )
             except SlurmError as exc:
                 rec.event(session, job, "act_failed", f"could not clear its begin time: {exc}")
     elif held_over_ours(sj):

@@ -397,10 +397,10 @@ class FakeSlurm(SlurmBackend):
                 unmark_operator_hold(j)
         self._maybe_schedule()
 
-    def clear_begin_time(self, job_id: int) -> None:
-        cmd = ["scontrol", "update", f"JobId={job_id}", "StartTime=now"]
+    def clear_begin_time(self, job_id: int, to: datetime | None = None) -> None:
+        cmd = ["scontrol", "update", f"JobId={job_id}", f"StartTime={to or 'now'}"]
         j = self._unfinished("clear_begin_time", job_id, cmd)
-        j.eligible_at = None
+        j.eligible_at = to if to is not None and to > self._s.now() else None
         self._maybe_schedule()
 
     def mark_owner_hold(self, job_id: int) -> None:
