@@ -1084,6 +1084,18 @@ local function operator_update(job_desc, job_rec)
   end
 end
 
+-- A start time is the owner's to set while the plugin's own hold keeps a waiting job (the controller
+-- waits for it) or once the job is pinned and released (Slurm starts it then, the controller takes
+-- it back if that is too late), but not over a mark: an owner's or an Operator's hold, their release
+-- the controller has not taken back yet (Slurm would start the job without its GPUs), or the far
+-- begin time that keeps a job holding an earlier pin's GPUs (requeued, taken back) from starting there.
+local function start_time_free(job_rec, waiting)
+  if waiting then
+    return job_rec.priority == 0 and job_rec.site_factor == 0
+  end
+  return job_rec.priority ~= 0
+end
+
 local function modify(job_desc, job_rec, part_list, submit_uid)
   local managed = string.sub(job_rec.admin_comment or "", 1, #PREFIX) == PREFIX
   if is_operator(submit_uid) then
@@ -1142,10 +1154,7 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     slurm.log_info("hivebatch: owner released job %s; waiting for the controller", tostring(job_rec.job_id))
   elseif priority == INFINITE then
     unmark(job_desc, job_rec)
-  elseif waiting and (get(job_desc, "begin_time") or 0) > 0 and (job_rec.priority ~= 0 or job_rec.site_factor ~= 0) then
-    -- a start time is the owner's to set while the plugin's hold keeps the job (the controller waits
-    -- for it), but not over a mark: an owner's or an Operator's hold, or their release, which the
-    -- controller has not taken back yet (Slurm would start the job without its GPUs)
+  elseif pending and (get(job_desc, "begin_time") or 0) > 0 and not start_time_free(job_rec, waiting) then
     fail("the start time of hivebatch job " .. tostring(job_rec.job_id) .. " cannot change while it is held by its owner or an admin, or just released: set it once hq shows it waiting for GPUs")
   end
   return slurm.SUCCESS

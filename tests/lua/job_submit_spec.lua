@@ -513,9 +513,14 @@ describe("slurm_job_modify", function()
     end
     -- held by its owner or an Operator (the mark would be lost), released and not taken back yet
     -- (Slurm would start it without GPUs), or a site factor the site set (a mark cannot be told)
-    for _, rec in ipairs({ with({ site_factor = -3 }), with({ site_factor = -1 }), with({ priority = 100 }), with({ site_factor = 500 }) }) do
+    -- and a job holding an earlier pin's GPUs (requeued or taken back), parked by a far begin time
+    for _, rec in ipairs({ with({ site_factor = -3 }), with({ site_factor = -1 }), with({ priority = 100 }), with({ site_factor = 500 }),
+                           with({ tres_per_node = "gres:gpu:g0:1", job_state = 0 }) }) do
       assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ begin_time = 1700000000 }), rec, {}, 1001))
     end
+    -- pinned and released, Slurm starts it when it says (the controller takes back a pin not started in time)
+    local placed = with({ tres_per_node = "gres:gpu:g0:1", priority = 100, job_state = 0 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ begin_time = 1700000000 }), placed, {}, 1001))
   end)
 
   it("lets the Operator change anything", function()
