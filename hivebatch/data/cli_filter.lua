@@ -356,7 +356,11 @@ function M.rewrite_counts(get, env)
   if count == 1 and typ == nil then
     return nil -- a one-GPU record holds it
   end
-  local span = M.span(get("nodes"), get("nodelist"), in_job, job_nodes)
+  -- a new job's node range (-N 1-2) runs on its fewest nodes, as the plugin runs sbatch's: a placement
+  -- has one node count (plain Slurm takes as many of the range as are free)
+  local lo, hi = node_range(get("nodes"))
+  local fewest = (not in_job and hi > lo and M.count_hosts(get("nodelist")) == 0) and lo or nil
+  local span = fewest or M.span(get("nodes"), get("nodelist"), in_job, job_nodes)
   -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has only its own
   -- --gpus-per-node ask
   local held = env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")
@@ -402,7 +406,19 @@ function M.rewrite_counts(get, env)
   if field == "gpus-per-node" or per_node_too then
     set["gpus-per-node"] = "0"
   end
+  if fewest ~= nil then
+    set.nodes = tostring(fewest)
+  end
   return set
+end
+
+-- what to tell the user of a rewrite, or nil: a node range it narrowed, in the plugin's words for sbatch
+function M.rewrite_note(get, set)
+  local asked = get("nodes") or ""
+  if set == nil or set.nodes == nil or set.nodes == asked then
+    return nil
+  end
+  return "-N " .. asked .. " runs on " .. set.nodes .. " nodes, the fewest it allows: a job gets one node count here"
 end
 
 -- whether an option's value asks for any GPU: --gres items (a GPU-memory slice, shard:8, and a bare
@@ -454,6 +470,10 @@ function slurm_cli_pre_submit(options, offset)
   end
   local ok, set = pcall(M.rewrite, get, os.getenv)
   if ok and set ~= nil then
+    local told, note = pcall(M.rewrite_note, get, set)
+    if told and note ~= nil then
+      io.stderr:write(string.format("%s: hivebatch: note: %s\n", tostring(options["type"]), note))
+    end
     for name, value in pairs(set) do
       options[name] = value
     end

@@ -425,6 +425,22 @@ def test_an_srun_on_two_nodes_gets_its_per_node_gpus_on_each(ctl: Ctl, loop: Loo
     assert sorted(len(g) for g in _tasks_ran_on_placement(ctl, jid, out).values()) == [2, 2]
 
 
+@pytest.mark.parametrize(("nodes", "ran"), [("1-2", [2]), ("2-3", [2, 2])])
+def test_an_srun_over_a_node_range_runs_on_its_fewest_nodes(
+    ctl: Ctl, loop: Loop, nodes: str, ran: list[int]
+) -> None:
+    # refused before (srun's own step cannot ask per node on per-GPU pins); run on the fewest nodes of
+    # the range, as the plugin runs sbatch's, and said so (tests/fixtures/slurm/node_range.txt)
+    name = f"{ctl.tag}-srunrange{nodes[0]}"
+    proc = popen_as("bob", ["srun", "-J", name, "-N", nodes, "--gres=gpu:2", "-q", "opportunistic", "-t", "5",
+                            "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
+    jid = _adopt(ctl, name)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    assert f"srun: hivebatch: note: -N {nodes} runs on {len(ran)} nodes, the fewest it allows" in err
+    assert sorted(len(g) for g in _tasks_ran_on_placement(ctl, jid, out).values()) == ran
+
+
 def test_gpus_per_socket_run_packed_together_as_the_note_says(ctl: Ctl, loop: Loop) -> None:
     # plain Slurm gives GPUs 0 and 4, one per socket (tests/fixtures/slurm/gpus_per_socket_spread.txt)
     name = f"{ctl.tag}-socket"

@@ -168,8 +168,11 @@ def test_srun_and_salloc_gpu_jobs_are_held_for_the_cells(slurm_lab, lab_jobs):
 @pytest.mark.parametrize(
     ("opts", "what"),
     [
-        # maybe several nodes: the cli_filter asks per step only on one node or on exactly K
-        (["-N", "1-2", "--gres=gpu:2", "-q", "opportunistic"], "a per-node GPU count (2 per node)"),
+        # whole nodes with more tasks than nodes: a total would be taken from them unevenly
+        (
+            ["-N", "2", "-n", "4", "--exclusive", "--gres=gpu:2", "-q", "opportunistic"],
+            "a per-node GPU count (2 per node)",
+        ),
         # a model the cli_filter cannot turn into a constraint: Slurm reads "|" beside it
         (["--gres=gpu:v100:1", "-C", "v100|a100"], "a GPU type (v100)"),
     ],

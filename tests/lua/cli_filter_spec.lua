@@ -39,6 +39,20 @@ describe("srun's own GPU ask", function()
     assert.are.same({ gres = "gpu:0", gpus = "4" }, rewrite({ gres = "gres:gpu:4", nodes = "1" }))
   end)
 
+  it("runs a new job's node range on its fewest nodes, as the plugin runs sbatch's", function()
+    -- the filter left `srun -N 1-2 --gres=gpu:2` to the plugin, which refused it (a per-node count on
+    -- per-GPU pins); plain Slurm took both nodes of an idle lab (tests/fixtures/slurm/node_range.txt)
+    local one = rewrite({ gres = "gres:gpu:2", nodes = "1-2" })
+    assert.are.same({ gres = "gpu:0", gpus = "2", nodes = "1" }, one)
+    assert.are.equal("-N 1-2 runs on 1 nodes, the fewest it allows: a job gets one node count here",
+                     load_filter().rewrite_note(function(name) return ({ nodes = "1-2" })[name] end, one))
+    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1", nodes = "2" },
+                    rewrite({ gres = "gres:gpu:2", nodes = "2-3" }))
+    assert.is_nil(load_filter().rewrite_note(function(name) return ({ nodes = "2" })[name] end, { nodes = "2" }))
+    -- inside a job a range is the step's, over nodes the job holds already: left as it was
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1-2" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }))
+  end)
+
   it("asks a new job on exactly K nodes for N GPUs per task, one task on each node", function()
     -- plain Slurm ran `srun -N 2 --gres=gpu:2` with 2 GPUs on each node
     -- (tests/fixtures/slurm/srun_new_job_nodes.txt); a per-task count stays with whole tasks
@@ -270,8 +284,6 @@ describe("srun's own GPU ask", function()
     assert.is_nil(rewrite({ gpus = "2" }))                                 -- per step already
     assert.is_nil(rewrite({ gpus = "2" }, IN_JOB))
     assert.is_nil(rewrite({ gpus = "1", ["gpus-per-node"] = "2" }))        -- a new job's own contradiction
-    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1-2" }))        -- maybe several nodes
-    assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "2-3" }))
     assert.is_nil(rewrite({ gres = "gres:gpu:2", ntasks = "4" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2",
                                                       SLURM_GPUS_ON_NODE = "4" }))  -- fewer than each node holds
     assert.is_nil(rewrite({ gres = "gres:gpu:1", ["gpus-per-node"] = "2" }, IN_JOB)) -- the --gres is one GPU
