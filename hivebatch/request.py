@@ -35,6 +35,8 @@ ADMIN_HELD_BEGIN = RELEASED_BEGIN + 2 * 86400
 #: begin time (2100-01-04) the controller's own hold asks for, which the plugin drops: the controller
 #: holds as an Operator, so Slurm shows its hold as an admin's
 CONTROLLER_HOLD_AT = dt.datetime.fromtimestamp(RELEASED_BEGIN + 3 * 86400, dt.UTC)
+#: site factor that marks an owner's hold for the plugin, which can read no begin time (job_submit.lua)
+OWNER_HOLD_SITE = -3
 #: hsub's model hints in the user's comment
 HINTS_PREFIX = "hivebatch:hints:"
 MODEL_HINTS = ("model", "like", "batch_size", "iters", "within")
@@ -230,6 +232,11 @@ def owner_holds(job: Any) -> bool:
     if reason not in ("JobHeldUser", REQUEUED_HELD):
         return False
     return begin == HELD_BEGIN or plugin_extras(job).get("user_hold") == 1
+
+
+def owner_hold_marked(job: Any) -> bool:
+    """Its owner held the waiting job after submitting it, which the plugin marked with HELD_BEGIN."""
+    return getattr(job, "reason", "") == "JobHeldUser" and _begin_s(job) == HELD_BEGIN
 
 
 def held_over_ours(job: Any) -> bool:

@@ -1035,8 +1035,12 @@ end
 -- tests/fixtures/slurm/owner_hold_of_held.txt). The plugin can neither read a job's begin time nor,
 -- on an Operator's update, write its admin comment (only SlurmUser and Administrators may), so the mark
 -- is a site factor: only Operators and this plugin can set it, and it weighs nothing while the job's
--- priority is 0. The owner's own hold is marked too, so that a start time they set later does not
--- replace its begin time. A job whose site factor the site sets itself is not marked.
+-- priority is 0. A job whose site factor the site sets itself is not marked. The owner's own hold is
+-- marked -3 by the controller (scontrol update SiteFactor=-3), so that a start time they set later
+-- does not replace its begin time: on an owner's update the plugin writes no site factor, because
+-- slurmctld carries what it wrote for one record of an array over to the next, and refuses that as
+-- the owner's own (recorded: tests/fixtures/slurm/owner_start_time.txt). The marks end with the
+-- controller's or an Operator's update.
 -- (Lua's number becomes slurmctld's uint32 before its offset is added: -2 would read as NO_VAL, "unset")
 local OPERATOR_HOLD_SITE = -1
 local OWNER_HOLD_SITE = -3
@@ -1146,14 +1150,10 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     slurm.log_info("hivebatch: owner's hold of job %s, which an Operator holds, changes nothing", tostring(job_rec.job_id))
   elseif pending and priority == 0 then
     job_desc.begin_time = HELD_BEGIN
-    mark(job_desc, job_rec, OWNER_HOLD_SITE)
     slurm.log_info("hivebatch: owner held job %s; the controller leaves it until they release it", tostring(job_rec.job_id))
   elseif waiting and job_rec.priority == 0 and priority == INFINITE then
     job_desc.begin_time = RELEASED_BEGIN
-    unmark(job_desc, job_rec)
     slurm.log_info("hivebatch: owner released job %s; waiting for the controller", tostring(job_rec.job_id))
-  elseif priority == INFINITE then
-    unmark(job_desc, job_rec)
   elseif pending and (get(job_desc, "begin_time") or 0) > 0 and not start_time_free(job_rec, waiting) then
     fail("the start time of hivebatch job " .. tostring(job_rec.job_id) .. " cannot change while it is held by its owner or an admin, or just released: set it once hq shows it waiting for GPUs")
   end

@@ -61,6 +61,11 @@ class SlurmBackend(ABC):
         the owner's ``scontrol release`` leaves it pending for hivebatch instead of letting Slurm start it."""
 
     @abstractmethod
+    def guard_owner_hold(self, job_id: int) -> None:
+        """Give a job its owner holds the site factor (-3) by which the job_submit plugin refuses their start
+        time over the hold's mark; the plugin cannot write it on their own update."""
+
+    @abstractmethod
     def user_hold(self, job_id: int) -> None:
         """Make a held job's hold one its owner may release (``scontrol uhold``); the job_submit plugin
         marks it as an Operator's hold, which their own hold cannot undo."""

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from hivebatch.request import CONTROLLER_HOLD_AT, HELD_BEGIN_AT
+from hivebatch.request import CONTROLLER_HOLD_AT, HELD_BEGIN_AT, OWNER_HOLD_SITE
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import (
     SACCT_FIELDS,
@@ -178,6 +178,9 @@ class CliBackend(SlurmBackend):
         self._run(
             ["scontrol", "update", f"JobId={self._name(job_id)}", f"StartTime={when}"], env={"TZ": "UTC"}
         )
+
+    def guard_owner_hold(self, job_id: int) -> None:
+        self._run(["scontrol", "update", f"JobId={self._name(job_id)}", f"SiteFactor={OWNER_HOLD_SITE}"])
 
     def user_hold(self, job_id: int) -> None:
         self._run(["scontrol", "uhold", self._name(job_id)])

@@ -392,7 +392,8 @@ describe("slurm_job_modify", function()
     local d = upd({ priority = 0 })
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, managed, {}, 1001))
     assert.are.equal(4102444800 + 86400, d.begin_time)
-    assert.are.equal(-3, d.site_factor) -- so that a start time they set later cannot replace it
+    -- no site factor on an owner's update: slurmctld would refuse it on the next record of an array
+    assert.is_nil(d.site_factor)
     local pinned = { job_id = 9, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "gres:gpu:g0:1", job_state = 0 }
     local p = upd({ priority = 0 })
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(p, pinned, {}, 1001))
@@ -471,14 +472,14 @@ describe("slurm_job_modify", function()
     local rehold = upd({ priority = 0 })
     slurm_job_modify(rehold, released, {}, 1001)
     assert.are.equal(4102444800 + 86400, rehold.begin_time)
-    -- a release clears the mark (an Operator's, or the owner's of an uhold), as does the controller's hold
+    -- an Operator's release clears the mark, as does the controller's hold
     local release = upd({ priority = INFINITE })
     slurm_job_modify(release, held, {}, 0)
     assert.are.equal(0, release.site_factor)
     assert.are.equal(4102444800, release.begin_time)
-    local mine = upd({ priority = INFINITE })
+    local mine = upd({ priority = INFINITE }) -- an uhold's: the controller's hold when it takes the job back clears it
     slurm_job_modify(mine, held, {}, 1001)
-    assert.are.equal(0, mine.site_factor)
+    assert.is_nil(mine.site_factor)
     local ctl = upd({ priority = 0, begin_time = 4102444800 + 3 * 86400 })
     slurm_job_modify(ctl, released, {}, 990)
     assert.are.equal(0, ctl.site_factor)

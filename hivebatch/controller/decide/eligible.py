@@ -15,6 +15,8 @@ from hivebatch.request import admin_holds, begin_asked, owner_holds
 from hivebatch.slurm.types import SlurmJob
 from hivebatch.submit.timefmt import format_duration
 
+OWNER_HELD = "held by its owner"
+
 
 def not_eligible(
     sj: SlurmJob,
@@ -26,7 +28,7 @@ def not_eligible(
     Slurm's short requeue delay, not the owner's wish: it may keep its cells (``first_start`` False).
     ``others``: the jobs squeue lists, to judge a dependency Slurm has not re-tested yet."""
     if owner_holds(sj):
-        return f"held by its owner: scontrol release {sj.display_id} lets hivebatch place it"
+        return f"{OWNER_HELD}: scontrol release {sj.display_id} lets hivebatch place it"
     if admin_holds(sj):
         return f"held by an admin: it waits until an admin releases it (scontrol release {sj.display_id})"
     verdict = judge(sj, others or {}, now)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from sqlalchemy.orm import Session
 
 from hivebatch.controller.avoid import avoid_nodes
+from hivebatch.controller.decide.eligible import OWNER_HELD
 from hivebatch.controller.decide.gres import untyped_count
 from hivebatch.controller.decide.times import aware
 from hivebatch.controller.ledger import Ledger
@@ -28,6 +29,7 @@ from hivebatch.request import (
     begin_recorded,
     held_over_ours,
     kept_gpus,
+    owner_hold_marked,
     released_by_owner,
 )
 from hivebatch.slurm.base import SlurmBackend
@@ -213,6 +215,13 @@ def _follow_waiting(
                 )
             except SlurmError as exc:
                 rec.event(session, job, "act_failed", f"could not clear its begin time: {exc}")
+    elif owner_hold_marked(sj) and not (job.reason or "").startswith(OWNER_HELD):
+        # first seen held by them: the site factor keeps their start time from replacing the hold's
+        # mark, which the plugin cannot write on their own update
+        try:
+            backend.guard_owner_hold(job.slurm_job_id)
+        except SlurmError as exc:
+            rec.event(session, job, "act_failed", f"could not mark its owner's hold: {exc}")
     elif held_over_ours(sj):
         # it waits as their hold; made a user hold, their scontrol release reaches it as on plain Slurm
         try:

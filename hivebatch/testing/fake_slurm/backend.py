@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from hivebatch.request import HELD_BEGIN_AT
+from hivebatch.request import HELD_BEGIN_AT, OWNER_HOLD_SITE
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import expand_hostlist, split_gres
 from hivebatch.slurm.types import (
@@ -394,7 +394,8 @@ class FakeSlurm(SlurmBackend):
             j.held_by_slurm = False
             if self._s.job_submit is not None:  # an Operator's release of an unpinned job too
                 park_owner_release(j)
-                unmark_operator_hold(j)
+                if self._is_admin():  # the plugin writes no site factor on an owner's update
+                    unmark_operator_hold(j)
         self._maybe_schedule()
 
     def clear_begin_time(self, job_id: int, to: datetime | None = None) -> None:
@@ -431,6 +432,11 @@ class FakeSlurm(SlurmBackend):
         j.reason = "JobHeldAdmin"
         if self._s.job_submit is not None:
             mark_admin_hold(j)
+
+    def guard_owner_hold(self, job_id: int) -> None:
+        cmd = ["scontrol", "update", f"JobId={job_id}", f"SiteFactor={OWNER_HOLD_SITE}"]
+        j = self._unfinished("guard_owner_hold", job_id, cmd)
+        j.site_factor = OWNER_HOLD_SITE
 
     def user_hold(self, job_id: int) -> None:
         self._log("user_hold", (job_id,))

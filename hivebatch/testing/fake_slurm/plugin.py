@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from hivebatch.request import ADMIN_HELD_BEGIN, HELD_BEGIN_AT, RELEASED_BEGIN
+from hivebatch.request import ADMIN_HELD_BEGIN, HELD_BEGIN_AT, OWNER_HOLD_SITE, RELEASED_BEGIN
 from hivebatch.slurm.types import SlurmError
 from hivebatch.testing.fake_slurm.state import Job
 
@@ -77,8 +77,9 @@ def mark_admin_hold(j: Job) -> None:
 
 
 def unmark_operator_hold(j: Job) -> None:
-    """job_modify: a release, or the controller's hold, ends an Operator's hold."""
-    if operator_held(j):
+    """job_modify: an Operator's release, or the controller's hold, ends a hold's mark (-1 an Operator's,
+    -3 its owner's)."""
+    if j.admin_comment and j.site_factor in (OPERATOR_HOLD_SITE, OWNER_HOLD_SITE):
         j.site_factor = 0
 
 
