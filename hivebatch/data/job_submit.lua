@@ -1155,7 +1155,7 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     job_desc.begin_time = RELEASED_BEGIN
     slurm.log_info("hivebatch: owner released job %s; waiting for the controller", tostring(job_rec.job_id))
   elseif pending and (get(job_desc, "begin_time") or 0) > 0 and not start_time_free(job_rec, waiting) then
-    fail("the start time of hivebatch job " .. tostring(job_rec.job_id) .. " cannot change while it is held by its owner or an admin, or just released: set it once hq shows it waiting for GPUs")
+    fail("the start time of hivebatch job " .. tostring(job_rec.job_id) .. " cannot change while it is held, just released, or keeps the GPUs of an earlier run: set it once hq shows it waiting for GPUs")
   end
   return slurm.SUCCESS
 end

@@ -166,18 +166,16 @@ class CliBackend(SlurmBackend):
     def clear_begin_time(self, job_id: int, to: datetime | None = None) -> None:
         if to is None:
             self._run(["scontrol", "update", f"JobId={self._name(job_id)}", "StartTime=now"])
-            return
-        when = to.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")  # scontrol reads its own time zone
-        self._run(
-            ["scontrol", "update", f"JobId={self._name(job_id)}", f"StartTime={when}"], env={"TZ": "UTC"}
-        )
+        else:
+            self._set_begin(job_id, to)
 
     def mark_owner_hold(self, job_id: int) -> None:
-        # scontrol reads the time in its own time zone: the marker is an instant in UTC
-        when = HELD_BEGIN_AT.strftime("%Y-%m-%dT%H:%M:%S")
-        self._run(
-            ["scontrol", "update", f"JobId={self._name(job_id)}", f"StartTime={when}"], env={"TZ": "UTC"}
-        )
+        self._set_begin(job_id, HELD_BEGIN_AT)
+
+    def _set_begin(self, job_id: int, when: datetime) -> None:
+        # scontrol reads the time in its own time zone: it is given as an instant in UTC
+        at = when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        self._run(["scontrol", "update", f"JobId={self._name(job_id)}", f"StartTime={at}"], env={"TZ": "UTC"})
 
     def guard_owner_hold(self, job_id: int) -> None:
         self._run(["scontrol", "update", f"JobId={self._name(job_id)}", f"SiteFactor={OWNER_HOLD_SITE}"])
