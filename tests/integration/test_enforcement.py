@@ -230,7 +230,6 @@ TAMPER = [
     ["NodeList=node1"],
     ["NumNodes=2"],
     ['AdminComment=hivebatch:v2:{"gpus":8}'],
-    ["StartTime=now"],
 ]
 
 
@@ -241,8 +240,16 @@ def test_the_owner_cannot_tamper_with_a_waiting_gpu_job(slurm_lab, lab_jobs):
     for change in TAMPER:
         out = _as("alice", ["scontrol", "update", f"JobId={jid}", *change])
         assert out.returncode != 0, change
-    # what Slurm normally allows still works, and a comment changes nothing for the cells
-    for change in (["Name=renamed"], ["TimeLimit=30"], ['Comment=hivebatch:hints:{"model":"x"}']):
+    # what Slurm normally allows still works, and a comment changes nothing for the cells; a start time
+    # is Slurm's begin time, and the plugin's hold still keeps the job from starting without its GPUs
+    # (tests/fixtures/slurm/owner_start_time.txt)
+    allowed = (
+        ["Name=renamed"],
+        ["TimeLimit=30"],
+        ['Comment=hivebatch:hints:{"model":"x"}'],
+        ["StartTime=now"],
+    )
+    for change in allowed:
         out = _as("alice", ["scontrol", "update", f"JobId={jid}", *change])
         assert out.returncode == 0, (change, out.stderr)
     after = slurm_lab.wait_for(jid, {"PENDING"}, held=True)
