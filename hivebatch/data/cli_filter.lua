@@ -413,12 +413,26 @@ function M.rewrite_counts(get, env)
 end
 
 -- what to tell the user of a rewrite, or nil: a node range it narrowed, in the plugin's words for sbatch
-function M.rewrite_note(get, set)
+-- A per-node ask of a new job with several tasks and no node count became a total for one node: its
+-- tasks may need more nodes, over which the total is spread, where plain Slurm gave N on each
+-- (tests/fixtures/slurm/srun_new_job_nodes.txt). The filter cannot know how many nodes the tasks need.
+function M.rewrite_note(get, set, env)
   local asked = get("nodes") or ""
-  if set == nil or set.nodes == nil or set.nodes == asked then
+  if set == nil then
+    return nil
+  elseif set.nodes ~= nil and set.nodes ~= asked then
+    return "-N " .. asked .. " runs on " .. set.nodes .. " nodes, the fewest it allows: a job gets one node count here"
+  end
+  local _, hi = node_range(asked)
+  local per_node = set.gres or set["gpus-per-node"]
+  if set.gpus == nil or per_node == nil or hi > 0 or (get("nodelist") or "") ~= "" or job_of_step(get, env) then
     return nil
   end
-  return "-N " .. asked .. " runs on " .. set.nodes .. " nodes, the fewest it allows: a job gets one node count here"
+  if (tonumber(get("ntasks") or "") or 1) <= 1 then
+    return nil
+  end
+  return "the per-node GPU ask counts as " .. set.gpus .. " GPUs in all, spread over the nodes its tasks need: "
+    .. "give -N K for " .. set.gpus .. " on each of K nodes"
 end
 
 -- whether an option's value asks for any GPU: --gres items (a GPU-memory slice, shard:8, and a bare
@@ -470,7 +484,7 @@ function slurm_cli_pre_submit(options, offset)
   end
   local ok, set = pcall(M.rewrite, get, os.getenv)
   if ok and set ~= nil then
-    local told, note = pcall(M.rewrite_note, get, set)
+    local told, note = pcall(M.rewrite_note, get, set, os.getenv)
     if told and note ~= nil then
       io.stderr:write(string.format("%s: hivebatch: note: %s\n", tostring(options["type"]), note))
     end

@@ -49,6 +49,22 @@ describe("srun's own GPU ask", function()
     assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1", nodes = "2" },
                     rewrite({ gres = "gres:gpu:2", nodes = "2-3" }))
     assert.is_nil(load_filter().rewrite_note(function(name) return ({ nodes = "2" })[name] end, { nodes = "2" }))
+  end)
+
+  it("says when a per-node ask of several tasks without a node count became a total", function()
+    -- plain Slurm gave `srun -n 32 --gres=gpu:2` 2 GPUs on each of the nodes its tasks took; here the
+    -- 2 are spread over them (tests/fixtures/slurm/srun_new_job_nodes.txt)
+    local opts = { gres = "gres:gpu:2", ntasks = "32", nodes = "1-0" } -- srun's unset -N reads "1-0"
+    local set = rewrite(opts)
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, set)
+    local function get(name) return opts[name] end
+    local none = function() return nil end
+    assert.are.equal("the per-node GPU ask counts as 2 GPUs in all, spread over the nodes its tasks need: "
+                     .. "give -N K for 2 on each of K nodes", load_filter().rewrite_note(get, set, none))
+    -- one task, a node count, or a step: nothing to say
+    assert.is_nil(load_filter().rewrite_note(function(n) return ({ gres = "gres:gpu:2", nodes = "1-0" })[n] end, set, none))
+    assert.is_nil(load_filter().rewrite_note(function(n) return ({ ntasks = "32", nodes = "1" })[n] end, set, none))
+    assert.is_nil(load_filter().rewrite_note(get, set, function(n) return ({ SLURM_JOB_ID = "42" })[n] end))
     -- inside a job a range is the step's, over nodes the job holds already: left as it was
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1-2" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }))
   end)
