@@ -222,7 +222,8 @@ local function model_constraint(model, own)
   return own == "" and string.lower(model) or own .. "&" .. string.lower(model)
 end
 
--- the options to set (name -> value) for srun's GPU ask, or nil to leave it as given. A GPU model
+-- the options to set (name -> value) for srun's GPU ask, or nil to leave it as given, and what to tell
+-- the user of them (nil: nothing). A GPU model
 -- named to srun, inside a job or for a new one, is dropped from the step's ask: it matches none of
 -- the per-index pins. A new job keeps it as a --constraint, which the controller places by.
 function M.rewrite(get, env)
@@ -252,7 +253,7 @@ function M.rewrite(get, env)
       end
     end
   end
-  local set = M.rewrite_counts(function(name)
+  local set, note = M.rewrite_counts(function(name)
     return untyped[name] or get(name)
   end, env)
   for _, name in ipairs({ "gres", "gpus", "gpus-per-node", "gpus-per-task" }) do
@@ -264,7 +265,7 @@ function M.rewrite(get, env)
   if constraint ~= nil then
     set.constraint = constraint
   end
-  return set
+  return set, note
 end
 
 -- inside a job, a step that names a GPU model the cluster does not have: Slurm refuses a step whose
@@ -322,7 +323,8 @@ local function over_nodes(get, count, k, total_nodes, new_job)
   return nodes and { gpus = tostring(count * nodes) } or nil
 end
 
--- M.rewrite's per-node and per-step counts, with a step's types already dropped
+-- M.rewrite's per-node and per-step counts, with a step's types already dropped, and what to tell the
+-- user of them (nil: nothing)
 function M.rewrite_counts(get, env)
   local in_job, job_nodes, target = job_of_step(get, env)
   -- a step's own --gpus beside the job's per-node ask srun read from SLURM_GPUS_PER_NODE: plain
@@ -406,33 +408,18 @@ function M.rewrite_counts(get, env)
   if field == "gpus-per-node" or per_node_too then
     set["gpus-per-node"] = "0"
   end
+  local note = nil
   if fewest ~= nil then
     set.nodes = tostring(fewest)
+    note = "-N " .. get("nodes") .. " runs on " .. set.nodes .. " nodes, the fewest it allows: a job gets one node count here"
+  elseif not in_job and hi == 0 and M.count_hosts(get("nodelist")) == 0 and (tonumber(get("ntasks") or "") or 1) > 1 then
+    -- the per-node ask became a total for one node: the tasks may need more, over which it is spread,
+    -- where plain Slurm gave N on each (tests/fixtures/slurm/srun_new_job_nodes.txt); how many nodes
+    -- they need is not known here
+    note = "the per-node GPU ask counts as " .. set.gpus .. " GPUs in all, spread over the nodes its tasks need: "
+      .. "give -N K for " .. set.gpus .. " on each of K nodes"
   end
-  return set
-end
-
--- what to tell the user of a rewrite, or nil: a node range it narrowed, in the plugin's words for sbatch
--- A per-node ask of a new job with several tasks and no node count became a total for one node: its
--- tasks may need more nodes, over which the total is spread, where plain Slurm gave N on each
--- (tests/fixtures/slurm/srun_new_job_nodes.txt). The filter cannot know how many nodes the tasks need.
-function M.rewrite_note(get, set, env)
-  local asked = get("nodes") or ""
-  if set == nil then
-    return nil
-  elseif set.nodes ~= nil and set.nodes ~= asked then
-    return "-N " .. asked .. " runs on " .. set.nodes .. " nodes, the fewest it allows: a job gets one node count here"
-  end
-  local _, hi = node_range(asked)
-  local per_node = set.gres or set["gpus-per-node"]
-  if set.gpus == nil or per_node == nil or hi > 0 or (get("nodelist") or "") ~= "" or job_of_step(get, env) then
-    return nil
-  end
-  if (tonumber(get("ntasks") or "") or 1) <= 1 then
-    return nil
-  end
-  return "the per-node GPU ask counts as " .. set.gpus .. " GPUs in all, spread over the nodes its tasks need: "
-    .. "give -N K for " .. set.gpus .. " on each of K nodes"
+  return set, note
 end
 
 -- whether an option's value asks for any GPU: --gres items (a GPU-memory slice, shard:8, and a bare
@@ -482,10 +469,9 @@ function slurm_cli_pre_submit(options, offset)
     io.stderr:write(string.format("srun: error: hivebatch: %s\n", refusal))
     return slurm.ERROR
   end
-  local ok, set = pcall(M.rewrite, get, os.getenv)
+  local ok, set, note = pcall(M.rewrite, get, os.getenv)
   if ok and set ~= nil then
-    local told, note = pcall(M.rewrite_note, get, set, os.getenv)
-    if told and note ~= nil then
+    if note ~= nil then
       io.stderr:write(string.format("%s: hivebatch: note: %s\n", tostring(options["type"]), note))
     end
     for name, value in pairs(set) do

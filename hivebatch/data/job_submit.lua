@@ -1049,12 +1049,6 @@ local function operator_held(job_rec)
   return job_rec.site_factor == OPERATOR_HOLD_SITE
 end
 
-local function mark(job_desc, job_rec, site)
-  if job_rec.site_factor == 0 then
-    job_desc.site_factor = site
-  end
-end
-
 -- the update clears the mark of a hold that ends with it
 local function unmark(job_desc, job_rec)
   if job_rec.site_factor == OPERATOR_HOLD_SITE or job_rec.site_factor == OWNER_HOLD_SITE then
@@ -1077,7 +1071,9 @@ local function operator_update(job_desc, job_rec)
   end
   if priority == 0 then
     job_desc.begin_time = ADMIN_HELD_BEGIN
-    mark(job_desc, job_rec, OPERATOR_HOLD_SITE)
+    if job_rec.site_factor == 0 then
+      job_desc.site_factor = OPERATOR_HOLD_SITE
+    end
     slurm.log_info("hivebatch: an Operator held job %s; the controller leaves it until it is released", tostring(job_rec.job_id))
   elseif priority ~= nil and priority ~= NO_VAL then
     unmark(job_desc, job_rec)

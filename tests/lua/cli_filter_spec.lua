@@ -42,29 +42,27 @@ describe("srun's own GPU ask", function()
   it("runs a new job's node range on its fewest nodes, as the plugin runs sbatch's", function()
     -- the filter left `srun -N 1-2 --gres=gpu:2` to the plugin, which refused it (a per-node count on
     -- per-GPU pins); plain Slurm took both nodes of an idle lab (tests/fixtures/slurm/node_range.txt)
-    local one = rewrite({ gres = "gres:gpu:2", nodes = "1-2" })
+    local one, note = rewrite({ gres = "gres:gpu:2", nodes = "1-2" })
     assert.are.same({ gres = "gpu:0", gpus = "2", nodes = "1" }, one)
-    assert.are.equal("-N 1-2 runs on 1 nodes, the fewest it allows: a job gets one node count here",
-                     load_filter().rewrite_note(function(name) return ({ nodes = "1-2" })[name] end, one))
-    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1", nodes = "2" },
-                    rewrite({ gres = "gres:gpu:2", nodes = "2-3" }))
-    assert.is_nil(load_filter().rewrite_note(function(name) return ({ nodes = "2" })[name] end, { nodes = "2" }))
+    assert.are.equal("-N 1-2 runs on 1 nodes, the fewest it allows: a job gets one node count here", note)
+    local two
+    two, note = rewrite({ gres = "gres:gpu:2", nodes = "2-3" })
+    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1", nodes = "2" }, two)
+    assert.are.equal("-N 2-3 runs on 2 nodes, the fewest it allows: a job gets one node count here", note)
+    assert.is_nil(select(2, rewrite({ gres = "gres:gpu:2", nodes = "2" })))
   end)
 
   it("says when a per-node ask of several tasks without a node count became a total", function()
     -- plain Slurm gave `srun -n 32 --gres=gpu:2` 2 GPUs on each of the nodes its tasks took; here the
     -- 2 are spread over them (tests/fixtures/slurm/srun_new_job_nodes.txt)
-    local opts = { gres = "gres:gpu:2", ntasks = "32", nodes = "1-0" } -- srun's unset -N reads "1-0"
-    local set = rewrite(opts)
+    local set, note = rewrite({ gres = "gres:gpu:2", ntasks = "32", nodes = "1-0" }) -- srun's unset -N reads "1-0"
     assert.are.same({ gres = "gpu:0", gpus = "2" }, set)
-    local function get(name) return opts[name] end
-    local none = function() return nil end
     assert.are.equal("the per-node GPU ask counts as 2 GPUs in all, spread over the nodes its tasks need: "
-                     .. "give -N K for 2 on each of K nodes", load_filter().rewrite_note(get, set, none))
+                     .. "give -N K for 2 on each of K nodes", note)
     -- one task, a node count, or a step: nothing to say
-    assert.is_nil(load_filter().rewrite_note(function(n) return ({ gres = "gres:gpu:2", nodes = "1-0" })[n] end, set, none))
-    assert.is_nil(load_filter().rewrite_note(function(n) return ({ ntasks = "32", nodes = "1" })[n] end, set, none))
-    assert.is_nil(load_filter().rewrite_note(get, set, function(n) return ({ SLURM_JOB_ID = "42" })[n] end))
+    assert.is_nil(select(2, rewrite({ gres = "gres:gpu:2", nodes = "1-0" })))
+    assert.is_nil(select(2, rewrite({ gres = "gres:gpu:2", ntasks = "32", nodes = "1" })))
+    assert.is_nil(select(2, rewrite({ gres = "gres:gpu:2", ntasks = "32" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "1" })))
     -- inside a job a range is the step's, over nodes the job holds already: left as it was
     assert.is_nil(rewrite({ gres = "gres:gpu:2", nodes = "1-2" }, { SLURM_JOB_ID = "42", SLURM_JOB_NUM_NODES = "2" }))
   end)

@@ -229,9 +229,7 @@ def _follow_waiting(
         except SlurmError as exc:
             rec.event(session, job, "act_failed", f"could not make its hold its owner's: {exc}")
         else:
-            rec.event(
-                session, job, "held", f"held by its owner: scontrol release {sj.display_id} releases it"
-            )
+            rec.event(session, job, "held", f"{OWNER_HELD}: scontrol release {sj.display_id} releases it")
 
 
 def _follow_placed(
