@@ -1009,6 +1009,9 @@ local GUARDED = {
   cpus_per_tres = "CPUs per GPU",
   mem_per_tres = "memory per GPU",
   req_nodes = "the node list",
+  -- the controller reads a waiting job's excluded nodes from Slurm when it places it, so they stay the
+  -- owner's to change until then (plain Slurm lets them: tests/fixtures/slurm/owner_exclude_nodes.txt);
+  -- a pinned job's would exclude its pin
   exc_nodes = "the excluded nodes",
   min_nodes = "the node count",
   max_nodes = "the node count",
@@ -1129,17 +1132,18 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     refuse_whole_node_move(job_desc, job_rec, part_list)
   end
   check_class_change(job_desc, job_rec)
+  local waiting = #split_gpu(job_rec.tres_per_node) == 0
+  local pending = (job_rec.job_state or 0) % 256 == 0
   for f, what in pairs(GUARDED) do
     local v = get(job_desc, f)
-    if (type(v) == "string" and v ~= "") or (type(v) == "number" and is_set(v)) then
+    local owners = f == "exc_nodes" and waiting and pending
+    if not owners and ((type(v) == "string" and v ~= "") or (type(v) == "number" and is_set(v))) then
       fail(what .. " of hivebatch job " .. tostring(job_rec.job_id) .. " is set by hivebatch: cancel and resubmit to change it")
     end
   end
   -- until the controller has pinned it (its GPUs back on the job), Slurm must not start the job:
   -- a plugin-set priority 0 is a *user* hold on 22.05, so the owner may release it; it then stays
   -- pending behind a far begin time, which the controller reads as "released by the owner"
-  local waiting = #split_gpu(job_rec.tres_per_node) == 0
-  local pending = (job_rec.job_state or 0) % 256 == 0
   local priority = get(job_desc, "priority")
   if pending and priority == 0 and job_rec.priority == 0 and operator_held(job_rec) then
     -- plain Slurm ignores an owner's hold of a job an admin holds: the admin's hold stands

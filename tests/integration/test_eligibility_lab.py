@@ -135,3 +135,19 @@ def test_the_owner_moves_the_start_time_of_a_waiting_job(ctl: Ctl) -> None:
     assert ctl.job(held).reason.startswith("waits for its begin time"), ctl.job(held).reason
     assert run_as("alice", ["scontrol", "update", f"JobId={held}", "StartTime=now"]).returncode == 0
     ctl.until(lambda: ctl.job(held).state in ("running", "done"), what=lambda: ctl.job(held).reason)
+
+
+def test_the_owner_changes_the_nodes_a_waiting_job_excludes(ctl: Ctl) -> None:
+    # plain Slurm lets them; the plugin refused it as tampering (tests/fixtures/slurm/owner_exclude_nodes.txt)
+    jid = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-exc", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true")
+    ctl.cycle()
+    assert run_as("alice", ["scontrol", "update", f"JobId={jid}", "ExcNodeList=node[1-4]"]).returncode == 0
+    assert run_as("alice", ["scontrol", "update", f"JobId={jid}", "StartTime=now"]).returncode == 0
+    ctl.until(
+        lambda: ctl.job(jid).reason.startswith("can never run as asked"), what=lambda: ctl.job(jid).reason
+    )
+    assert f"scontrol update JobId={jid} ExcNodeList=" in ctl.job(jid).reason
+    # the rejection is judged again each cycle: the owner lets three nodes back, not node1
+    assert run_as("alice", ["scontrol", "update", f"JobId={jid}", "ExcNodeList=node1"]).returncode == 0
+    ctl.until(lambda: ctl.job(jid).state in ("running", "done"), what=lambda: ctl.job(jid).reason)
+    assert ctl.job(jid).placement and "node1" not in ctl.job(jid).placement, ctl.job(jid).placement

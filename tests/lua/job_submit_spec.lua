@@ -377,6 +377,15 @@ describe("slurm_job_modify", function()
     end)
   end
 
+  it("lets the owner change the nodes a waiting job excludes, not a pinned one's", function()
+    -- plain Slurm lets them; the controller reads them when it places the job
+    -- (tests/fixtures/slurm/owner_exclude_nodes.txt)
+    local waiting = { job_id = 7, admin_comment = managed.admin_comment, priority = 0, tres_per_node = "", job_state = 0 }
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ exc_nodes = "node1" }), waiting, {}, 1001))
+    local pinned = { job_id = 9, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "gres:gpu:g0:1", job_state = 0 }
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ exc_nodes = "node1" }), pinned, {}, 1001))
+  end)
+
   it("lets the owner change name, time limit and comment", function()
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ name = "x", time_limit = 30, comment = "c" }), managed, {}, 1001))
   end)

@@ -28,6 +28,9 @@ def features_met(expr: str, have: list[str]) -> bool:
     return any(all(f in have for f in re.split(r"[&,]", alt)) for alt in expr.split("|"))
 
 
+EXCLUDED = "excluded by the job"
+
+
 def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
     """Why Slurm could never start ``sj`` on ``node``, whatever else runs there (what the node is, not
     what it has free); None when it could some day."""
@@ -36,7 +39,7 @@ def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
     if sj.reservation:
         return None  # a reservation's own nodes: Slurm places such jobs itself (the plugin passes them)
     if node.name in sj.excluded_nodes:
-        return "excluded by the job"
+        return EXCLUDED
     if not features_met(sj.features, node.features):
         return f"lacks feature {sj.features}"
     if node.cpus and sj.cpus_per_node > node.cpus:

@@ -6,7 +6,7 @@ import datetime as dt
 from functools import partial
 
 from hivebatch.cells import CellAllocator, ClusterSpec
-from hivebatch.controller.decide.fit import clear_of_reservations, node_needs, unfit_text, why_unfit
+from hivebatch.controller.decide.fit import EXCLUDED, clear_of_reservations, node_needs, unfit_text, why_unfit
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.tasks import slurm_order, start_prediction
 from hivebatch.controller.decide.types import GpuMap, Round, Wait
@@ -131,7 +131,13 @@ def _screen_one(
         never = r.never_for(job, sj)
         if sum(n not in never for n in of_type) < need:
             # Slurm refuses such a job at submit, but not a held one, as the plugin's are
-            reason = f"can never run as asked: {unfit_text(never)}; cancel it and submit it again with what the nodes have"
+            # its excluded nodes stay the owner's to change while it waits (the plugin lets them)
+            fix = (
+                f"exclude fewer nodes (scontrol update JobId={sj.job_id} ExcNodeList=...), or cancel it and submit it again"
+                if EXCLUDED in never.values()
+                else "cancel it and submit it again"
+            )
+            reason = f"can never run as asked: {unfit_text(never)}; {fix} with what the nodes have"
             r.out.waits.append(Wait(job, reason, rejected=True))
             return
     if all(n in unfit for n in of_type):
