@@ -1001,6 +1001,12 @@ local function submit(job_desc, part_list, submit_uid)
   return slurm.SUCCESS
 end
 
+-- The controller reads a waiting job's node list and excluded nodes from Slurm when it places it,
+-- so they stay the owner's to change until then (plain Slurm lets them:
+-- tests/fixtures/slurm/owner_exclude_nodes.txt); a pinned job's node list is its pin, and its
+-- exclusion could exclude the pin.
+local OWNERS_WHILE_WAITING = { req_nodes = true, exc_nodes = true }
+
 local GUARDED = {
   tres_per_job = "the GPU ask",
   tres_per_node = "the GPU ask",
@@ -1009,9 +1015,6 @@ local GUARDED = {
   cpus_per_tres = "CPUs per GPU",
   mem_per_tres = "memory per GPU",
   req_nodes = "the node list",
-  -- the controller reads a waiting job's excluded nodes from Slurm when it places it, so they stay the
-  -- owner's to change until then (plain Slurm lets them: tests/fixtures/slurm/owner_exclude_nodes.txt);
-  -- a pinned job's would exclude its pin
   exc_nodes = "the excluded nodes",
   min_nodes = "the node count",
   max_nodes = "the node count",
@@ -1136,7 +1139,7 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   local pending = (job_rec.job_state or 0) % 256 == 0
   for f, what in pairs(GUARDED) do
     local v = get(job_desc, f)
-    local owners = f == "exc_nodes" and waiting and pending
+    local owners = OWNERS_WHILE_WAITING[f] and waiting and pending
     if not owners and ((type(v) == "string" and v ~= "") or (type(v) == "number" and is_set(v))) then
       fail(what .. " of hivebatch job " .. tostring(job_rec.job_id) .. " is set by hivebatch: cancel and resubmit to change it")
     end

@@ -137,8 +137,21 @@ def test_the_owner_moves_the_start_time_of_a_waiting_job(ctl: Ctl) -> None:
     ctl.until(lambda: ctl.job(held).state in ("running", "done"), what=lambda: ctl.job(held).reason)
 
 
-def test_the_owner_changes_the_nodes_a_waiting_job_excludes(ctl: Ctl) -> None:
-    # plain Slurm lets them; the plugin refused it as tampering (tests/fixtures/slurm/owner_exclude_nodes.txt)
+def test_the_owner_changes_the_nodes_a_waiting_job_lists_or_excludes(ctl: Ctl) -> None:
+    # plain Slurm lets them; the plugin refused it as tampering, and a cleared list went unseen
+    # (tests/fixtures/slurm/owner_exclude_nodes.txt)
+    listed = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-w", "-w", "node1", "--gres=gpu:1", "--begin=now+1hour",
+                     "--wrap", "true")  # fmt: skip
+    cleared = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-w", "-w", "node1", "--gres=gpu:1", "--begin=now+1hour",
+                      "--wrap", "true")  # fmt: skip
+    ctl.cycle()
+    assert run_as("alice", ["scontrol", "update", f"JobId={listed}", "ReqNodeList=node3"]).returncode == 0
+    assert run_as("alice", ["scontrol", "update", f"JobId={cleared}", "ReqNodeList="]).returncode == 0
+    ctl.cycle()
+    assert run_as("alice", ["scontrol", "update", f"JobId={listed}", "StartTime=now"]).returncode == 0
+    ctl.until(lambda: ctl.job(listed).state in ("running", "done"), what=lambda: ctl.job(listed).reason)
+    assert list(ctl.job(listed).placement or {}) == ["node3"], ctl.job(listed).placement
+    assert "node1" not in ctl.job(cleared).reason, ctl.job(cleared).reason
     jid = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-exc", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true")
     ctl.cycle()
     assert run_as("alice", ["scontrol", "update", f"JobId={jid}", "ExcNodeList=node[1-4]"]).returncode == 0
@@ -146,7 +159,7 @@ def test_the_owner_changes_the_nodes_a_waiting_job_excludes(ctl: Ctl) -> None:
     ctl.until(
         lambda: ctl.job(jid).reason.startswith("can never run as asked"), what=lambda: ctl.job(jid).reason
     )
-    assert f"scontrol update JobId={jid} ExcNodeList=" in ctl.job(jid).reason
+    assert f"scontrol update JobId={jid} ReqNodeList=... or ExcNodeList=" in ctl.job(jid).reason
     # the rejection is judged again each cycle: the owner lets three nodes back, not node1
     assert run_as("alice", ["scontrol", "update", f"JobId={jid}", "ExcNodeList=node1"]).returncode == 0
     ctl.until(lambda: ctl.job(jid).state in ("running", "done"), what=lambda: ctl.job(jid).reason)

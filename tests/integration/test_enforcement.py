@@ -227,7 +227,6 @@ def test_a_zero_gpu_count_runs_as_a_cpu_job_as_under_plain_slurm(slurm_lab, lab_
 TAMPER = [
     ["Gres=gpu:4"],
     ["TresPerJob=gres:gpu:4"],
-    ["NodeList=node1"],
     ["NumNodes=2"],
     ['AdminComment=hivebatch:v2:{"gpus":8}'],
 ]
@@ -241,12 +240,15 @@ def test_the_owner_cannot_tamper_with_a_waiting_gpu_job(slurm_lab, lab_jobs):
         out = _as("alice", ["scontrol", "update", f"JobId={jid}", *change])
         assert out.returncode != 0, change
     # what Slurm normally allows still works, and a comment changes nothing for the cells; a start time
-    # is Slurm's begin time, and the plugin's hold still keeps the job from starting without its GPUs
-    # (tests/fixtures/slurm/owner_start_time.txt)
+    # is Slurm's begin time, the nodes it lists or excludes are where the controller may place it, and
+    # the plugin's hold still keeps the job from starting without its GPUs
+    # (tests/fixtures/slurm/owner_start_time.txt, owner_exclude_nodes.txt)
     allowed = (
         ["Name=renamed"],
         ["TimeLimit=30"],
         ['Comment=hivebatch:hints:{"model":"x"}'],
+        ["NodeList=node1"],
+        ["ExcNodeList=node2"],
         ["StartTime=now"],
     )
     for change in allowed:

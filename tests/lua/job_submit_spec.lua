@@ -367,7 +367,6 @@ describe("slurm_job_modify", function()
   local guarded = {
     { "the GPU ask", { tres_per_node = "gres:gpu:4" } },
     { "the GPU ask", { tres_per_job = "gres:gpu:4" } },
-    { "the node list", { req_nodes = "node1" } },
     { "the node count", { min_nodes = 2 } },
     { "CPUs per GPU", { cpus_per_tres = "gres:gpu:8" } },
   }
@@ -377,13 +376,15 @@ describe("slurm_job_modify", function()
     end)
   end
 
-  it("lets the owner change the nodes a waiting job excludes, not a pinned one's", function()
+  it("lets the owner change the nodes a waiting job lists or excludes, not a pinned one's", function()
     -- plain Slurm lets them; the controller reads them when it places the job
     -- (tests/fixtures/slurm/owner_exclude_nodes.txt)
     local waiting = { job_id = 7, admin_comment = managed.admin_comment, priority = 0, tres_per_node = "", job_state = 0 }
-    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ exc_nodes = "node1" }), waiting, {}, 1001))
     local pinned = { job_id = 9, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "gres:gpu:g0:1", job_state = 0 }
-    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ exc_nodes = "node1" }), pinned, {}, 1001))
+    for _, change in ipairs({ { exc_nodes = "node1" }, { req_nodes = "node2" } }) do
+      assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd(change), waiting, {}, 1001))
+      assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd(change), pinned, {}, 1001))
+    end
   end)
 
   it("lets the owner change name, time limit and comment", function()
@@ -544,7 +545,7 @@ describe("slurm_job_modify", function()
   end)
 
   it("never writes to the user: slurmctld drops such messages on modify", function()
-    slurm_job_modify(upd({ req_nodes = "node1" }), managed, {}, 1001)
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ min_nodes = 2 }), managed, {}, 1001))
     assert.are.equal(0, #slurm.user_msgs)
   end)
 end)

@@ -137,7 +137,8 @@ def test_a_job_no_node_could_ever_take_is_rejected_saying_so(ctx, needs: dict, w
     (wait,) = r.out.waits
     assert wait.rejected and wait.reason.startswith(f"can never run as asked: {why}")
     # the excluded nodes are the one need here the owner may still change (owner_exclude_nodes.txt)
-    fix = "exclude fewer nodes (scontrol update JobId=1 ExcNodeList=...), or " if "excluded" in why else ""
+    fix = "change the nodes it lists or excludes (scontrol update JobId=1 ReqNodeList=... or ExcNodeList=...), or "
+    fix = fix if "excluded" in why else ""
     assert wait.reason.endswith(f"; {fix}cancel it and submit it again with what the nodes have")
 
 
@@ -172,7 +173,8 @@ def test_a_job_goes_only_to_the_nodes_its_owner_listed(ctx):
     job = row(1, JobRequest(vc="cv", gpus=1))
     r = make_round(ctx, [job])
     comment = 'hivebatch:v2:{"gpus":1,"nodelist":"node[3-4]","qos":"normal","vc":"cv"}'
-    r.ledger.slurm[1] = replace(r.ledger.slurm[1], admin_comment=comment)
+    listed = ["node3", "node4"]
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], admin_comment=comment, required_nodes=listed)
     r.ledger.nodes = {n: _node(n) for n in ("node1", "node2", "node3", "node4")}
     assert r.unfit_for(job, r.ledger.slurm[1]) == {
         "node1": "not in its --nodelist node[3-4]",
@@ -186,6 +188,28 @@ def test_a_job_goes_only_to_the_nodes_its_owner_listed(ctx):
     assert list(place.placement) in (["node3"], ["node4"])  # node1 comes first in tree order otherwise
 
 
+@pytest.mark.parametrize(
+    ("required", "tres_per_node", "unfit"),
+    [
+        # the owner listed other nodes while it waited (scontrol update ReqNodeList=node1), or none
+        (["node1"], "", {"node2", "node3", "node4"}),
+        ([], "", set()),
+        # pinned once (taken back, requeued): Slurm's list is the pin, the owner's is the recorded one
+        (["node1"], "gres:gpu:g0:1", {"node1", "node2"}),
+    ],
+)
+def test_a_waiting_job_goes_to_the_nodes_its_owner_lists_now(ctx, required, tres_per_node, unfit):  # type: ignore[no-untyped-def]
+    # plain Slurm lets the owner change a pending job's node list (tests/fixtures/slurm/owner_exclude_nodes.txt)
+    job = row(1, JobRequest(vc="cv", gpus=1))
+    r = make_round(ctx, [job])
+    comment = 'hivebatch:v2:{"gpus":1,"nodelist":"node[3-4]","qos":"normal","vc":"cv"}'
+    sj = replace(
+        r.ledger.slurm[1], admin_comment=comment, required_nodes=required, tres_per_node=tres_per_node
+    )
+    r.ledger.nodes = {n: _node(n) for n in ("node1", "node2", "node3", "node4")}
+    assert set(r.unfit_for(job, sj)) == unfit
+
+
 def test_listing_nodes_does_not_make_the_other_vcs_guarantees_look_at_risk(ctx):
     # seen on the lab: bob's `-w node3` and `-w node[3-4] -N 2` waited on an idle cluster, the nodes
     # the job must not use counted as busy when binding nlp's node cells was checked against cv and sys
@@ -194,9 +218,9 @@ def test_listing_nodes_does_not_make_the_other_vcs_guarantees_look_at_risk(ctx):
         row(2, JobRequest(vc="nlp", gpus=2, nodes=2, gpus_per_node=1)),
     ]
     r = make_round(ctx, jobs)
-    for jid, wanted in ((1, "node3"), (2, "node[3-4]")):
+    for jid, wanted, listed in ((1, "node3", ["node3"]), (2, "node[3-4]", ["node3", "node4"])):
         comment = f'hivebatch:v2:{{"gpus":1,"nodelist":"{wanted}","qos":"normal","vc":"nlp"}}'
-        r.ledger.slurm[jid] = replace(r.ledger.slurm[jid], admin_comment=comment)
+        r.ledger.slurm[jid] = replace(r.ledger.slurm[jid], admin_comment=comment, required_nodes=listed)
     r.ledger.nodes = {n: _node(n) for n in ("node1", "node2", "node3", "node4")}
     r.fresh.append((jobs[1], JobRequest(vc="nlp", gpus=2, nodes=2, gpus_per_node=1), r.ledger.slurm[2]))
     r.fresh.append((jobs[0], JobRequest(vc="nlp", gpus=1), r.ledger.slurm[1]))

@@ -28,7 +28,9 @@ def features_met(expr: str, have: list[str]) -> bool:
     return any(all(f in have for f in re.split(r"[&,]", alt)) for alt in expr.split("|"))
 
 
+# the owner's own choices of nodes, which they may change while the job waits
 EXCLUDED = "excluded by the job"
+UNLISTED = "not in its --nodelist"
 
 
 def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
@@ -181,7 +183,7 @@ def unfit_nodes(
     out = {} if ever else {name: "Slurm did not start the job there before" for name in avoided}
     if wanted:
         listed = set(expand_hostlist(wanted))
-        out.update({name: f"not in its --nodelist {wanted}" for name in nodes if name not in listed})
+        out.update({name: f"{UNLISTED} {wanted}" for name in nodes if name not in listed})
     for name, node in nodes.items():
         why = why_never(sj, node) if ever else why_unfit(sj, node, now)
         if why and name not in out:

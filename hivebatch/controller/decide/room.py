@@ -6,7 +6,14 @@ import datetime as dt
 from functools import partial
 
 from hivebatch.cells import CellAllocator, ClusterSpec
-from hivebatch.controller.decide.fit import EXCLUDED, clear_of_reservations, node_needs, unfit_text, why_unfit
+from hivebatch.controller.decide.fit import (
+    EXCLUDED,
+    UNLISTED,
+    clear_of_reservations,
+    node_needs,
+    unfit_text,
+    why_unfit,
+)
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.tasks import slurm_order, start_prediction
 from hivebatch.controller.decide.types import GpuMap, Round, Wait
@@ -131,10 +138,12 @@ def _screen_one(
         never = r.never_for(job, sj)
         if sum(n not in never for n in of_type) < need:
             # Slurm refuses such a job at submit, but not a held one, as the plugin's are
-            # its excluded nodes stay the owner's to change while it waits (the plugin lets them)
+            # its node list and excluded nodes stay the owner's to change while it waits
+            chosen = any(why == EXCLUDED or why.startswith(UNLISTED) for why in never.values())
             fix = (
-                f"exclude fewer nodes (scontrol update JobId={sj.job_id} ExcNodeList=...), or cancel it and submit it again"
-                if EXCLUDED in never.values()
+                f"change the nodes it lists or excludes (scontrol update JobId={sj.job_id} ReqNodeList=... "
+                "or ExcNodeList=...), or cancel it and submit it again"
+                if chosen
                 else "cancel it and submit it again"
             )
             reason = f"can never run as asked: {unfit_text(never)}; {fix} with what the nodes have"

@@ -18,15 +18,21 @@ from hivebatch.controller.observe import phase
 from hivebatch.db.models import Job
 from hivebatch.node_room import NodeNeeds, NodeRoom
 from hivebatch.qos import Task
-from hivebatch.request import JobRequest, plugin_extras
+from hivebatch.request import JobRequest, kept_gpus, plugin_extras
+from hivebatch.slurm.parse import expand_hostlist
 from hivebatch.slurm.types import SlurmJob
 
 GpuMap = dict[str, dict[int, GpuUse]]
 
 
 def _nodelist(sj: SlurmJob) -> str:
-    """The owner's -w/--nodelist the plugin kept in the request ("" when none)."""
-    return str(plugin_extras(sj).get("nodelist") or "")
+    """The owner's -w/--nodelist ("" when none): Slurm's own while the job waits unpinned, where the
+    owner may change it (tests/fixtures/slurm/owner_exclude_nodes.txt); once a pin has replaced it,
+    the one the plugin kept in the request."""
+    recorded = str(plugin_extras(sj).get("nodelist") or "")
+    if kept_gpus(sj) or set(expand_hostlist(recorded)) == set(sj.required_nodes):
+        return recorded  # as the owner wrote it: node[3-4]
+    return ",".join(sj.required_nodes)
 
 
 @dataclass
