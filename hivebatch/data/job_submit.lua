@@ -1140,7 +1140,9 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   for f, what in pairs(GUARDED) do
     local v = get(job_desc, f)
     local owners = OWNERS_WHILE_WAITING[f] and waiting and pending
-    if not owners and ((type(v) == "string" and v ~= "") or (type(v) == "number" and is_set(v))) then
+    -- a cleared list ("ReqNodeList=") counts too: a pinned job's node list is its pin
+    local given = (type(v) == "string" and (v ~= "" or OWNERS_WHILE_WAITING[f])) or (type(v) == "number" and is_set(v))
+    if given and not owners then
       fail(what .. " of hivebatch job " .. tostring(job_rec.job_id) .. " is set by hivebatch: cancel and resubmit to change it")
     end
   end

@@ -381,7 +381,7 @@ describe("slurm_job_modify", function()
     -- (tests/fixtures/slurm/owner_exclude_nodes.txt)
     local waiting = { job_id = 7, admin_comment = managed.admin_comment, priority = 0, tres_per_node = "", job_state = 0 }
     local pinned = { job_id = 9, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "gres:gpu:g0:1", job_state = 0 }
-    for _, change in ipairs({ { exc_nodes = "node1" }, { req_nodes = "node2" } }) do
+    for _, change in ipairs({ { exc_nodes = "node1" }, { req_nodes = "node2" }, { req_nodes = "" } }) do
       assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd(change), waiting, {}, 1001))
       assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd(change), pinned, {}, 1001))
     end
