@@ -1004,8 +1004,11 @@ end
 -- The controller reads a waiting job's node list and excluded nodes from Slurm when it places it,
 -- so they stay the owner's to change until then (plain Slurm lets them:
 -- tests/fixtures/slurm/owner_exclude_nodes.txt); a pinned job's node list is its pin, and its
--- exclusion could exclude the pin.
+-- exclusion could exclude the pin. A started job's exclusion Slurm refuses itself, in its own words
+-- ("Job is no longer pending execution", for the running tasks of an array updated whole); a
+-- started job's node list is how Slurm shrinks it, so that stays refused here.
 local OWNERS_WHILE_WAITING = { req_nodes = true, exc_nodes = true }
+local SLURMS_ONCE_STARTED = { exc_nodes = true }
 
 local GUARDED = {
   tres_per_job = "the GPU ask",
@@ -1139,7 +1142,7 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   local pending = (job_rec.job_state or 0) % 256 == 0
   for f, what in pairs(GUARDED) do
     local v = get(job_desc, f)
-    local owners = OWNERS_WHILE_WAITING[f] and waiting and pending
+    local owners = (OWNERS_WHILE_WAITING[f] and waiting and pending) or (SLURMS_ONCE_STARTED[f] and not pending)
     -- a cleared list ("ReqNodeList=") counts too: a pinned job's node list is its pin
     local given = (type(v) == "string" and (v ~= "" or OWNERS_WHILE_WAITING[f])) or (type(v) == "number" and is_set(v))
     if given and not owners then

@@ -147,3 +147,30 @@ def test_the_owners_hold_of_a_whole_array_holds_every_task_until_they_release_it
         return len(done) == 4
 
     ctl.until(all_done, timeout_s=120, what=lambda: [(j.display_id, j.state, j.reason) for j in tasks()])
+
+
+def test_the_owner_excludes_a_node_from_an_array_whose_first_tasks_run(ctl: Ctl) -> None:
+    # plain Slurm updates the pending tasks and refuses the running ones in its own words; the plugin
+    # refused all of the update (tests/fixtures/slurm/owner_exclude_nodes.txt)
+    out = run_as("alice", ["sbatch", "--parsable", "-J", f"{ctl.tag}-arx", "--array=0-3%2", "--gres=gpu:1",
+                           "-t", "5", "--chdir", str(ctl.jobs_dir), "-o", "/dev/null", "--wrap", "sleep 6"],
+                 timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    array = int(out.stdout.strip())
+    ctl.mine.add(array)
+
+    def tasks() -> list:  # type: ignore[type-arg]
+        return [j for j in ctl.backend.inner.list_jobs() if j.array_job_id == array]
+
+    ctl.until(
+        lambda: sum(j.state == "RUNNING" for j in tasks()) == 2,
+        what=lambda: [(j.display_id, j.state) for j in tasks()],
+    )
+    busy = sorted({n for j in tasks() if j.state == "RUNNING" for n in j.nodes})
+    upd = run_as("alice", ["scontrol", "update", f"JobId={array}", f"ExcNodeList={','.join(busy)}"])
+    assert upd.returncode != 0 and "Job is no longer pending execution" in upd.stderr, upd.stderr
+    assert "denied" not in upd.stderr, upd.stderr
+    ctl.until(lambda: sum(j.state == "COMPLETED" and j.array_task_id is not None for j in tasks()) == 4,
+              timeout_s=150, what=lambda: [(j.display_id, j.state, j.reason) for j in tasks()])  # fmt: skip
+    later = [j.job_id for j in tasks() if j.array_task_id in (2, 3)]
+    assert len(later) == 2 and not any(set(busy) & set(ctl.job(jid).placement or {}) for jid in later)

@@ -385,6 +385,10 @@ describe("slurm_job_modify", function()
       assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd(change), waiting, {}, 1001))
       assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd(change), pinned, {}, 1001))
     end
+    -- a running job's: Slurm refuses the exclusion itself, as on plain Slurm; its node list would shrink it
+    local running = { job_id = 10, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "gres:gpu:g0:1", job_state = 1 }
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ exc_nodes = "node1" }), running, {}, 1001))
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ req_nodes = "node1" }), running, {}, 1001))
   end)
 
   it("lets the owner change name, time limit and comment", function()
