@@ -84,6 +84,7 @@ SCHEMA: dict[str, Any] = {
         "policy": _ANY,
         "start_timeout_s": _ANY,
         "usage_file": _ANY,
+        "refusals_file": _ANY,
         "backfill": _ANY,
         "starve_after_h": _ANY,
         "fairshare_half_life_h": _ANY,

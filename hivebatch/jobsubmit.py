@@ -26,6 +26,9 @@ ALWAYS_OPERATORS = ("root",)
 USAGE_FILE = "hivebatch_usage.lua"
 #: the GPU nodes' largest CPU count and memory, which the controller writes beside the usage file
 NODES_FILE = "hivebatch_nodes.lua"
+#: where the plugin notes the owner updates it refuses (slurmctld passes no message back from an
+#: update), in a directory slurmctld's user may write and the controller read
+REFUSALS_FILE = "/var/spool/hivebatch/refused.log"
 #: where Slurm's daemons and clients look for slurm.conf when $SLURM_CONF is not set
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 #: the usage file goes stale after this many missed controller cycles, and never sooner than 5 minutes
@@ -52,6 +55,20 @@ def usage_file(data: Mapping[str, Any], conf_dir: str | os.PathLike[str] | None 
             )
         return Path(named)
     return slurm_conf_dir(conf_dir) / USAGE_FILE
+
+
+def refusals_file(data: Mapping[str, Any]) -> Path:
+    """Where the plugin notes the owner updates it refuses, for the controller (and so hq) to say why:
+    ``controller.refusals_file``, else REFUSALS_FILE. slurmctld's user writes it; nobody else may."""
+    section = data.get("controller") or {}
+    named = section.get("refusals_file") if isinstance(section, Mapping) else None
+    if named is None:
+        return Path(REFUSALS_FILE)
+    if not isinstance(named, str) or not os.path.isabs(named):
+        raise ConfigError(
+            f"controller.refusals_file must be an absolute path (slurmctld writes it), got {named!r}"
+        )
+    return Path(named)
 
 
 def nodes_file(data: Mapping[str, Any], conf_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -160,6 +177,7 @@ def site_table(
         "usage_file": str(usage_file(data, conf_dir)),
         "usage_max_age_s": usage_max_age_s(data),
         "nodes_file": str(nodes_file(data, conf_dir)),
+        "refusals_file": str(refusals_file(data)),
         # node -> its GPU type: an --exclusive job that can land on one takes all its GPUs
         "gpu_nodes": {n.name: n.gpu_type.lower() for n in spec.nodes},
     }

@@ -61,6 +61,8 @@ class ControllerContext:
     usage_path: Path | None = None
     #: the job_submit plugin's node sizes file, written each cycle by the controller serving slurmctld
     nodes_path: Path | None = None
+    #: where the job_submit plugin notes the owner updates it refused, read each cycle by the same controller
+    refusals_path: Path | None = None
     notice: NoticeSettings = field(default_factory=NoticeSettings)
 
 
@@ -126,7 +128,7 @@ def load_context(config: str | os.PathLike[str] | None = None, *, publish: bool 
             f"controller.policy {settings.policy!r} is unknown: use one of {', '.join(qos.POLICY_NAMES)}"
         )
     profiles = qos.ProfileStore.load(qos_settings.profiles)
-    from hivebatch.jobsubmit import nodes_file, usage_file
+    from hivebatch.jobsubmit import nodes_file, refusals_file, usage_file
 
     user_limits = parse_user_limits(data, spec.vcs)
     return ControllerContext(
@@ -141,5 +143,6 @@ def load_context(config: str | os.PathLike[str] | None = None, *, publish: bool 
         user_limits=user_limits,
         usage_path=None if user_limits.empty else usage_file(data),
         nodes_path=nodes_file(data) if publish else None,
+        refusals_path=refusals_file(data) if publish else None,
         notice=parse_notice(data),
     )

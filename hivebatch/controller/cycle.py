@@ -13,6 +13,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from hivebatch.cells import ClusterSpec
+from hivebatch.controller import refusals
 from hivebatch.controller.act import act, write_intents
 from hivebatch.controller.avoid import load_avoided
 from hivebatch.controller.context import ControllerContext
@@ -132,12 +133,16 @@ def _set_prediction(job: Job, w: Wait, now: dt.datetime) -> None:
         job.predicted_start, job.predicted_end, job.slack_s = new
 
 
-def _apply_waits(session: Session, rec: Recorder, waits: list[Wait], now: dt.datetime) -> list[Wait]:
+def _apply_waits(
+    session: Session, rec: Recorder, waits: list[Wait], now: dt.datetime, refused: dict[int, str]
+) -> list[Wait]:
     """Write reasons and predictions of waiting jobs; an event (and log line) only when the reason changes.
+    A refusal of the owner's update in the last hour ends the reason (``refused``, by Slurm job id).
     Returns the waits worth telling the job's client: a job's first reason to wait, and a rejection."""
     news: list[Wait] = []
     for w in waits:
         job = w.job
+        w.reason = refusals.with_refusal(w.reason, refused.get(job.slurm_job_id))
         new_state = "rejected" if w.rejected else ("preempted" if job.state == "preempted" else "queued")
         changed = job.reason != w.reason or job.state != new_state
         first = job.reason is None
@@ -197,6 +202,7 @@ def run_cycle(
         # reconcile (one transaction)
         sync_vcs(session, ctx.spec, obs.now)
         ledger = sync_jobs(session, obs, rec, backend)
+        refusals.read_and_record(session, rec, ctx.refusals_path, ledger.jobs)
         rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
         ledger.avoided = load_avoided(session, obs.now, ledger.jobs)
         half_life = ctx.settings.fairshare_half_life_s
@@ -212,7 +218,7 @@ def run_cycle(
         decisions: Decisions = decide(ctx, ledger, obs.now)
         t = mark("decide", t)
         write_intents(session, decisions, ledger.jobs, obs.now)
-        news = _apply_waits(session, rec, decisions.waits, obs.now)
+        news = _apply_waits(session, rec, decisions.waits, obs.now, refusals.recent(session, obs.now))
         session.commit()
         tell_clients(backend, news, ledger.slurm)
         t = mark("intents", t)

@@ -1168,6 +1168,35 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   return slurm.SUCCESS
 end
 
+-- slurmctld drops a job_modify message: the owner sees only "Access/permission denied". The
+-- refusal is also noted, one JSON line each, in a file the controller reads, so that hq says what
+-- to change. The file is rotated once it passes a megabyte; a site without its directory has no notes.
+local NOTES_MAX_BYTES = 1048576
+
+function M.note_refusal(job_id, uid, msg)
+  local path = SITE.refusals_file
+  if path == nil or path == "" then
+    return
+  end
+  local f = io.open(path, "a")
+  if f ~= nil and f:seek("end") > NOTES_MAX_BYTES then
+    f:close()
+    os.rename(path, path .. ".1")
+    f = io.open(path, "a")
+  end
+  if f == nil then
+    return
+  end
+  f:write(string.format('{"t":%d,"job":%d,"uid":%d,"msg":%s}\n', os.time(), job_id, uid, json_value(msg)))
+  f:close()
+end
+
+local ON_REFUSAL = {
+  job_modify = function(msg, _, job_rec, _, submit_uid)
+    M.note_refusal(job_rec.job_id, submit_uid, msg)
+  end,
+}
+
 -- pcall wrapper: an error refuses the job with one line instead of letting it through unmanaged
 -- (slurmctld passes the submit message to sbatch, but drops it on modify: the error code is all the user sees)
 local function guarded(name, refusal, fn, ...)
@@ -1185,6 +1214,12 @@ local function guarded(name, refusal, fn, ...)
   end
   if refusal == slurm.ERROR then
     slurm.log_user("%s", msg)
+  end
+  if ON_REFUSAL[name] ~= nil then
+    local noted, err = pcall(ON_REFUSAL[name], msg, ...)
+    if not noted then
+      slurm.log_error("hivebatch: could not note the refusal for the controller: %s", tostring(err))
+    end
   end
   return refusal
 end

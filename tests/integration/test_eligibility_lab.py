@@ -164,3 +164,16 @@ def test_the_owner_changes_the_nodes_a_waiting_job_lists_or_excludes(ctl: Ctl) -
     assert run_as("alice", ["scontrol", "update", f"JobId={jid}", "ExcNodeList=node1"]).returncode == 0
     ctl.until(lambda: ctl.job(jid).state in ("running", "done"), what=lambda: ctl.job(jid).reason)
     assert ctl.job(jid).placement and "node1" not in ctl.job(jid).placement, ctl.job(jid).placement
+
+
+def test_the_reason_an_owners_update_was_refused_reaches_the_jobs_reason(ctl: Ctl) -> None:
+    # slurmctld drops the plugin's message on an update: the owner saw only "Access/permission denied"
+    # (tests/fixtures/slurm/refused_update_note.txt)
+    jid = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-nn", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true")
+    ctl.cycle()
+    out = run_as("alice", ["scontrol", "update", f"JobId={jid}", "NumNodes=2"])
+    assert out.returncode != 0 and "Access/permission denied" in out.stderr, out.stderr
+    ctl.cycle()
+    assert ctl.job(jid).reason.endswith(
+        f" UTC was refused: the node count of hivebatch job {jid} is set by hivebatch: cancel and resubmit to change it"
+    ), ctl.job(jid).reason

@@ -1,0 +1,134 @@
+"""The owner updates the job_submit plugin refused, read from the file it notes them in.
+
+slurmctld passes no message back from ``job_modify``: a refused ``scontrol update`` prints only
+``Access/permission denied for job N``. The plugin appends each refusal as one JSON line to a file only
+slurmctld's user may write (``controller.refusals_file``); the controller records each as an event and
+adds the latest to the job's waiting reason for an hour, so that ``hq`` says what to change.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hivebatch.controller.record import Recorder, set_state
+from hivebatch.db.models import Event, Job
+from hivebatch.state.shares import get_state
+
+log = logging.getLogger(__name__)
+
+KIND = "update_refused"
+#: how long the latest refusal stays in the job's waiting reason
+SHOWN_S = 3600.0
+#: at most this much of the file is read in one cycle (the plugin rotates it at 1 MB)
+READ_MAX_BYTES = 1 << 20
+_STATE_KEY = "refusals_read"
+
+#: files whose permissions were found unsafe: logged once
+_UNSAFE: set[Path] = set()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    at: dt.datetime  # naive UTC, as the ledger keeps times
+    slurm_job_id: int
+    uid: int
+    message: str
+
+
+def _unsafe(path: Path, st: os.stat_result) -> str | None:
+    """Why the file cannot be trusted: someone besides its owner may write it or its directory."""
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} may be written by others than its owner (mode {stat.S_IMODE(st.st_mode):o})"
+    parent = path.parent.stat()
+    if parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not parent.st_mode & stat.S_ISVTX:
+        return f"its directory {path.parent} may be written by others (mode {stat.S_IMODE(parent.st_mode):o})"
+    return None
+
+
+def parse_line(line: str) -> Refusal | None:
+    """One noted refusal; None for a line that is not one (cut short by a rotation, or foreign)."""
+    try:
+        raw = json.loads(line)
+        at = dt.datetime.fromtimestamp(int(raw["t"]), dt.UTC).replace(tzinfo=None)
+        return Refusal(at, int(raw["job"]), int(raw["uid"]), str(raw["msg"]))
+    except (ValueError, TypeError, KeyError, OverflowError, OSError):
+        return None
+
+
+def read_new(session: Session, path: Path, now: dt.datetime) -> list[Refusal]:
+    """The refusals noted since the last cycle's read (a rotated or replaced file is read from its start)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return []
+    why = _unsafe(path, st)
+    if why is not None:
+        if path not in _UNSAFE:
+            log.warning("not reading the plugin's refusals: %s", why)
+            _UNSAFE.add(path)
+        return []
+    seen = get_state(session, _STATE_KEY) or {}
+    offset = int(seen.get("offset", 0)) if seen.get("inode") == st.st_ino else 0
+    if offset > st.st_size:
+        offset = 0
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            chunk = f.read(READ_MAX_BYTES)
+    except OSError:
+        return []
+    whole = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next cycle
+    set_state(session, _STATE_KEY, {"inode": st.st_ino, "offset": offset + len(whole)}, now)
+    lines = whole.decode("utf-8", errors="replace").splitlines()
+    return [r for r in map(parse_line, lines) if r is not None]
+
+
+def record(session: Session, rec: Recorder, refusals: list[Refusal], jobs: dict[int, Job]) -> None:
+    """An event for each refusal of a job the ledger follows (the owner's, since Slurm lets no one
+    else's update reach the plugin)."""
+    for r in refusals:
+        job = jobs.get(r.slurm_job_id)
+        # a refusal older than the job is another's of the same id (a Slurm whose job ids began again)
+        if job is None or (job.submit_time is not None and r.at < job.submit_time - dt.timedelta(seconds=1)):
+            continue
+        when = r.at.strftime("%H:%M UTC")
+        what = r.message.removeprefix("hivebatch: ")
+        rec.event(session, job, KIND, f"its owner's update at {when} was refused: {what}", {"uid": r.uid})
+
+
+def recent(session: Session, now: dt.datetime) -> dict[int, str]:
+    """Per Slurm job id, its latest refusal of the last hour, as the waiting reason's addition."""
+    since = now - dt.timedelta(seconds=SHOWN_S)
+    rows = session.execute(
+        select(Event.slurm_job_id, Event.message)
+        .where(Event.kind == KIND, Event.time >= since)
+        .order_by(Event.time, Event.id)
+    )
+    out: dict[int, str] = {}
+    for sid, message in rows:
+        if sid is not None:
+            out[int(sid)] = message
+    return out
+
+
+def with_refusal(reason: str, refusal: str | None) -> str:
+    return f"{reason}; {refusal}" if refusal else reason
+
+
+def read_and_record(session: Session, rec: Recorder, path: Path | None, jobs: dict[int, Job]) -> None:
+    if path is None:
+        return
+    found = read_new(session, path, rec.now)
+    record(session, rec, found, jobs)
+
+
+__all__ = ["KIND", "Refusal", "read_and_record", "read_new", "recent", "record", "with_refusal"]

@@ -1,0 +1,142 @@
+"""The owner updates the plugin refused reach the job's waiting reason (hq's), read from its notes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from controller_support import Env, make_env
+
+from hivebatch.controller import refusals
+from hivebatch.controller.record import Recorder
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "refused_update_note.txt"
+NODE_COUNT = "the node count of hivebatch job {jid} is set by hivebatch: cancel and resubmit to change it"
+
+
+def _recorded_line() -> str:
+    (line,) = [ln for ln in FIXTURE.read_text().splitlines() if ln.startswith('{"t":')]
+    return line
+
+
+def _note(jid: int, at: float | None = None, msg: str | None = None) -> str:
+    """A line as the plugin writes it (tests/fixtures/slurm/refused_update_note.txt)."""
+    raw = json.loads(_recorded_line())
+    raw.update(t=int(at if at is not None else time.time()), job=jid)
+    raw["msg"] = msg or "hivebatch: " + NODE_COUNT.format(jid=jid)
+    return json.dumps(raw, separators=(",", ":")) + "\n"
+
+
+@pytest.fixture()
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    e = make_env(tmp_path)
+    notes = tmp_path / "spool" / "refused.log"
+    notes.parent.mkdir(mode=0o755)
+    e.ctx = replace(e.ctx, refusals_path=notes)
+    return e
+
+
+def _waiting(env: Env) -> tuple[int, Path]:
+    """A job waiting for cv's cells, and the file the plugin notes refusals in."""
+    env.submit("alice", "cv", 8)  # all of cv's cells
+    env.submit("alice", "cv", 4)
+    jid = env.submit("alice", "cv", 1)
+    env.cycle()
+    assert env.job(jid).state == "queued" and env.ctx.refusals_path is not None
+    return jid, env.ctx.refusals_path
+
+
+def test_the_recorded_note_reads_as_a_refusal() -> None:
+    r = refusals.parse_line(_recorded_line())
+    assert r is not None and (r.slurm_job_id, r.uid) == (2949, 1001)
+    assert r.message == "hivebatch: " + NODE_COUNT.format(jid=2949)
+    assert r.at == dt.datetime(2026, 11, 29, 8, 41, 18)
+    assert refusals.parse_line('{"t":1795941678,"job":2949,"uid":1001,"ms') is None
+
+
+def test_a_refused_update_ends_the_jobs_reason_once_noted(env: Env) -> None:
+    jid, notes = _waiting(env)
+    notes.write_text(_note(jid))
+    env.cycle()
+    reason = env.job(jid).reason
+    assert "; its owner's update at " in reason
+    assert reason.endswith(" UTC was refused: " + NODE_COUNT.format(jid=jid))
+    # read once: the next cycles neither record it again nor lose it from the reason
+    env.cycle()
+    env.cycle()
+    assert len(env.events(jid, kind=refusals.KIND)) == 1
+    assert env.job(jid).reason == reason
+
+
+def test_a_line_still_being_written_waits_for_the_next_cycle(env: Env) -> None:
+    jid, notes = _waiting(env)
+    line = _note(jid)
+    notes.write_text(line[:20])
+    env.cycle()
+    assert not env.events(jid, kind=refusals.KIND)
+    with notes.open("a") as f:
+        f.write(line[20:])
+    env.cycle()
+    assert len(env.events(jid, kind=refusals.KIND)) == 1
+
+
+def test_a_rotated_file_is_read_from_its_start(env: Env) -> None:
+    jid, notes = _waiting(env)
+    notes.write_text(_note(jid) * 3)
+    env.cycle()
+    notes.rename(notes.with_name("refused.log.1"))  # the plugin's rotation: a new file, shorter
+    notes.write_text(_note(jid, msg="hivebatch: the GPU ask of hivebatch job 2 is set by hivebatch"))
+    env.cycle()
+    kinds = env.events(jid, kind=refusals.KIND)
+    assert len(kinds) == 4 and "the GPU ask" in kinds[-1].message
+    assert "the GPU ask" in env.job(jid).reason
+
+
+def test_notes_others_may_write_are_not_believed(env: Env) -> None:
+    jid, notes = _waiting(env)
+    notes.write_text(_note(jid))
+    notes.chmod(0o666)
+    env.cycle()
+    assert not env.events(jid, kind=refusals.KIND)
+    notes.chmod(0o644)
+    notes.parent.chmod(0o777)
+    env.cycle()
+    assert not env.events(jid, kind=refusals.KIND)
+
+
+def test_notes_of_other_jobs_or_older_than_the_job_are_left(env: Env) -> None:
+    jid, notes = _waiting(env)
+    # a job id used before (a Slurm whose ids began again), and one the ledger does not follow
+    notes.write_text(_note(jid, at=time.time() - 86400) + _note(jid + 1000) + "not json\n")
+    env.cycle()
+    assert not env.events(kind=refusals.KIND)
+    assert "refused" not in (env.job(jid).reason or "")
+
+
+def test_a_refusal_leaves_the_reason_after_an_hour(env: Env) -> None:
+    jid, notes = _waiting(env)
+    notes.write_text(_note(jid))
+    env.cycle()
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    with env.factory() as s:
+        assert jid in refusals.recent(s, now)
+        assert jid not in refusals.recent(s, now + dt.timedelta(seconds=refusals.SHOWN_S + 60))
+
+
+def test_recording_needs_a_job_the_ledger_follows() -> None:
+    class Session:
+        added: list[object] = []
+
+        def add(self, row: object) -> None:
+            self.added.append(row)
+
+    s = Session()
+    r = refusals.parse_line(_recorded_line())
+    assert r is not None
+    refusals.record(s, Recorder(r.at), [r], {})  # type: ignore[arg-type]
+    assert s.added == []
