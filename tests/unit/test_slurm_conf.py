@@ -181,6 +181,17 @@ def test_cli_writes_files_once(tmp_path):
     assert "unchanged" in again.output
 
 
+def test_writing_the_files_says_where_the_plugins_refusal_notes_need_a_directory(tmp_path):
+    notes = tmp_path / "spool" / "refused.log"
+    data = {**CONFIG, "controller": {"refusals_file": str(notes)}}
+    args = ["slurm-config", "--config", str(_write(tmp_path, data)), "--out", str(tmp_path / "out")]
+    res = CliRunner().invoke(hadmin, args)
+    assert res.exit_code == 0, res.output
+    assert f"note: create {notes.parent} on the slurmctld host" in res.output
+    notes.parent.mkdir()
+    assert "note:" not in CliRunner().invoke(hadmin, args).output
+
+
 def test_cli_bad_config_one_line(tmp_path):
     from hivebatch.cli.common import run_cli
 

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from hivebatch.config import load_config
+from hivebatch.jobsubmit import refusals_file
 from hivebatch.slurmconf import NodeHardware
 from hivebatch.slurmconf_files import ConfigOptions, config_files, merge_diff, write_files
 
@@ -155,3 +156,9 @@ def slurm_config(
         return
     changed = write_files(Path(out), files)
     click.echo(f"{'wrote ' + ', '.join(changed) if changed else 'unchanged'} in {out}")
+    notes = refusals_file(data).parent
+    if not notes.is_dir():
+        click.echo(
+            f"note: create {notes} on the slurmctld host (install -d -o SLURMUSER -m 0755 {notes}): the plugin "
+            "notes there the updates it refuses, so that hq can say why; without it they are only in slurmctld's log"
+        )
