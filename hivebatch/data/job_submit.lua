@@ -1045,11 +1045,11 @@ end
 -- on an Operator's update, write its admin comment (only SlurmUser and Administrators may), so the mark
 -- is a site factor: only Operators and this plugin can set it, and it weighs nothing while the job's
 -- priority is 0. A job whose site factor the site sets itself is not marked. The owner's own hold is
--- marked -3 by the controller (scontrol update SiteFactor=-3), so that a start time they set later
--- does not replace its begin time: on an owner's update the plugin writes no site factor, because
--- slurmctld carries what it wrote for one record of an array over to the next, and refuses that as
--- the owner's own (recorded: tests/fixtures/slurm/owner_start_time.txt). The marks end with the
--- controller's or an Operator's update.
+-- marked -3, so that a start time they set later does not replace its begin time: by the plugin for
+-- a job of its own, by the controller (scontrol update SiteFactor=-3) for an array's records, because
+-- slurmctld carries what the plugin wrote for one record of an array over to the next, and refuses
+-- that as the owner's own (recorded: tests/fixtures/slurm/owner_start_time.txt). The marks end with
+-- the controller's or an Operator's update.
 -- (Lua's number becomes slurmctld's uint32 before its offset is added: -2 would read as NO_VAL, "unset")
 local OPERATOR_HOLD_SITE = -1
 local OWNER_HOLD_SITE = -3
@@ -1158,6 +1158,11 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     slurm.log_info("hivebatch: owner's hold of job %s, which an Operator holds, changes nothing", tostring(job_rec.job_id))
   elseif pending and priority == 0 then
     job_desc.begin_time = HELD_BEGIN
+    if (job_rec.array_job_id or 0) == 0 and job_rec.site_factor == 0 then
+      -- marked at once, so that a start time set before the controller's next cycle cannot replace
+      -- the hold (recorded: owner_start_time.txt); an array's records are marked by the controller
+      job_desc.site_factor = OWNER_HOLD_SITE
+    end
     slurm.log_info("hivebatch: owner held job %s; the controller leaves it until they release it", tostring(job_rec.job_id))
   elseif waiting and job_rec.priority == 0 and priority == INFINITE then
     job_desc.begin_time = RELEASED_BEGIN

@@ -406,8 +406,14 @@ describe("slurm_job_modify", function()
     local d = upd({ priority = 0 })
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, managed, {}, 1001))
     assert.are.equal(4102444800 + 86400, d.begin_time)
-    -- no site factor on an owner's update: slurmctld would refuse it on the next record of an array
-    assert.is_nil(d.site_factor)
+    -- marked at once, so that a start time set before the controller's next cycle is refused
+    assert.are.equal(-3, d.site_factor)
+    -- but not an array's record: slurmctld would refuse the mark on the next record (the controller marks it)
+    local task = { job_id = 8, admin_comment = managed.admin_comment, priority = 0, tres_per_node = "",
+                   site_factor = 0, array_job_id = 5 }
+    local t = upd({ priority = 0 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(t, task, {}, 1001))
+    assert.is_nil(t.site_factor)
     local pinned = { job_id = 9, admin_comment = managed.admin_comment, priority = 100, tres_per_node = "gres:gpu:g0:1", job_state = 0 }
     local p = upd({ priority = 0 })
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(p, pinned, {}, 1001))
