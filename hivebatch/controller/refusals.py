@@ -44,11 +44,14 @@ class Refusal:
     message: str
 
 
-def _unsafe(path: Path, st: os.stat_result) -> str | None:
-    """Why the file cannot be trusted: someone besides its owner may write it or its directory."""
+def unsafe(path: Path, st: os.stat_result) -> str | None:
+    """Why the file cannot be trusted: someone besides its owner may write it or its directory, or its
+    owner is neither root nor the directory's (slurmctld's user owns both where the install guide says)."""
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"{path} may be written by others than its owner (mode {stat.S_IMODE(st.st_mode):o})"
     parent = path.parent.stat()
+    if st.st_uid not in (0, parent.st_uid):
+        return f"{path} belongs to uid {st.st_uid}, neither root nor the owner of its directory"
     if parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not parent.st_mode & stat.S_ISVTX:
         return f"its directory {path.parent} may be written by others (mode {stat.S_IMODE(parent.st_mode):o})"
     return None
@@ -70,7 +73,7 @@ def read_new(session: Session, path: Path, now: dt.datetime) -> list[Refusal]:
         st = path.stat()
     except OSError:
         return []
-    why = _unsafe(path, st)
+    why = unsafe(path, st)
     if why is not None:
         if path not in _UNSAFE:
             log.warning("not reading the plugin's refusals: %s", why)
@@ -131,4 +134,4 @@ def read_and_record(session: Session, rec: Recorder, path: Path | None, jobs: di
     record(session, rec, found, jobs)
 
 
-__all__ = ["KIND", "Refusal", "read_and_record", "read_new", "recent", "record", "with_refusal"]
+__all__ = ["KIND", "Refusal", "read_and_record", "read_new", "recent", "record", "unsafe", "with_refusal"]

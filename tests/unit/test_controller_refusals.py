@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import stat
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -107,6 +109,25 @@ def test_notes_others_may_write_are_not_believed(env: Env) -> None:
     notes.parent.chmod(0o777)
     env.cycle()
     assert not env.events(jid, kind=refusals.KIND)
+
+
+def test_a_note_file_someone_else_put_there_is_not_believed(tmp_path: Path) -> None:
+    # a shared directory (sticky, as /tmp): another user may create the file before slurmctld does
+    notes = tmp_path / "refused.log"
+    notes.write_text(_note(1))
+    tmp_path.chmod(0o1777)
+    real = notes.stat()
+    owner = tmp_path.stat().st_uid
+
+    def owned_by(uid: int) -> os.stat_result:
+        fields = list(real)
+        fields[stat.ST_UID] = uid
+        return os.stat_result(fields)
+
+    assert refusals.unsafe(notes, owned_by(owner)) is None
+    assert refusals.unsafe(notes, owned_by(0)) is None
+    why = refusals.unsafe(notes, owned_by(owner + 4242))
+    assert why is not None and "neither root nor the owner of its directory" in why
 
 
 def test_notes_of_other_jobs_or_older_than_the_job_are_left(env: Env) -> None:
