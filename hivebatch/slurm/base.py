@@ -62,8 +62,8 @@ class SlurmBackend(ABC):
 
     @abstractmethod
     def guard_owner_hold(self, job_id: int) -> None:
-        """Give a job its owner holds the site factor (-3) by which the job_submit plugin refuses their start
-        time over the hold's mark; the plugin cannot write it on their own update."""
+        """Give an array record its owner holds the site factor (-3) by which the job_submit plugin refuses
+        their start time over the hold's mark; the plugin cannot write it on their update of an array."""
 
     @abstractmethod
     def user_hold(self, job_id: int) -> None:

@@ -158,19 +158,26 @@ def test_a_job_its_owner_holds_after_submitting_it_waits_until_they_release_it(e
 
 
 def test_the_owners_hold_is_guarded_once_against_their_start_time(env: Env) -> None:
-    # the plugin writes no site factor on an owner's update (slurmctld carried it to an array's next
-    # record and refused it there: tests/fixtures/slurm/owner_start_time.txt), so the controller does
-    jid = env.submit("alice", "cv", 1)
-    env.slurm.as_user("alice").hold(jid)
+    # the plugin marks the hold of a job of its own at once, but writes no site factor on an update of
+    # an array's records (slurmctld carried it to the next record and refused it there:
+    # tests/fixtures/slurm/owner_start_time.txt), so the controller marks those
+    single = env.submit("alice", "cv", 1)
+    env.slurm.as_user("alice").hold(single)
+    assert env.slurm._s.jobs[single].site_factor == -3
+    array = env.submit("alice", "cv", 1, extra=["--array=0-2"])
+    env.slurm.as_user("alice").hold(array)
+    assert env.slurm._s.jobs[array].site_factor == 0
     env.cycle()
     env.cycle()
     assert [c for c in env.slurm.calls if c[1] == "guard_owner_hold"] == [
-        ("hbctl", "guard_owner_hold", (jid,))
+        ("hbctl", "guard_owner_hold", (array,))
     ]
-    assert env.slurm._s.jobs[jid].site_factor == -3
-    env.slurm.as_user("alice").release(jid)
+    for jid in (single, array):
+        assert env.slurm._s.jobs[jid].site_factor == -3
+        env.slurm.as_user("alice").release(jid)
     env.cycle()  # taken back: the controller's hold clears the mark
-    assert env.slurm._s.jobs[jid].site_factor == 0
+    for jid in (single, array):
+        assert env.slurm._s.jobs[jid].site_factor == 0
 
 
 def test_a_job_an_admin_holds_waits_until_an_admin_releases_it(env: Env) -> None:

@@ -215,9 +215,14 @@ def _follow_waiting(
                 )
             except SlurmError as exc:
                 rec.event(session, job, "act_failed", f"could not clear its begin time: {exc}")
-    elif owner_hold_marked(sj) and not (job.reason or "").startswith(OWNER_HELD):
-        # first seen held by them: the site factor keeps their start time from replacing the hold's
-        # mark, which the plugin cannot write on their own update
+    elif (
+        owner_hold_marked(sj)
+        and sj.array_job_id is not None
+        and not (job.reason or "").startswith(OWNER_HELD)
+    ):
+        # an array's record, first seen held by them: the site factor keeps their start time from
+        # replacing the hold's mark; the plugin writes it with the hold of a job of its own, but not on
+        # an array's records (slurmctld would carry it to the next record and refuse it there)
         try:
             backend.guard_owner_hold(job.slurm_job_id)
         except SlurmError as exc:

@@ -62,9 +62,12 @@ def park_kept_pin(j: Job) -> None:
 
 
 def mark_owner_hold(j: Job) -> None:
-    """job_modify: an owner holding a pending GPU job marks it with the plugin's hold begin time."""
+    """job_modify: an owner holding a pending GPU job marks it with the plugin's hold begin time and, for
+    a job that is no array's record, its site factor (an array's records the controller marks)."""
     if j.admin_comment:
         j.eligible_at = HELD_BEGIN_AT
+        if j.array_job_id is None and j.site_factor == 0:
+            j.site_factor = OWNER_HOLD_SITE
 
 
 def mark_admin_hold(j: Job) -> None:
