@@ -218,7 +218,9 @@ def run_cycle(
         decisions: Decisions = decide(ctx, ledger, obs.now)
         t = mark("decide", t)
         write_intents(session, decisions, ledger.jobs, obs.now)
-        news = _apply_waits(session, rec, decisions.waits, obs.now, refusals.recent(session, obs.now))
+        # the refusals this controller reads (it serves slurmctld), none where it reads none
+        refused = refusals.recent(session, obs.now) if ctx.refusals_path is not None else {}
+        news = _apply_waits(session, rec, decisions.waits, obs.now, refused)
         session.commit()
         tell_clients(backend, news, ledger.slurm)
         t = mark("intents", t)

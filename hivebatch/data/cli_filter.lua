@@ -361,7 +361,8 @@ function M.rewrite_counts(get, env)
   -- a new job's node range (-N 1-2) runs on its fewest nodes, as the plugin runs sbatch's: a placement
   -- has one node count (plain Slurm takes as many of the range as are free)
   local lo, hi = node_range(get("nodes"))
-  local fewest = (not in_job and hi > lo and M.count_hosts(get("nodelist")) == 0) and lo or nil
+  local unlisted = M.count_hosts(get("nodelist")) == 0
+  local fewest = (not in_job and hi > lo and unlisted) and lo or nil
   local span = fewest or M.span(get("nodes"), get("nodelist"), in_job, job_nodes)
   -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has only its own
   -- --gpus-per-node ask
@@ -412,7 +413,7 @@ function M.rewrite_counts(get, env)
   if fewest ~= nil then
     set.nodes = tostring(fewest)
     note = "-N " .. get("nodes") .. " runs on " .. set.nodes .. " nodes, the fewest it allows: a job gets one node count here"
-  elseif not in_job and hi == 0 and M.count_hosts(get("nodelist")) == 0 and (tonumber(get("ntasks") or "") or 1) > 1 then
+  elseif not in_job and hi == 0 and unlisted and (tonumber(get("ntasks") or "") or 1) > 1 then
     -- the per-node ask became a total for one node: the tasks may need more, over which it is spread,
     -- where plain Slurm gave N on each (tests/fixtures/slurm/srun_new_job_nodes.txt); how many nodes
     -- they need is not known here

@@ -1058,6 +1058,13 @@ local function operator_held(job_rec)
   return job_rec.site_factor == OPERATOR_HOLD_SITE
 end
 
+-- a hold's mark, unless the site sets the job's site factor itself
+local function mark(job_desc, job_rec, site)
+  if job_rec.site_factor == 0 then
+    job_desc.site_factor = site
+  end
+end
+
 -- the update clears the mark of a hold that ends with it
 local function unmark(job_desc, job_rec)
   if job_rec.site_factor == OPERATOR_HOLD_SITE or job_rec.site_factor == OWNER_HOLD_SITE then
@@ -1080,9 +1087,7 @@ local function operator_update(job_desc, job_rec)
   end
   if priority == 0 then
     job_desc.begin_time = ADMIN_HELD_BEGIN
-    if job_rec.site_factor == 0 then
-      job_desc.site_factor = OPERATOR_HOLD_SITE
-    end
+    mark(job_desc, job_rec, OPERATOR_HOLD_SITE)
     slurm.log_info("hivebatch: an Operator held job %s; the controller leaves it until it is released", tostring(job_rec.job_id))
   elseif priority ~= nil and priority ~= NO_VAL then
     unmark(job_desc, job_rec)
@@ -1158,10 +1163,10 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     slurm.log_info("hivebatch: owner's hold of job %s, which an Operator holds, changes nothing", tostring(job_rec.job_id))
   elseif pending and priority == 0 then
     job_desc.begin_time = HELD_BEGIN
-    if (job_rec.array_job_id or 0) == 0 and job_rec.site_factor == 0 then
+    if (job_rec.array_job_id or 0) == 0 then
       -- marked at once, so that a start time set before the controller's next cycle cannot replace
       -- the hold (recorded: owner_start_time.txt); an array's records are marked by the controller
-      job_desc.site_factor = OWNER_HOLD_SITE
+      mark(job_desc, job_rec, OWNER_HOLD_SITE)
     end
     slurm.log_info("hivebatch: owner held job %s; the controller leaves it until they release it", tostring(job_rec.job_id))
   elseif waiting and job_rec.priority == 0 and priority == INFINITE then
