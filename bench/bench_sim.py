@@ -32,6 +32,7 @@ from hivebatch.qos import POLICY_NAMES, QosSettings  # noqa: E402
 from hivebatch.sim import setup, traces  # noqa: E402
 from hivebatch.sim.engine import Simulation  # noqa: E402
 from hivebatch.sim.metrics import RunSummary, summarize  # noqa: E402
+from hivebatch.sim.resize import Resizing  # noqa: E402
 from hivebatch.sim.runner import Experiment, run_all  # noqa: E402
 from hivebatch.sim.scaling import fit_vc_nodes  # noqa: E402
 from hivebatch.sim.workload import paper_workload, synthetic_trace  # noqa: E402
@@ -74,17 +75,25 @@ def makespan(args: argparse.Namespace) -> None:
     platform = setup.build_platform(spec, qos)
     if args.keep_free is not None:
         platform = dataclasses.replace(platform, keep_free_gpus=args.keep_free)
+    resizing = Resizing(args.resize_cost) if args.resize_cost is not None else None
     runtime = setup.build_runtime(spec, platform, qos)
     vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
     print("paper workload, 4 x 4 GPUs, one VC, 24 h of Poisson arrivals, cells mode")
     print(f"qos keeps {platform.kept_free} GPUs free for arrivals (qos.keep_free_gpus)")
+    if resizing is not None:
+        print(
+            f"qos's runs are resizable, {resizing.cost_s:g} s a resize (hivebatch.sim.resize: simulated only, "
+            "the controller cannot resize a job); the other policies' are not"
+        )
     print("ratio = makespan / max(max(arrival + fastest run), sum of least GPU time / GPUs)")
     for rate in args.rates:
         by: dict[str, list[RunSummary]] = {p: [] for p in POLICY_NAMES}
         for seed in args.seeds:
             jobs = paper_workload(rate, 24.0, seed, vc_gpus, 0.0)
             exp = Experiment(spec, jobs, runtime, platform, private_baseline=False)
-            for r in run_all(exp, list(POLICY_NAMES), ["cells"]):
+            runs = run_all(dataclasses.replace(exp, resizing=resizing), ["qos"], ["cells"])
+            runs += run_all(exp, [p for p in POLICY_NAMES if p != "qos"], ["cells"])
+            for r in runs:
                 by[r.policy].append(r)
         print(f"\nrate {rate:g}/h, seeds {','.join(map(str, args.seeds))}")
         print(
@@ -174,6 +183,12 @@ def main() -> None:
     mp.add_argument("--rates", type=float, nargs="+", default=[5.0, 10.0, 20.0])
     mp.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     mp.add_argument("--keep-free", type=int, default=None, help="qos.keep_free_gpus (default: one node's)")
+    mp.add_argument(
+        "--resize-cost",
+        type=float,
+        default=None,
+        help="seconds: qos's runs grow and shrink at this cost (simulated only)",
+    )
     pp = sub.add_parser("philly")
     pp.add_argument("--trace", default=str(DATA / "philly-sep-dec.csv"))
     pp.add_argument("--vcs", default=str(DATA / "philly-vcs.csv"))

@@ -30,6 +30,9 @@ from hivebatch.sim.indices import free_gpus, held_back, note_pins, remember
 from hivebatch.sim.notice import SimNotice, progress_kept, told
 from hivebatch.sim.notice import prime as prime_notices
 from hivebatch.sim.quota import QuotaPool
+from hivebatch.sim.resize import Resizing
+from hivebatch.sim.resize import after_round as grow_runs
+from hivebatch.sim.resize import before_round as shrink_runs
 from hivebatch.sim.runtime import RuntimeModel, tightest_shape
 from hivebatch.sim.workload import SimJob
 
@@ -73,6 +76,12 @@ class JobRecord:
     predicted_end: float | None = None  # what the scheduler expected when it started the current run
     locked: dict[str, list[int]] | None = None  # requeued: the GPU indices it must find free again
     untyped: bool | None = None  # pinned as a plain GPU count at its first placement (None: not yet)
+    own_shape: Shape | None = (
+        None  # resizable runs: the shape the policy chose, which a grown job goes back to
+    )
+    resize_s: float = 0.0  # resizable runs: what the resize that began the current run cost it
+    resizes: int = 0
+    resized_run_s: float = 0.0  # time run before the resizes since it was placed (kept, not lost)
 
     def ran_s(self, now: float) -> float:
         """How long its current run has run by ``now``: 0 until it starts, which may be a moment after
@@ -84,7 +93,7 @@ class JobRecord:
     def queue_s(self) -> float:
         """Time not spent in the final run: waiting, plus runs lost to preemption."""
         assert self.end is not None
-        return self.end - self.job.arrival - self.run_s
+        return self.end - self.job.arrival - self.run_s - self.resized_run_s
 
     @property
     def met_qos(self) -> bool:
@@ -125,6 +134,7 @@ class Simulation:
         cycle_phase_s: float = 0.0,
         class_priority: bool = False,
         start_latency_s: float = 0.0,
+        resizing: Resizing | None = None,
     ) -> None:
         """``pool_nodes``: quota mode only, the nodes the shared pool has (default: every node).
         ``notice``: cells mode only, preemption with notice (hivebatch.sim.notice); None: at once.
@@ -142,6 +152,8 @@ class Simulation:
         as the controller's does; False ranks them alike and leaves the classes to the policy.
         ``start_latency_s``: how long after the decision the job starts, holding its GPUs meanwhile (on
         Slurm: the controller's update and release, then slurmctld's scheduling pass); counted as waiting.
+        ``resizing``: cells mode only, running model jobs grow and shrink (hivebatch.sim.resize), a what-if
+        the controller cannot do on Slurm 22.05.
         """
         if mode not in MODES:
             raise HivebatchError(f"unknown mode {mode!r}: use cells or quota")
@@ -170,6 +182,7 @@ class Simulation:
         if start_latency_s < 0:
             raise HivebatchError(f"a start latency cannot be negative (got {start_latency_s:g} s)")
         self.start_latency_s = start_latency_s
+        self.resizing = resizing if mode == "cells" else None
         self._due: tuple[float, set[str], bool] | None = None  # the next cycle and what waits for it
         self.usage = DecayedUsage(fairshare_half_life_s) if fairshare_half_life_s else None
         self.vc_gpus = {vc: spec.vc_gpus(vc) for vc in spec.vcs}
@@ -372,7 +385,57 @@ class Simulation:
     def _limits(self) -> dict[str, int]:
         return vc_free_gpus(self.vc_gpus, self.used.items())
 
+    def free_by_vc(self) -> dict[str, int]:
+        """VC -> its guaranteed GPUs not in use."""
+        return self._limits()
+
+    def done_fraction(self, rec: JobRecord, now: float) -> float:
+        """The share of the whole job's work done by ``now``: what earlier runs kept and the current run."""
+        assert rec.start is not None
+        work = rec.run_s - rec.resize_s
+        if work <= 0:
+            return 1.0
+        ran = min(work, max(0.0, now - rec.start - rec.resize_s))
+        return rec.saved_fraction + (1.0 - rec.saved_fraction) * ran / work
+
+    def rerun(
+        self,
+        rec: JobRecord,
+        now: float,
+        placement: dict[str, list[int]],
+        shape: Shape,
+        done: float,
+        cost_s: float,
+    ) -> None:
+        """``rec``, whose cells the allocator has just changed, runs on from ``done`` of its work on
+        ``placement``, ``cost_s`` later (hivebatch.sim.resize)."""
+        assert rec.start is not None
+        self._count_usage(rec, now)
+        old_gpus = _gpus(rec.placement)
+        self.busy_gpu_s -= max(0.0, rec.start + rec.run_s - now) * old_gpus
+        rec.resized_run_s += max(0.0, now - rec.start)
+        rec.placement = placement
+        rec.shape = shape
+        rec.saved_fraction = done
+        rec.resize_s = cost_s
+        rec.run_s = cost_s + self.runtime.run_time(rec.job, placement) * (1.0 - done)
+        rec.start = max(now, rec.start)
+        rec.predicted_end = rec.start + rec.run_s
+        rec.resizes += 1
+        rec.token += 1
+        self.used[rec.job.vc] += _gpus(placement) - old_gpus
+        self.busy_gpu_s += rec.run_s * _gpus(placement)
+        self._push(rec.start + rec.run_s, _COMPLETE, (rec.job.job_id, rec.token))
+
     def _schedule(self, now: float, dirty: set[str], freed: bool) -> None:
+        if self.resizing is None:
+            self._plan_rounds(now, dirty, freed)
+            return
+        back = shrink_runs(self, now)
+        self._plan_rounds(now, dirty | back, freed or bool(back))
+        grow_runs(self, now)
+
+    def _plan_rounds(self, now: float, dirty: set[str], freed: bool) -> None:
         for _ in range(100):  # re-plan after preemptions; bounded in case two jobs keep trading GPUs
             held, ready = held_back(self)
             if freed:
@@ -470,7 +533,8 @@ class Simulation:
         jid = rec.job.job_id
         del self.waiting[jid]
         rec.placement = o.placement
-        rec.shape = o.shape
+        rec.shape = rec.own_shape = o.shape
+        rec.resize_s = rec.resized_run_s = 0.0
         run = self.runtime.run_time(rec.job, o.placement) * (1.0 - rec.saved_fraction)
         rec.run_s = run
         rec.leaving = rec.saved_at = rec.told_by = rec.locked = None

@@ -18,6 +18,7 @@ from hivebatch.reservation import DEFAULT_STARVE_AFTER_S
 from hivebatch.sim.engine import BadNode, Simulation
 from hivebatch.sim.metrics import RunSummary, summarize, vc_queue_means
 from hivebatch.sim.notice import SimNotice
+from hivebatch.sim.resize import Resizing
 from hivebatch.sim.runtime import RuntimeModel
 from hivebatch.sim.workload import SimJob
 
@@ -36,6 +37,7 @@ class Experiment:
     backfill: bool = False  # backfill reservations for each VC's head (hivebatch.reservation)
     fairshare_half_life_s: float | None = None  # per-user fairshare inside a VC and class; None: off
     starve_after_s: float = DEFAULT_STARVE_AFTER_S  # with backfill: a job waiting this long is the head
+    resizing: Resizing | None = None  # running model jobs grow and shrink (hivebatch.sim.resize); None: off
 
 
 def private_nodes(spec: Any, vc: str) -> list[str] | None:
@@ -95,6 +97,7 @@ def private_queues(
             cycle_s=cycle_s,
             cycle_phase_s=cycle_phase_s,
             start_latency_s=start_latency_s,
+            resizing=exp.resizing,
         ).run()
         means = vc_queue_means(run.records)
         if vc in means:
@@ -123,6 +126,7 @@ def run_all(
                 backfill=exp.backfill,
                 fairshare_half_life_s=exp.fairshare_half_life_s,
                 starve_after_s=exp.starve_after_s,
+                resizing=exp.resizing,
             )
             results.append(summarize(sim.run(), private))
     return results
