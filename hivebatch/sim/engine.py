@@ -76,9 +76,7 @@ class JobRecord:
     predicted_end: float | None = None  # what the scheduler expected when it started the current run
     locked: dict[str, list[int]] | None = None  # requeued: the GPU indices it must find free again
     untyped: bool | None = None  # pinned as a plain GPU count at its first placement (None: not yet)
-    own_shape: Shape | None = (
-        None  # resizable runs: the shape the policy chose, which a grown job goes back to
-    )
+    own_shape: Shape | None = None  # resizable runs: the policy's shape, which a grown job goes back to
     resize_s: float = 0.0  # resizable runs: what the resize that began the current run cost it
     resizes: int = 0
     resized_run_s: float = 0.0  # time run before the resizes since it was placed (kept, not lost)
