@@ -106,5 +106,6 @@ def job_desc(
         "tres_per_task": f"gres:gpu:{opts['gpus_per_task']}" if opts.get("gpus_per_task") else None,
         "script": script,
         "environment": dict(env) if env else None,
+        "begin_time": int(opts["begin_epoch"]) if opts.get("begin_epoch") else 0,
     }
     return desc

@@ -30,6 +30,7 @@ from hivebatch.testing.fake_slurm.plugin import (
     park_kept_pin,
     park_owner_release,
     run_job_submit,
+    start_time_free,
     unmark_operator_hold,
 )
 from hivebatch.testing.fake_slurm.sbatch import (
@@ -289,8 +290,11 @@ class FakeSlurm(SlurmBackend):
         admin_comment, held = "", bool(opts.get("hold"))
         if self._s.job_submit is not None and not self._is_admin():
             default = allowed[0] if allowed else None
+            seen = dict(opts)
+            if opts.get("begin", "").startswith("now+"):  # job_desc's begin_time, which the plugin records
+                seen["begin_epoch"] = str(int(self._s.now().timestamp()) + begin_offset_s(opts["begin"]))
             tres_per_node, admin_comment, by_plugin = run_job_submit(
-                self._s.job_submit, opts, self.user, default, tres_per_node, script_text, env
+                self._s.job_submit, seen, self.user, default, tres_per_node, script_text, env
             )
             held = held or by_plugin
         elif opts.get("gpus"):
@@ -402,6 +406,15 @@ class FakeSlurm(SlurmBackend):
         cmd = ["scontrol", "update", f"JobId={job_id}", f"StartTime={to or 'now'}"]
         j = self._unfinished("clear_begin_time", job_id, cmd)
         j.eligible_at = to if to is not None and to > self._s.now() else None
+        self._maybe_schedule()
+
+    def set_start_time(self, job_id: int, when: datetime | None) -> None:
+        """A user's ``scontrol update JobId=N StartTime=...`` (None: ``now``), as the plugin lets it through."""
+        cmd = ["scontrol", "update", f"JobId={job_id}", f"StartTime={when or 'now'}"]
+        j = self._unfinished("set_start_time", job_id, cmd)
+        if self._s.job_submit is not None and not self._is_admin() and not start_time_free(j):
+            raise SlurmError(cmd, 1, f"Access/permission denied for job {job_id}")
+        j.eligible_at = when if when is not None and when > self._s.now() else None
         self._maybe_schedule()
 
     def mark_owner_hold(self, job_id: int) -> None:

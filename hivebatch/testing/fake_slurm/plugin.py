@@ -88,3 +88,15 @@ def unmark_operator_hold(j: Job) -> None:
 
 def operator_held(j: Job) -> bool:
     return bool(j.admin_comment) and j.site_factor == OPERATOR_HOLD_SITE
+
+
+def start_time_free(j: Job) -> bool:
+    """job_modify: whether the owner may set the job's start time (``start_time_free`` in the plugin):
+    while the plugin's own hold keeps a waiting job, or once a pinned one is released; not over a hold's
+    mark (its site factor), nor after a release the controller has not taken back (no longer held)."""
+    if not j.admin_comment:
+        return True
+    pinned = "gpu" in j.tres_per_node or "shard" in j.tres_per_node
+    if pinned:
+        return not j.held
+    return j.held and j.site_factor == 0

@@ -126,7 +126,9 @@ def begin_offset_s(text: str) -> int:
     rest = text[len("now+") :]
     digits = "".join(c for c in rest if c.isdigit())
     unit = rest[len(digits) :].lower()
-    scale = {"": 1, "seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
+    # Slurm takes the unit singular or plural (the lab's tests give --begin=now+1hour)
+    scale = {"": 1, "second": 1, "minute": 60, "hour": 3600, "day": 86400}
+    scale.update({f"{k}s": v for k, v in list(scale.items()) if k})
     if not digits or unit not in scale:
         raise SlurmError(["sbatch"], 1, f"sbatch: error: Invalid time specification {text}")
     return int(digits) * scale[unit]
