@@ -252,17 +252,31 @@ def admin_holds(job: Any) -> bool:
 
 
 def released_by_owner(job: Any) -> bool:
-    """The plugin parked the job behind its far begin time after its owner released it."""
-    begin = _begin_s(job)
-    return begin is not None and begin >= RELEASED_BEGIN
+    """The plugin parked the job behind its far begin time after its owner released it (where no hold
+    stands, that is the mark its begin time carries)."""
+    return begin_marked(job)
 
 
-def begin_asked(job: Any) -> dt.datetime | None:
+def begin_asked(job: Any, owner_begin: dt.datetime | None = None) -> dt.datetime | None:
     """The earliest start its owner gave the job, None for none: Slurm's begin time, theirs (``--begin``,
     or a start time they set with ``scontrol update`` while it waits), or, where one of the plugin's marks
-    stands in its place (their hold or release), the ``--begin`` the plugin recorded at submit."""
+    stands in its place (their hold or release), the last one they gave (``begin_kept``)."""
     # a begin time of RELEASED_BEGIN or later is one of the plugin's marks, not the owner's
-    return begin_recorded(job) if released_by_owner(job) else getattr(job, "eligible_time", None)
+    return begin_kept(job, owner_begin) if released_by_owner(job) else getattr(job, "eligible_time", None)
+
+
+def begin_kept(job: Any, owner_begin: dt.datetime | None) -> dt.datetime | None:
+    """The last start its owner gave the job: the start time the controller saw them set while it
+    waited (``owner_begin``, a past time for "now"), else the ``--begin`` recorded at submit."""
+    if owner_begin is not None:
+        return owner_begin if owner_begin.tzinfo is not None else owner_begin.replace(tzinfo=dt.UTC)
+    return begin_recorded(job)
+
+
+def begin_marked(job: Any) -> bool:
+    """Slurm's begin time of the job is one of the plugin's marks (a hold, a release), not its owner's."""
+    begin = _begin_s(job)
+    return begin is not None and begin >= RELEASED_BEGIN
 
 
 def begin_recorded(job: Any) -> dt.datetime | None:

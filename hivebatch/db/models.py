@@ -176,6 +176,10 @@ class Job(Base):
     notice_until: Mapped[dt.datetime | None] = mapped_column(DateTime)
     # the Slurm job it was told to leave its GPUs for, until it is placed again
     notice_by: Mapped[int | None] = mapped_column(Integer)
+    # the start time its owner set while it waited (scontrol update StartTime=...), a past time for
+    # "now"; None: the --begin the plugin recorded at submit. Their hold and release replace Slurm's
+    # begin time with the plugin's marks, and the controller gives this one back.
+    owner_begin: Mapped[dt.datetime | None] = mapped_column(DateTime)
 
     gpu_hours_guaranteed: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_hours_opportunistic: Mapped[float] = mapped_column(Float, default=0.0)

@@ -20,13 +20,18 @@ def _sbatch(ctl: Ctl, user: str, *opts: str) -> int:
     return jid
 
 
+def _waiting_an_hour(ctl: Ctl, name: str) -> int:
+    """alice's 1-GPU job with --begin=now+1hour: it waits, and its owner may move its start time."""
+    return _sbatch(
+        ctl, "alice", "-J", f"{ctl.tag}-{name}", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true"
+    )
+
+
 def test_dependency_and_begin_hold_no_cells_until_slurm_would_start_them(ctl: Ctl) -> None:
     first = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-first", "--wrap", "sleep 8")
     after = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-after", "--gres=gpu:2", f"--dependency=afterok:{first}",
                     "--wrap", "true")  # fmt: skip
-    later = _sbatch(
-        ctl, "alice", "-J", f"{ctl.tag}-later", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true"
-    )
+    later = _waiting_an_hour(ctl, "later")
     ctl.cycle()
     ctl.cycle()
     assert ctl.job(after).state == "queued" and not ctl.job(after).placement
@@ -70,9 +75,7 @@ def test_a_begin_time_outlasts_its_owners_release(ctl: Ctl) -> None:
     # its BeginTime, hivebatch placed it at once (tests/fixtures/slurm/begin_after_release.txt)
     held = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-heldbegin", "--gres=gpu:1", "--begin=now+1hour", "--hold",
                    "--wrap", "true")  # fmt: skip
-    later = _sbatch(
-        ctl, "alice", "-J", f"{ctl.tag}-holdbegin", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true"
-    )
+    later = _waiting_an_hour(ctl, "holdbegin")
     assert run_as("alice", ["scontrol", "hold", str(later)]).returncode == 0
     ctl.cycle()
     for jid in (held, later):
@@ -105,15 +108,9 @@ def test_the_owners_hold_of_a_job_an_admin_holds_leaves_the_admins_hold(ctl: Ctl
 
 def test_the_owner_moves_the_start_time_of_a_waiting_job(ctl: Ctl) -> None:
     # plain Slurm lets them; every such update was refused (tests/fixtures/slurm/owner_start_time.txt)
-    sooner = _sbatch(
-        ctl, "alice", "-J", f"{ctl.tag}-sooner", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true"
-    )
-    later = _sbatch(
-        ctl, "alice", "-J", f"{ctl.tag}-later", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true"
-    )
-    held = _sbatch(
-        ctl, "alice", "-J", f"{ctl.tag}-held", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true"
-    )
+    sooner = _waiting_an_hour(ctl, "sooner")
+    later = _waiting_an_hour(ctl, "later")
+    held = _waiting_an_hour(ctl, "held")
     ctl.cycle()
     assert run_as("alice", ["scontrol", "update", f"JobId={sooner}", "StartTime=now"]).returncode == 0
     assert run_as("alice", ["scontrol", "update", f"JobId={later}", "StartTime=now+2hours"]).returncode == 0
@@ -136,6 +133,39 @@ def test_the_owner_moves_the_start_time_of_a_waiting_job(ctl: Ctl) -> None:
     assert ctl.job(held).reason.startswith("waits for its begin time"), ctl.job(held).reason
     assert run_as("alice", ["scontrol", "update", f"JobId={held}", "StartTime=now"]).returncode == 0
     ctl.until(lambda: ctl.job(held).state in ("running", "done"), what=lambda: ctl.job(held).reason)
+
+
+def test_a_start_time_the_owner_moved_outlasts_their_hold_and_release(ctl: Ctl) -> None:
+    # plain Slurm keeps a pending job's begin time through its owner's hold and release; the controller
+    # gave back the --begin recorded at submit (tests/fixtures/slurm/owner_start_time.txt)
+    fillers = [
+        _sbatch(ctl, "alice", "-J", f"{ctl.tag}-fill", f"--gres=gpu:{n}", "--wrap", "sleep 300")
+        for n in (8, 4)
+    ]
+    ctl.cycle()
+    for jid in fillers:
+        ctl.lab.wait_for(jid, {"RUNNING"})
+    later = _waiting_an_hour(ctl, "later")
+    sooner = _waiting_an_hour(ctl, "sooner")
+    ctl.cycle()
+    assert run_as("alice", ["scontrol", "update", f"JobId={later}", "StartTime=now+3hours"]).returncode == 0
+    assert run_as("alice", ["scontrol", "update", f"JobId={sooner}", "StartTime=now"]).returncode == 0
+    ctl.cycle()  # sooner waits for cv's GPUs now, later for its new start time
+    for jid in (later, sooner):
+        assert run_as("alice", ["scontrol", "hold", str(jid)]).returncode == 0
+    ctl.cycle()
+    for jid in (later, sooner):
+        assert run_as("alice", ["scontrol", "release", str(jid)]).returncode == 0
+    ctl.cycle()
+    ctl.cycle()
+    assert ctl.job(later).reason.startswith("waits for its begin time"), ctl.job(later).reason
+    (listed,) = ctl.lab.backend().list_jobs([later])
+    assert listed.eligible_time is not None and listed.submit_time is not None
+    assert (listed.eligible_time - listed.submit_time).total_seconds() > 3 * 3600 - 120, listed.eligible_time
+    assert not ctl.job(sooner).reason.startswith("waits for its begin time"), ctl.job(sooner).reason
+    for jid in fillers:
+        assert run_as("alice", ["scancel", str(jid)]).returncode == 0
+    ctl.until(lambda: ctl.job(sooner).state in ("running", "done"), what=lambda: ctl.job(sooner).reason)
 
 
 def test_the_owner_changes_the_nodes_a_waiting_job_lists_or_excludes(ctl: Ctl) -> None:

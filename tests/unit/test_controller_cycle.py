@@ -631,3 +631,45 @@ def test_the_owners_hold_of_a_job_an_admin_holds_leaves_the_admins_hold(env: Env
     env.cycle()
     env.cycle()
     assert env.job(jid).placement and env.slurm.job(jid).state == "RUNNING"
+
+
+def test_a_start_time_its_owner_set_outlasts_their_hold_and_release(env: Env) -> None:
+    # plain Slurm keeps a pending job's begin time through its owner's hold and release; the plugin's
+    # marks replace it, and the controller gave back the --begin recorded at submit instead
+    # (tests/fixtures/slurm/owner_start_time.txt)
+    fillers = [env.submit("alice", "cv", 8), env.submit("alice", "cv", 4)]  # cv full: they wait for GPUs
+    env.cycle()
+    now = env.slurm.now()
+    later = env.submit("alice", "cv", 1, extra=["--begin=now+1hour"])
+    sooner = env.submit("alice", "cv", 1, extra=["--begin=now+2hours"])
+    env.cycle()
+    alice = env.slurm.as_user("alice")
+    alice.set_start_time(later, now + dt.timedelta(hours=3))
+    alice.set_start_time(sooner, None)
+    env.cycle()
+    assert [e.message for e in env.events(sooner, kind="start_time")] == [
+        "its owner set its start time to now"
+    ]
+    assert [e.message for e in env.events(later, kind="start_time")] == [
+        f"its owner set its start time to {now + dt.timedelta(hours=3):%Y-%m-%d %H:%M:%S} UTC"
+    ]
+    assert not env.job(sooner).reason.startswith("waits for its begin time"), env.job(sooner).reason
+    for jid in (later, sooner):
+        alice.hold(jid)
+        with pytest.raises(SlurmError, match="Access/permission denied"):
+            alice.set_start_time(jid, None)  # over their hold's mark, as the plugin refuses it
+    env.cycle()
+    for jid in (later, sooner):
+        alice.release(jid)
+    env.cycle()
+    env.cycle()
+    job = env.job(later)
+    assert job.state == "queued" and not job.placement
+    assert job.reason.startswith(f"waits for its begin time {now + dt.timedelta(hours=3):%Y-%m-%d %H:%M} UTC")
+    assert env.slurm.job(later).eligible_time == (now + dt.timedelta(hours=3)).replace(tzinfo=dt.UTC)
+    assert not env.job(sooner).reason.startswith("waits for its begin time"), env.job(sooner).reason
+    for jid in fillers:
+        env.slurm.finish(jid)
+    env.cycle()
+    assert env.job(sooner).placement and env.slurm.job(sooner).state == "RUNNING"
+    assert len(env.events(later, kind="start_time")) == 1  # the controller's own begin time is no news

@@ -72,6 +72,25 @@ def test_a_start_time_the_owner_sets_while_the_job_waits_is_slurms_begin_time() 
     assert not_eligible(later, NOW).startswith("waits for its begin time 2026-11-24 10:00 UTC")
 
 
+def test_a_start_time_the_owner_set_before_their_hold_and_release_is_the_one_kept() -> None:
+    # released, Slurm shows the plugin's far begin time; the ledger keeps the start time the owner set
+    # while the job waited (a past time for "now"), which outranks the --begin recorded at submit
+    nine = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
+    comment = f'hivebatch:v2:{{"vc":"cv","qos":"normal","gpus":1,"begin":{int(nine.timestamp())}}}'
+    released = replace(job(9, admin_comment=comment, eligible_time=dt.datetime.fromtimestamp(RELEASED_BEGIN, dt.UTC)),
+                       reason="BeginTime")  # fmt: skip
+    later = nine + dt.timedelta(hours=2)
+    assert not_eligible(released, NOW, owner_begin=later.replace(tzinfo=None)).startswith(
+        "waits for its begin time 2026-11-24 11:00 UTC"
+    )
+    assert not_eligible(released, NOW, owner_begin=NOW - dt.timedelta(minutes=1)) is None
+    # on a job Slurm shows its own begin time for, that one counts
+    waiting = replace(released, eligible_time=later)
+    assert not_eligible(waiting, NOW, owner_begin=NOW - dt.timedelta(minutes=1)).startswith(
+        "waits for its begin time 2026-11-24 11:00 UTC"
+    )
+
+
 def test_a_job_its_owner_held_after_submitting_it_waits_for_their_release() -> None:
     # the plugin marks the owner's `scontrol hold` with a begin time of 2100-01-02 (tests/lua): Slurm
     # shows the plugin's own hold as the same JobHeldUser (seen on the lab: the controller released it)

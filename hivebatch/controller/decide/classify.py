@@ -69,14 +69,14 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
     if sj.array_pending_meta:
         # an array its owner holds (sbatch --array --hold) is not split: the split is the controller's
         # hold, which Slurm shows as an admin's, and its tasks were placed without the owner's release
-        held = not_eligible(sj, r.now, first_start=first, others=r.listing)
+        held = not_eligible(sj, r.now, first_start=first, others=r.listing, owner_begin=job.owner_begin)
         if held:
             r.out.waits.append(Wait(job, held, not_startable=True))
         else:
             gate.hold_back(r, job, sj)
         return
     not_yet = (
-        not_eligible(sj, r.now, first_start=first, others=r.listing)
+        not_eligible(sj, r.now, first_start=first, others=r.listing, owner_begin=job.owner_begin)
         or partition_stopped(sj, r.stopped_partitions)
         or over_partition_time(sj, r.partition_max_time)
         or limited_lately(job, r.now)

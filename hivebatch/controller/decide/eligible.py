@@ -23,10 +23,13 @@ def not_eligible(
     now: dt.datetime,
     first_start: bool = True,
     others: Mapping[int, SlurmJob] | Listing | None = None,
+    owner_begin: dt.datetime | None = None,
 ) -> str | None:
     """Why Slurm would not start the job now, or None when it would. A requeued job's begin time is
     Slurm's short requeue delay, not the owner's wish: it may keep its cells (``first_start`` False).
-    ``others``: the jobs squeue lists, to judge a dependency Slurm has not re-tested yet."""
+    ``others``: the jobs squeue lists, to judge a dependency Slurm has not re-tested yet.
+    ``owner_begin``: the start time its owner last set while it waited (the ledger's), which a release
+    hides behind the plugin's mark until the controller gives it back."""
     if owner_holds(sj):
         return f"{OWNER_HELD}: scontrol release {sj.display_id} lets hivebatch place it"
     if admin_holds(sj):
@@ -36,7 +39,7 @@ def not_eligible(
         return f"its dependency {shown(sj.dependency)} can never be met: cancel it (scancel {sj.display_id})"
     if verdict == "wait":
         return f"waits for its dependency {shown(sj.dependency)}; it holds no GPUs meanwhile"
-    begin = begin_asked(sj)
+    begin = begin_asked(sj, owner_begin)
     if first_start and begin is not None and begin > aware(now):
         return f"waits for its begin time {begin.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC; it holds no GPUs meanwhile"
     return None

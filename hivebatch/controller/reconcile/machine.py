@@ -26,7 +26,8 @@ from hivebatch.db.models import Job
 from hivebatch.request import (
     CLASS_PRIORITY,
     HELD_BEGIN_AT,
-    begin_recorded,
+    begin_kept,
+    begin_marked,
     held_over_ours,
     kept_gpus,
     owner_hold_marked,
@@ -206,9 +207,10 @@ def _follow_waiting(
         hold(session, rec, job, backend)
         if released_by_owner(sj) and not kept_gpus(sj):
             # held by the Operator now, so the job_submit plugin's far begin time can go, back to the
-            # --begin it replaced if that is still to come; one that kept an earlier pin's GPUs stays
-            # parked (its hold parks it again), or an admin's release would start it on them
-            begin = begin_recorded(sj)
+            # last start its owner gave (--begin, or a later scontrol update) if that is still to come;
+            # one that kept an earlier pin's GPUs stays parked (its hold parks it again), or an admin's
+            # release would start it on them
+            begin = begin_kept(sj, job.owner_begin)
             try:
                 backend.clear_begin_time(
                     job.slurm_job_id, to=begin if begin and begin > aware(rec.now) else None
@@ -235,6 +237,26 @@ def _follow_waiting(
             rec.event(session, job, "act_failed", f"could not make its hold its owner's: {exc}")
         else:
             rec.event(session, job, "held", f"{OWNER_HELD}: scontrol release {sj.display_id} releases it")
+
+
+def _follow_start_time(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> None:
+    """A start time the owner sets while the job waits is kept: their hold and release replace Slurm's
+    begin time with the plugin's marks, and plain Slurm keeps it through both (recorded:
+    tests/fixtures/slurm/owner_start_time.txt). Only a job never started: a requeued one's begin time
+    is Slurm's requeue delay."""
+    if job.state != "queued" or job.start_time is not None or job.placement or begin_marked(sj):
+        return
+    now = aware(rec.now)
+    seen = _still_ahead(sj.eligible_time, now)
+    if seen == _still_ahead(begin_kept(sj, job.owner_begin), now):
+        return
+    job.owner_begin = (seen or now).astimezone(dt.UTC).replace(tzinfo=None)
+    when = f"{seen.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC" if seen else "now"
+    rec.event(session, job, "start_time", f"its owner set its start time to {when}", {"begin": when})
+
+
+def _still_ahead(t: dt.datetime | None, now: dt.datetime) -> dt.datetime | None:
+    return t if t is not None and aware(t) > now else None
 
 
 def _follow_placed(
@@ -352,6 +374,7 @@ def follow(
     elif job.state in ("queued", "preempted", "rejected"):
         _follow_account(session, rec, job, sj)
         _follow_waiting(session, rec, job, sj, ph, backend)
+        _follow_start_time(session, rec, job, sj)
     elif job.state == "placed":
         _follow_placed(session, rec, ledger, job, sj, ph, backend)
     elif job.state == "running":
