@@ -282,6 +282,8 @@ def begin_marked(job: Any) -> bool:
 def begin_recorded(job: Any) -> dt.datetime | None:
     """The ``--begin`` the plugin recorded at submit, None for none: a release replaces Slurm's while the
     job waits, so the controller gives it back when it takes the job back."""
+    if '"begin"' not in str(getattr(job, "admin_comment", "") or ""):
+        return None  # most jobs: no JSON to read, each cycle, for every waiting job
     recorded = plugin_extras(job).get("begin")
     return dt.datetime.fromtimestamp(recorded, dt.UTC) if isinstance(recorded, int) and recorded > 0 else None
 
