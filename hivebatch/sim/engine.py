@@ -380,12 +380,9 @@ class Simulation:
         self.opp_ids.discard(rec.job.job_id)
         rec.end = now
 
-    def _limits(self) -> dict[str, int]:
-        return vc_free_gpus(self.vc_gpus, self.used.items())
-
     def free_by_vc(self) -> dict[str, int]:
         """VC -> its guaranteed GPUs not in use."""
-        return self._limits()
+        return vc_free_gpus(self.vc_gpus, self.used.items())
 
     def done_fraction(self, rec: JobRecord, now: float) -> float:
         """The share of the whole job's work done by ``now``: what earlier runs kept and the current run."""
@@ -438,7 +435,7 @@ class Simulation:
             held, ready = held_back(self)
             if freed:
                 dirty = dirty | ready
-            limits = self._limits()
+            limits = self.free_by_vc()
             noticing = {r.told_by for r in self.running.values() if r.leaving is not None and r.told_by}
             claimed = {r.told_by for r in self.waiting.values() if r.told_by}  # preemptors victims wait for
             lowest = self._lowest_classes()

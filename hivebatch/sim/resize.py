@@ -82,11 +82,8 @@ def _grow(sim: Simulation, rec: JobRecord, now: float, idle: int) -> None:
     # the model's end on the current shape, so that both sides of the comparison are predictions
     current = now + lat[rec.shape] * (1.0 - done) if rec.shape in lat else _end(rec)
     margin = max(2 * cost, sim.resizing.min_gain * (current - now))
-    options = sorted(
-        (now + cost + x * (1.0 - done), s.gpus, s)
-        for s, x in lat.items()
-        if s.gpus > rec.shape.gpus and now + cost + x * (1.0 - done) < current - margin
-    )
+    ends = ((now + cost + x * (1.0 - done), s.gpus, s) for s, x in lat.items() if s.gpus > rec.shape.gpus)
+    options = sorted(o for o in ends if o[0] < current - margin)
     for _, _, shape in options[:_TRIED]:
         if _move(sim, rec, now, shape):
             return

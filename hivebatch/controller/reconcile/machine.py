@@ -250,7 +250,7 @@ def _follow_start_time(session: Session, rec: Recorder, job: Job, sj: SlurmJob) 
     seen = _still_ahead(sj.eligible_time, now)
     if seen == _still_ahead(begin_kept(sj, job.owner_begin), now):
         return
-    job.owner_begin = (seen or now).astimezone(dt.UTC).replace(tzinfo=None)
+    job.owner_begin = to_utc(seen or now)
     when = f"{seen.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC" if seen else "now"
     rec.event(session, job, "start_time", f"its owner set its start time to {when}", {"begin": when})
 
