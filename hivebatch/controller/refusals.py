@@ -95,17 +95,27 @@ def read_new(session: Session, path: Path, now: dt.datetime) -> list[Refusal]:
     return [r for r in map(parse_line, lines) if r is not None]
 
 
-def record(session: Session, rec: Recorder, refusals: list[Refusal], jobs: dict[int, Job]) -> None:
+def job_of(note: Refusal, jobs: dict[int, Job]) -> Job | None:
+    """The ledger's job a note is about; None for a job it does not follow, or for a note older than
+    the job (another's of the same id, from a Slurm whose job ids began again)."""
+    job = jobs.get(note.slurm_job_id)
+    if job is None or (job.submit_time is not None and note.at < job.submit_time - dt.timedelta(seconds=1)):
+        return None
+    return job
+
+
+def refused(session: Session, rec: Recorder, job: Job, at: dt.datetime, uid: int, what: str) -> None:
+    """The event that ends the job's waiting reason for an hour (``recent``)."""
+    rec.event(session, job, KIND, f"its owner's update at {at:%H:%M UTC} was refused: {what}", {"uid": uid})
+
+
+def record(session: Session, rec: Recorder, notes: list[Refusal], jobs: dict[int, Job]) -> None:
     """An event for each refusal of a job the ledger follows (the owner's, since Slurm lets no one
     else's update reach the plugin)."""
-    for r in refusals:
-        job = jobs.get(r.slurm_job_id)
-        # a refusal older than the job is another's of the same id (a Slurm whose job ids began again)
-        if job is None or (job.submit_time is not None and r.at < job.submit_time - dt.timedelta(seconds=1)):
-            continue
-        when = r.at.strftime("%H:%M UTC")
-        what = r.message.removeprefix("hivebatch: ")
-        rec.event(session, job, KIND, f"its owner's update at {when} was refused: {what}", {"uid": r.uid})
+    for r in notes:
+        job = job_of(r, jobs)
+        if job is not None:
+            refused(session, rec, job, r.at, r.uid, r.message.removeprefix("hivebatch: "))
 
 
 def recent(session: Session, now: dt.datetime) -> dict[int, str]:
@@ -134,4 +144,15 @@ def read_and_record(session: Session, rec: Recorder, path: Path | None, jobs: di
     record(session, rec, found, jobs)
 
 
-__all__ = ["KIND", "Refusal", "read_and_record", "read_new", "recent", "record", "unsafe", "with_refusal"]
+__all__ = [
+    "KIND",
+    "Refusal",
+    "job_of",
+    "read_and_record",
+    "read_new",
+    "recent",
+    "record",
+    "refused",
+    "unsafe",
+    "with_refusal",
+]

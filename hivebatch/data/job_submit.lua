@@ -132,17 +132,21 @@ local function json_value(v)
 end
 
 -- a flat table as JSON with sorted keys, so the same request always reads the same
-function M.encode(req)
+local function flat_json(t)
   local keys = {}
-  for k in pairs(req) do
+  for k in pairs(t) do
     keys[#keys + 1] = k
   end
   table.sort(keys)
   local parts = {}
   for _, k in ipairs(keys) do
-    parts[#parts + 1] = '"' .. k .. '":' .. json_value(req[k])
+    parts[#parts + 1] = '"' .. k .. '":' .. json_value(t[k])
   end
-  return PREFIX .. "{" .. table.concat(parts, ",") .. "}"
+  return "{" .. table.concat(parts, ",") .. "}"
+end
+
+function M.encode(req)
+  return PREFIX .. flat_json(req)
 end
 
 local function get(job_desc, name)
@@ -1183,10 +1187,11 @@ end
 -- to change. The file is rotated once it passes a megabyte; a site without its directory has no notes.
 local NOTES_MAX_BYTES = 1048576
 
-function M.note_refusal(job_id, uid, msg)
+-- one line appended to the notes file; false where it cannot be written
+local function append_note(line)
   local path = SITE.refusals_file
   if path == nil or path == "" then
-    return
+    return false
   end
   local f = io.open(path, "a")
   if f ~= nil and f:seek("end") > NOTES_MAX_BYTES then
@@ -1195,10 +1200,15 @@ function M.note_refusal(job_id, uid, msg)
     f = io.open(path, "a")
   end
   if f == nil then
-    return
+    return false
   end
-  f:write(string.format('{"t":%d,"job":%d,"uid":%d,"msg":%s}\n', os.time(), job_id, uid, json_value(msg)))
+  local ok = f:write(line)
   f:close()
+  return ok ~= nil
+end
+
+function M.note_refusal(job_id, uid, msg)
+  append_note(string.format('{"t":%d,"job":%d,"uid":%d,"msg":%s}\n', os.time(), job_id, uid, json_value(msg)))
 end
 
 local ON_REFUSAL = {
