@@ -13,7 +13,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from hivebatch.cells import ClusterSpec
-from hivebatch.controller import refusals
+from hivebatch.controller import owner_ask, refusals
 from hivebatch.controller.act import act, write_intents
 from hivebatch.controller.avoid import load_avoided
 from hivebatch.controller.context import ControllerContext
@@ -202,7 +202,8 @@ def run_cycle(
         # reconcile (one transaction)
         sync_vcs(session, ctx.spec, obs.now)
         ledger = sync_jobs(session, obs, rec, backend)
-        refusals.read_and_record(session, rec, ctx.refusals_path, ledger.jobs)
+        asks = refusals.read_and_record(session, rec, ctx.refusals_path, ledger.jobs)
+        owner_ask.apply_all(session, rec, asks, ledger.jobs)
         rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
         ledger.avoided = load_avoided(session, obs.now, ledger.jobs)
         half_life = ctx.settings.fairshare_half_life_s

@@ -1,4 +1,5 @@
-"""The owner updates the job_submit plugin refused, read from the file it notes them in.
+"""The owner updates the job_submit plugin refused, and the new GPU asks it let through, read from the
+file it notes them in.
 
 slurmctld passes no message back from ``job_modify``: a refused ``scontrol update`` prints only
 ``Access/permission denied for job N``. The plugin appends each refusal as one JSON line to a file only
@@ -15,6 +16,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -57,18 +59,34 @@ def unsafe(path: Path, st: os.stat_result) -> str | None:
     return None
 
 
-def parse_line(line: str) -> Refusal | None:
-    """One noted refusal; None for a line that is not one (cut short by a rotation, or foreign)."""
+@dataclass(frozen=True)
+class AskChange:
+    """An owner's new GPU ask for a job still waiting for GPUs, which the plugin let through
+    (hivebatch.controller.owner_ask applies it)."""
+
+    at: dt.datetime
+    slurm_job_id: int
+    uid: int
+    ask: dict[str, Any]
+
+
+Note = Refusal | AskChange
+
+
+def parse_line(line: str) -> Note | None:
+    """One note; None for a line that is not one (cut short by a rotation, or foreign)."""
     try:
         raw = json.loads(line)
         at = dt.datetime.fromtimestamp(int(raw["t"]), dt.UTC).replace(tzinfo=None)
+        if isinstance(raw.get("ask"), dict):
+            return AskChange(at, int(raw["job"]), int(raw["uid"]), raw["ask"])
         return Refusal(at, int(raw["job"]), int(raw["uid"]), str(raw["msg"]))
     except (ValueError, TypeError, KeyError, OverflowError, OSError):
         return None
 
 
-def read_new(session: Session, path: Path, now: dt.datetime) -> list[Refusal]:
-    """The refusals noted since the last cycle's read (a rotated or replaced file is read from its start)."""
+def read_new(session: Session, path: Path, now: dt.datetime) -> list[Note]:
+    """The notes written since the last cycle's read (a rotated or replaced file is read from its start)."""
     try:
         st = path.stat()
     except OSError:
@@ -95,7 +113,7 @@ def read_new(session: Session, path: Path, now: dt.datetime) -> list[Refusal]:
     return [r for r in map(parse_line, lines) if r is not None]
 
 
-def job_of(note: Refusal, jobs: dict[int, Job]) -> Job | None:
+def job_of(note: Note, jobs: dict[int, Job]) -> Job | None:
     """The ledger's job a note is about; None for a job it does not follow, or for a note older than
     the job (another's of the same id, from a Slurm whose job ids began again)."""
     job = jobs.get(note.slurm_job_id)
@@ -109,12 +127,12 @@ def refused(session: Session, rec: Recorder, job: Job, at: dt.datetime, uid: int
     rec.event(session, job, KIND, f"its owner's update at {at:%H:%M UTC} was refused: {what}", {"uid": uid})
 
 
-def record(session: Session, rec: Recorder, notes: list[Refusal], jobs: dict[int, Job]) -> None:
+def record(session: Session, rec: Recorder, notes: list[Note], jobs: dict[int, Job]) -> None:
     """An event for each refusal of a job the ledger follows (the owner's, since Slurm lets no one
     else's update reach the plugin)."""
     for r in notes:
         job = job_of(r, jobs)
-        if job is not None:
+        if isinstance(r, Refusal) and job is not None:
             refused(session, rec, job, r.at, r.uid, r.message.removeprefix("hivebatch: "))
 
 
@@ -137,15 +155,21 @@ def with_refusal(reason: str, refusal: str | None) -> str:
     return f"{reason}; {refusal}" if refusal else reason
 
 
-def read_and_record(session: Session, rec: Recorder, path: Path | None, jobs: dict[int, Job]) -> None:
+def read_and_record(
+    session: Session, rec: Recorder, path: Path | None, jobs: dict[int, Job]
+) -> list[AskChange]:
+    """Records the new refusals; returns the new asks, in the order their owners gave them."""
     if path is None:
-        return
+        return []
     found = read_new(session, path, rec.now)
     record(session, rec, found, jobs)
+    return [n for n in found if isinstance(n, AskChange)]
 
 
 __all__ = [
     "KIND",
+    "AskChange",
+    "Note",
     "Refusal",
     "job_of",
     "read_and_record",

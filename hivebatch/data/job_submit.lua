@@ -1114,6 +1114,126 @@ local function start_time_free(job_rec, waiting)
   return job_rec.priority ~= 0
 end
 
+-- An owner may change the GPU ask (Gres=, TresPerNode=, TresPerJob=, ...) or the node count (NumNodes=)
+-- of a job still waiting for GPUs, as plain Slurm lets them (tests/fixtures/slurm/owner_gpu_update.txt).
+-- The plugin cannot write the admin comment on an owner's update (only SlurmUser and Administrators
+-- may), so the new ask goes to the controller as a note in the file only slurmctld's user writes
+-- (controller.refusals_file), and the controller's ledger keeps it. The ask is what this plugin would
+-- have recorded had the job been submitted with the update's options; the node count stays the one
+-- recorded (or noted by an earlier update) unless the update gives one. Not for an array (its records
+-- share one admin comment and are split off later), a job whose GPUs are chosen, one asking GPUs per
+-- task, or a site without the notes file: there the update is refused as before.
+local ASK_FIELDS = { "gpus", "nodes", "gpus_per_node", "gpu_mem_mib", "gpu_type" }
+
+-- a number or string this plugin wrote into its own flat admin comment
+local function recorded(admin_comment, key)
+  local n = string.match(admin_comment, '"' .. key .. '":(%d+)')
+  if n ~= nil then
+    return tonumber(n)
+  end
+  return string.match(admin_comment, '"' .. key .. '":"([^"]*)"')
+end
+
+-- the GPU fields a submission of the recorded ask would have carried, and its recorded node count
+local function submitted_ask(admin_comment)
+  local gpu_type = recorded(admin_comment, "gpu_type")
+  local typed = gpu_type and (string.lower(gpu_type) .. ":") or ""
+  local mem = recorded(admin_comment, "gpu_mem_mib")
+  if mem ~= nil then
+    return { tres_per_node = string.format("gres:shard:%s%d", typed, mem / SITE.shard_mib) }, 1
+  end
+  local per_node = recorded(admin_comment, "gpus_per_node")
+  if per_node ~= nil then
+    return { tres_per_node = "gres:gpu:" .. typed .. per_node }, recorded(admin_comment, "nodes")
+  end
+  return { tres_per_job = "gres:gpu:" .. typed .. tostring(recorded(admin_comment, "gpus")) }, recorded(admin_comment, "nodes")
+end
+
+-- the ask an earlier update of the job noted, which its admin comment does not hold: the latest line for
+-- it since it was submitted (a job id Slurm gave again is another job), in the file or the rotated one
+local function noted_ask(job_rec)
+  local since = tonumber(job_rec.submit_time) or 0
+  local mark = ',"job":' .. tostring(job_rec.job_id) .. ','
+  for _, path in ipairs({ SITE.refusals_file, SITE.refusals_file .. ".1" }) do
+    local f = io.open(path, "r")
+    if f ~= nil then
+      local last = nil
+      for line in f:lines() do
+        if string.find(line, mark, 1, true) then
+          local t, ask = string.match(line, '^{"t":(%d+),"job":%d+,"uid":%d+,"ask":(%b{})}$')
+          if ask ~= nil and tonumber(t) >= since then
+            last = ask
+          end
+        end
+      end
+      f:close()
+      if last ~= nil then
+        return last
+      end
+    end
+  end
+  return nil
+end
+
+local function asks_new_shape(job_desc, found)
+  return next(found) ~= nil or is_set(get(job_desc, "min_nodes")) or is_set(get(job_desc, "max_nodes"))
+end
+
+local function ask_changeable(job_rec, waiting, pending)
+  return waiting and pending and (job_rec.array_job_id or 0) == 0 and (SITE.refusals_file or "") ~= ""
+    and recorded(job_rec.admin_comment, "gpus_per_task") == nil
+end
+
+-- the request the update asks for, checked as a submission's; the job's own fields lose their GPUs
+local function changed_ask(job_desc, job_rec, found, rest)
+  local ac = job_rec.admin_comment
+  local exclusive = recorded(ac, "exclusive") and "--exclusive" or nil
+  if exclusive and next(found) ~= nil then
+    fail("hivebatch job " .. tostring(job_rec.job_id) .. " takes whole nodes with all their GPUs: change its node count (NumNodes=), not its GPUs")
+  end
+  local old, old_nodes = submitted_ask(noted_ask(job_rec) or ac)
+  local account, qos = get(job_desc, "account"), get(job_desc, "qos")
+  local view = {
+    account = (account ~= nil and account ~= "") and account or job_rec.account,
+    qos = (qos ~= nil and qos ~= "") and qos or job_rec.qos,
+  }
+  for f, v in pairs(next(found) ~= nil and {} or old) do
+    view[f] = v
+  end
+  for f in pairs(found) do
+    view[f] = get(job_desc, f)
+  end
+  local min_nodes, max_nodes = get(job_desc, "min_nodes"), get(job_desc, "max_nodes")
+  if is_set(min_nodes) then
+    view.min_nodes, view.max_nodes = min_nodes, max_nodes
+  elseif old_nodes ~= nil then
+    view.min_nodes, view.max_nodes = old_nodes, old_nodes
+  end
+  NOTES, ROUNDED, TASKS = {}, nil, nil
+  local req = M.request(view, gpu_fields(view), exclusive)
+  local wanted = get(job_desc, "req_nodes")
+  if type(wanted) == "string" and wanted ~= "" and nodes_needed(req) > #M.expand_hostlist(wanted) then
+    fail("ReqNodeList names " .. #M.expand_hostlist(wanted) .. " node(s) but the job would run on " .. nodes_needed(req) .. ": list as many nodes, or leave the node list out")
+  end
+  for f, kept in pairs(rest) do
+    job_desc[f] = kept
+  end
+  -- --cpus-per-gpu and --mem-per-gpu were made per-node figures at submit: they follow the new count
+  local per_node = req.gpus_per_node or req.gpus
+  local cpus, mem = recorded(ac, "cpus_per_gpu"), recorded(ac, "mem_per_gpu_mb")
+  if cpus ~= nil then
+    job_desc.pn_min_cpus = cpus * per_node
+  end
+  if mem ~= nil then
+    job_desc.min_mem_per_node = mem * per_node
+  end
+  local ask = {}
+  for _, k in ipairs(ASK_FIELDS) do
+    ask[k] = req[k]
+  end
+  return ask
+end
+
 local function modify(job_desc, job_rec, part_list, submit_uid)
   local managed = string.sub(job_rec.admin_comment or "", 1, #PREFIX) == PREFIX
   if is_operator(submit_uid) then
@@ -1149,9 +1269,19 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   check_class_change(job_desc, job_rec)
   local waiting = #split_gpu(job_rec.tres_per_node) == 0
   local pending = (job_rec.job_state or 0) % 256 == 0
+  local found, rest = gpu_fields(job_desc)
+  local ask, asked_fields = nil, {}
+  if asks_new_shape(job_desc, found) and ask_changeable(job_rec, waiting, pending) then
+    ask = changed_ask(job_desc, job_rec, found, rest)
+    -- Slurm keeps the node count and what the GPU fields hold besides GPUs
+    asked_fields = { min_nodes = true, max_nodes = true }
+    for f in pairs(found) do
+      asked_fields[f] = true
+    end
+  end
   for f, what in pairs(GUARDED) do
     local v = get(job_desc, f)
-    local owners = (OWNERS_WHILE_WAITING[f] and waiting and pending) or (SLURMS_ONCE_STARTED[f] and not pending)
+    local owners = asked_fields[f] or (OWNERS_WHILE_WAITING[f] and waiting and pending) or (SLURMS_ONCE_STARTED[f] and not pending)
     -- a cleared list ("ReqNodeList=") counts too: a pinned job's node list is its pin
     local given = (type(v) == "string" and (v ~= "" or OWNERS_WHILE_WAITING[f])) or (type(v) == "number" and is_set(v))
     if given and not owners then
@@ -1178,6 +1308,9 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     slurm.log_info("hivebatch: owner released job %s; waiting for the controller", tostring(job_rec.job_id))
   elseif pending and (get(job_desc, "begin_time") or 0) > 0 and not start_time_free(job_rec, waiting) then
     fail("the start time of hivebatch job " .. tostring(job_rec.job_id) .. " cannot change while it is held, just released, or keeps the GPUs of an earlier run: set it once hq shows it waiting for GPUs")
+  end
+  if ask ~= nil and not M.note_ask(job_rec.job_id, submit_uid, ask) then
+    fail("the new GPU ask of hivebatch job " .. tostring(job_rec.job_id) .. " cannot be passed to hivebatch now (its notes file cannot be written): try again later, or tell your admin")
   end
   return slurm.SUCCESS
 end
@@ -1209,6 +1342,11 @@ end
 
 function M.note_refusal(job_id, uid, msg)
   append_note(string.format('{"t":%d,"job":%d,"uid":%d,"msg":%s}\n', os.time(), job_id, uid, json_value(msg)))
+end
+
+-- an owner's new GPU ask for the controller (owner_ask.py): the request fields it replaces
+function M.note_ask(job_id, uid, ask)
+  return append_note(string.format('{"t":%d,"job":%d,"uid":%d,"ask":%s}\n', os.time(), job_id, uid, flat_json(ask)))
 end
 
 local ON_REFUSAL = {

@@ -202,9 +202,27 @@ def test_the_reason_an_owners_update_was_refused_reaches_the_jobs_reason(ctl: Ct
     # (tests/fixtures/slurm/refused_update_note.txt)
     jid = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-nn", "--gres=gpu:1", "--begin=now+1hour", "--wrap", "true")
     ctl.cycle()
-    out = run_as("alice", ["scontrol", "update", f"JobId={jid}", "NumNodes=2"])
+    out = run_as("alice", ["scontrol", "update", f"JobId={jid}", "Gres=gpu:16"])
     assert out.returncode != 0 and "Access/permission denied" in out.stderr, out.stderr
     ctl.cycle()
     assert ctl.job(jid).reason.endswith(
-        f" UTC was refused: the node count of hivebatch job {jid} is set by hivebatch: cancel and resubmit to change it"
+        " UTC was refused: 16 GPUs per node asked, but a node has at most 8"
     ), ctl.job(jid).reason
+
+
+def test_the_owner_changes_the_gpus_and_node_count_of_a_waiting_job(ctl: Ctl) -> None:
+    # plain Slurm lets them, and runs the job with the new ask; the plugin refused both
+    # (tests/fixtures/slurm/owner_gpu_update.txt)
+    # opportunistic: these tests give nlp one node's cells, and a job on two nodes needs two of them
+    jid = _sbatch(ctl, "bob", "-J", f"{ctl.tag}-ask", "-q", "opportunistic", "--gres=gpu:1", "--begin=now+1hour",
+                  "--wrap", "true")  # fmt: skip
+    ctl.cycle()
+    for change in ("NumNodes=2", "Gres=gpu:2"):
+        out = run_as("bob", ["scontrol", "update", f"JobId={jid}", change])
+        assert out.returncode == 0, out.stderr
+    ctl.cycle()
+    assert (ctl.job(jid).gpus, ctl.job(jid).request["nodes"]) == (4, 2)
+    assert run_as("bob", ["scontrol", "update", f"JobId={jid}", "StartTime=now"]).returncode == 0
+    ctl.until(lambda: ctl.job(jid).state in ("running", "done"), what=lambda: ctl.job(jid).reason)
+    placement = ctl.job(jid).placement or {}
+    assert sorted(len(g) for g in placement.values()) == [2, 2], placement

@@ -225,10 +225,10 @@ def test_a_zero_gpu_count_runs_as_a_cpu_job_as_under_plain_slurm(slurm_lab, lab_
 
 
 TAMPER = [
-    ["Gres=gpu:4"],
-    ["TresPerJob=gres:gpu:4"],
-    ["NumNodes=2"],
     ['AdminComment=hivebatch:v2:{"gpus":8}'],
+    # a new GPU ask is checked as a submission's: more than a node or the VC holds is refused
+    ["Gres=gpu:16"],
+    ["TresPerJob=gres:gpu:64"],
 ]
 
 
@@ -241,9 +241,13 @@ def test_the_owner_cannot_tamper_with_a_waiting_gpu_job(slurm_lab, lab_jobs):
         assert out.returncode != 0, change
     # what Slurm normally allows still works, and a comment changes nothing for the cells; a start time
     # is Slurm's begin time, the nodes it lists or excludes are where the controller may place it, and
-    # the plugin's hold still keeps the job from starting without its GPUs
-    # (tests/fixtures/slurm/owner_start_time.txt, owner_exclude_nodes.txt)
+    # the plugin's hold still keeps the job from starting without its GPUs; a new GPU ask or node count
+    # goes to the controller's ledger, never onto the job (tests/fixtures/slurm/owner_start_time.txt,
+    # owner_exclude_nodes.txt, owner_gpu_update.txt)
     allowed = (
+        ["Gres=gpu:2"],
+        ["TresPerJob=gres:gpu:2"],
+        ["NumNodes=1"],
         ["Name=renamed"],
         ["TimeLimit=30"],
         ['Comment=hivebatch:hints:{"model":"x"}'],

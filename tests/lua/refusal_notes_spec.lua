@@ -4,8 +4,9 @@
 local support = dofile("tests/lua/controller_file.lua")
 local NO_VAL = 4294967294
 
-local managed = { job_id = 7, admin_comment = 'hivebatch:v2:{"gpus":1,"qos":"normal","vc":"cv"}', priority = 0,
-                  tres_per_node = "", site_factor = 0, job_state = 0 }
+-- placed: its GPUs chosen, so its node count is no longer the owner's to change
+local managed = { job_id = 7, admin_comment = 'hivebatch:v2:{"gpus":1,"qos":"normal","vc":"cv"}', priority = 100,
+                  tres_per_node = "gres:gpu:g0:1", site_factor = 0, job_state = 0, account = "cv", qos = "normal" }
 
 local function upd(fields)
   local d = { priority = NO_VAL, min_nodes = NO_VAL, max_nodes = NO_VAL, begin_time = 0 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +114,12 @@ def lua_read(path: Path, expr: str) -> str:
     out = subprocess.run([lua, "-e", probe], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+def with_notes_file(env: Env, tmp_path: Path) -> Env:
+    """The controller reads the job_submit plugin's notes, as the one serving slurmctld does: the file
+    lies in a directory only its owner writes (refusals.unsafe)."""
+    notes = tmp_path / "spool" / "refused.log"
+    notes.parent.mkdir(mode=0o755)
+    env.ctx = replace(env.ctx, refusals_path=notes)
+    return env

@@ -7,11 +7,10 @@ import json
 import os
 import stat
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from controller_support import Env, make_env
+from controller_support import Env, make_env, with_notes_file
 
 from hivebatch.controller import refusals
 from hivebatch.controller.record import Recorder
@@ -36,11 +35,7 @@ def _note(jid: int, at: float | None = None, msg: str | None = None) -> str:
 @pytest.fixture()
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
-    e = make_env(tmp_path)
-    notes = tmp_path / "spool" / "refused.log"
-    notes.parent.mkdir(mode=0o755)
-    e.ctx = replace(e.ctx, refusals_path=notes)
-    return e
+    return with_notes_file(make_env(tmp_path), tmp_path)
 
 
 def _waiting(env: Env) -> tuple[int, Path]:

@@ -212,8 +212,12 @@ def merge_ledger(row: JobRow | None, db_job: Any, start_timeout_s: float | None 
             hivebatch=not db_job.foreign,
         )
     row.hivebatch_state = db_job.state
-    if row.gpu_mem_mib is None and isinstance(db_job.request, dict) and db_job.request.get("gpu_mem_mib"):
-        row.gpu_mem_mib = int(db_job.request["gpu_mem_mib"])
+    if isinstance(db_job.request, dict) and not db_job.foreign:
+        # the ledger's ask is the job's: its owner may have changed it since submit (owner_ask.py)
+        row.gpus = db_job.gpus or row.gpus
+        row.gpu_type = db_job.request.get("gpu_type") or row.gpu_type
+        mem = db_job.request.get("gpu_mem_mib")
+        row.gpu_mem_mib = int(mem) if mem else None
     row.vc = row.vc or db_job.vc_name
     row.qos = row.qos or db_job.qos
     row.gpu_type = row.gpu_type or db_job.gpu_type
