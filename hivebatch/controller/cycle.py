@@ -203,7 +203,7 @@ def run_cycle(
         sync_vcs(session, ctx.spec, obs.now)
         ledger = sync_jobs(session, obs, rec, backend)
         asks = refusals.read_and_record(session, rec, ctx.refusals_path, ledger.jobs)
-        owner_ask.apply_all(session, rec, asks, ledger.jobs)
+        owner_ask.apply_all(session, rec, asks, ledger.jobs, ledger.slurm)
         rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
         ledger.avoided = load_avoided(session, obs.now, ledger.jobs)
         half_life = ctx.settings.fairshare_half_life_s

@@ -9,7 +9,8 @@ the ledger's request is the job's: the controller places the job with it and ``h
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import asdict, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -18,7 +19,8 @@ from hivebatch.controller.record import Recorder
 from hivebatch.controller.refusals import AskChange, job_of, refused
 from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
-from hivebatch.request import JobRequest
+from hivebatch.request import JobRequest, request_of
+from hivebatch.slurm.types import SlurmJob
 
 KIND = "ask_changed"
 #: the request fields the plugin notes: the whole GPU ask, what it does not name is unset
@@ -47,11 +49,15 @@ def _new_request(job: Job, ask: dict[str, Any]) -> JobRequest:
     return new
 
 
+def waits_unplaced(job: Job) -> bool:
+    return job.state in ("queued", "rejected") and not job.gres
+
+
 def apply(session: Session, rec: Recorder, job: Job, change: AskChange) -> None:
     """The job waits with the new ask; an ask that came too late or is unusable is an update refused."""
     if job.foreign or not job.request:
         return
-    if job.state not in ("queued", "rejected") or job.gres:
+    if not waits_unplaced(job):
         # the controller placed it in the moment between its own read of the notes and the update
         refused(
             session,
@@ -81,11 +87,58 @@ def apply(session: Session, rec: Recorder, job: Job, change: AskChange) -> None:
     )
 
 
-def apply_all(session: Session, rec: Recorder, changes: list[AskChange], jobs: dict[int, Job]) -> None:
+def _targets(change: AskChange, jobs: dict[int, Job], slurm: Mapping[int, SlurmJob]) -> list[Job]:
+    """The job the ask is for; for an array's, each of its tasks still waiting unplaced (those placed
+    or running keep their GPUs, as Slurm's own running tasks keep theirs), else the record noted."""
+    noted = job_of(change, jobs)
+    if change.array is None:
+        return [noted] if noted is not None else []
+    tasks = [
+        job
+        for sid, job in jobs.items()
+        if (sj := slurm.get(sid)) is not None
+        and sj.array_job_id == change.array
+        and waits_unplaced(job)
+        and job_of(replace(change, slurm_job_id=sid), jobs) is not None
+    ]
+    return tasks or ([noted] if noted is not None else [])
+
+
+def apply_all(
+    session: Session,
+    rec: Recorder,
+    changes: list[AskChange],
+    jobs: dict[int, Job],
+    slurm: Mapping[int, SlurmJob],
+) -> None:
     for change in changes:
-        job = job_of(change, jobs)
-        if job is not None:
+        for job in _targets(change, jobs, slurm):
             apply(session, rec, job, change)
 
 
-__all__ = ["ASK_FIELDS", "KIND", "apply", "apply_all", "describe"]
+def _ask_of(request: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(request.get(k) for k in ASK_FIELDS)
+
+
+def array_ask(array: int, jobs: dict[int, Job], slurm: Mapping[int, SlurmJob]) -> dict[str, Any] | None:
+    """The ask the array's owner changed it to, or None: what the ledger keeps for the array's own
+    record (the job id of the array: it holds the tasks not split off yet, and at the end is the last
+    task; tests/fixtures/slurm/squeue_array_split.json), where it differs from its admin comment's."""
+    job, sj = jobs.get(array), slurm.get(array)
+    if job is None or sj is None or not job.request or job.foreign:
+        return None
+    submitted = request_of(sj)
+    if submitted is None or _ask_of(asdict(submitted)) == _ask_of(job.request):
+        return None
+    return {k: job.request.get(k) for k in ASK_FIELDS}
+
+
+def inherit(req: JobRequest, ask: Mapping[str, Any] | None) -> JobRequest:
+    """A record split off an array whose ask its owner changed: it carries the admin comment of the
+    submit, and runs with the array's new ask."""
+    if not ask:
+        return req
+    return JobRequest(**{**asdict(req), **{k: ask.get(k) for k in ASK_FIELDS}})
+
+
+__all__ = ["ASK_FIELDS", "KIND", "apply", "apply_all", "array_ask", "describe", "inherit", "waits_unplaced"]

@@ -68,6 +68,7 @@ class AskChange:
     slurm_job_id: int
     uid: int
     ask: dict[str, Any]
+    array: int | None = None  # the array's job id: the ask is every waiting task's
 
 
 Note = Refusal | AskChange
@@ -79,7 +80,8 @@ def parse_line(line: str) -> Note | None:
         raw = json.loads(line)
         at = dt.datetime.fromtimestamp(int(raw["t"]), dt.UTC).replace(tzinfo=None)
         if isinstance(raw.get("ask"), dict):
-            return AskChange(at, int(raw["job"]), int(raw["uid"]), raw["ask"])
+            array = int(raw["array"]) if "array" in raw else None
+            return AskChange(at, int(raw["job"]), int(raw["uid"]), raw["ask"], array)
         return Refusal(at, int(raw["job"]), int(raw["uid"]), str(raw["msg"]))
     except (ValueError, TypeError, KeyError, OverflowError, OSError):
         return None

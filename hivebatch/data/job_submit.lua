@@ -1120,9 +1120,12 @@ end
 -- may), so the new ask goes to the controller as a note in the file only slurmctld's user writes
 -- (controller.refusals_file), and the controller's ledger keeps it. The ask is what this plugin would
 -- have recorded had the job been submitted with the update's options; the node count stays the one
--- recorded (or noted by an earlier update) unless the update gives one. Not for an array (its records
--- share one admin comment and are split off later), a job whose GPUs are chosen, one asking GPUs per
--- task, or a site without the notes file: there the update is refused as before.
+-- recorded (or noted by an earlier update) unless the update gives one. An array's ask is noted once
+-- for the whole array: slurmctld hands the update to each of its records in turn, the array's own record
+-- first, and it takes the GPU fields off for all that follow (so plain Slurm, too, changes only that
+-- record: tests/fixtures/slurm/owner_gpu_update.txt); the controller gives the ask to each task still
+-- waiting and to those it splits off later. Not for a job (or an array's task) whose GPUs are chosen,
+-- one asking GPUs per task, or a site without the notes file: there the update is refused as before.
 local ASK_FIELDS = { "gpus", "nodes", "gpus_per_node", "gpu_mem_mib", "gpu_type" }
 
 -- a number or string this plugin wrote into its own flat admin comment
@@ -1153,14 +1156,15 @@ end
 -- it since it was submitted (a job id Slurm gave again is another job), in the file or the rotated one
 local function noted_ask(job_rec)
   local since = tonumber(job_rec.submit_time) or 0
-  local mark = ',"job":' .. tostring(job_rec.job_id) .. ','
+  local own = ',"job":' .. tostring(job_rec.job_id) .. ','
+  local array = (job_rec.array_job_id or 0) ~= 0 and (',"array":' .. tostring(job_rec.array_job_id) .. ',') or own
   for _, path in ipairs({ SITE.refusals_file, SITE.refusals_file .. ".1" }) do
     local f = io.open(path, "r")
     if f ~= nil then
       local last = nil
       for line in f:lines() do
-        if string.find(line, mark, 1, true) then
-          local t, ask = string.match(line, '^{"t":(%d+),"job":%d+,"uid":%d+,"ask":(%b{})}$')
+        if string.find(line, own, 1, true) or string.find(line, array, 1, true) then
+          local t, ask = string.match(line, '^{"t":(%d+),"job":%d+,"uid":%d+,[^{]*"ask":(%b{})}$')
           if ask ~= nil and tonumber(t) >= since then
             last = ask
           end
@@ -1180,8 +1184,7 @@ local function asks_new_shape(job_desc, found)
 end
 
 local function ask_changeable(job_rec, waiting, pending)
-  return waiting and pending and (job_rec.array_job_id or 0) == 0 and (SITE.refusals_file or "") ~= ""
-    and recorded(job_rec.admin_comment, "gpus_per_task") == nil
+  return waiting and pending and (SITE.refusals_file or "") ~= "" and recorded(job_rec.admin_comment, "gpus_per_task") == nil
 end
 
 -- the request the update asks for, checked as a submission's; the job's own fields lose their GPUs
@@ -1309,7 +1312,10 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   elseif pending and (get(job_desc, "begin_time") or 0) > 0 and not start_time_free(job_rec, waiting) then
     fail("the start time of hivebatch job " .. tostring(job_rec.job_id) .. " cannot change while it is held, just released, or keeps the GPUs of an earlier run: set it once hq shows it waiting for GPUs")
   end
-  if ask ~= nil and not M.note_ask(job_rec.job_id, submit_uid, ask) then
+  -- an update of the array's own record is one of the whole array (a task's has its own job id); the
+  -- controller splits tasks off ahead of their start, which plain Slurm keeps in that record
+  local whole_array = (job_rec.array_job_id or 0) ~= 0 and job_rec.job_id == job_rec.array_job_id
+  if ask ~= nil and not M.note_ask(job_rec.job_id, submit_uid, ask, whole_array and job_rec.array_job_id or nil) then
     fail("the new GPU ask of hivebatch job " .. tostring(job_rec.job_id) .. " cannot be passed to hivebatch now (its notes file cannot be written): try again later, or tell your admin")
   end
   return slurm.SUCCESS
@@ -1344,9 +1350,11 @@ function M.note_refusal(job_id, uid, msg)
   append_note(string.format('{"t":%d,"job":%d,"uid":%d,"msg":%s}\n', os.time(), job_id, uid, json_value(msg)))
 end
 
--- an owner's new GPU ask for the controller (owner_ask.py): the request fields it replaces
-function M.note_ask(job_id, uid, ask)
-  return append_note(string.format('{"t":%d,"job":%d,"uid":%d,"ask":%s}\n', os.time(), job_id, uid, flat_json(ask)))
+-- an owner's new GPU ask for the controller (owner_ask.py): the request fields it replaces, for the job
+-- or for every waiting task of its array
+function M.note_ask(job_id, uid, ask, array_id)
+  local array = (array_id or 0) ~= 0 and string.format('"array":%d,', array_id) or ""
+  return append_note(string.format('{"t":%d,"job":%d,"uid":%d,%s"ask":%s}\n', os.time(), job_id, uid, array, flat_json(ask)))
 end
 
 local ON_REFUSAL = {

@@ -3,6 +3,8 @@ waiting for its dependency or its begin time holds no cells until Slurm would st
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from lab_controller import Ctl
 from lab_users import run_as
@@ -226,3 +228,21 @@ def test_the_owner_changes_the_gpus_and_node_count_of_a_waiting_job(ctl: Ctl) ->
     ctl.until(lambda: ctl.job(jid).state in ("running", "done"), what=lambda: ctl.job(jid).reason)
     placement = ctl.job(jid).placement or {}
     assert sorted(len(g) for g in placement.values()) == [2, 2], placement
+
+
+def test_the_owner_changes_the_gpus_of_an_array_with_a_task_running(ctl: Ctl) -> None:
+    # plain Slurm runs the tasks not started yet with the new ask, the running one keeps its GPUs, and
+    # scontrol says nothing (tests/fixtures/slurm/owner_gpu_update.txt)
+    array = _sbatch(
+        ctl, "alice", "-J", f"{ctl.tag}-arr", "--array=0-2%1", "--gres=gpu:1", "--wrap", "sleep 8"
+    )
+
+    def tasks() -> dict[int, Any]:
+        return {j.array_task_id: j for j in ctl.lab.backend().list_jobs() if j.array_job_id == array}
+
+    ctl.until(lambda: 0 in tasks() and tasks()[0].state == "RUNNING", what=lambda: ctl.job(array).reason)
+    out = run_as("alice", ["scontrol", "update", f"JobId={array}", "Gres=gpu:2"])
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert sum(len(g) for g in tasks()[0].gpus.values()) == 1
+    ctl.until(lambda: 1 in tasks() and tasks()[1].state == "RUNNING", timeout_s=60)
+    assert sum(len(g) for g in tasks()[1].gpus.values()) == 2

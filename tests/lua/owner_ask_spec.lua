@@ -128,10 +128,10 @@ describe("an owner's new GPU ask for a waiting job", function()
     assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(d, waiting(ONE, { account = "nlp" }), {}, 1001))
   end)
 
-  it("refuses as before once the GPUs are chosen, for an array, per-task GPUs, or a running job", function()
+  it("refuses as before once the GPUs are chosen, for per-task GPUs, or a running job", function()
     local cases = {
       waiting(ONE, { tres_per_node = "gres:gpu:g0:1", priority = 100 }),
-      waiting(ONE, { array_job_id = 5 }),
+      waiting(ONE, { tres_per_node = "gres:gpu:g0:1", priority = 100, array_job_id = 5 }),
       waiting('{"gpus":4,"gpus_per_task":2,"qos":"normal","vc":"cv"}'),
       waiting(ONE, { job_state = 1, tres_per_node = "gres:gpu:g0:1" }),
     }
@@ -176,5 +176,24 @@ describe("an owner's new GPU ask for a waiting job", function()
     os.rename(file.path, file.path .. ".1")
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ min_nodes = 1 }), job, {}, 1001))
     assert.matches('"ask":{"gpus":2,"gpus_per_node":2,"nodes":1}}$', lines(file.path)[1])
+  end)
+
+  it("notes an array's ask for the whole array, and a later update of any of its records builds on it", function()
+    -- slurmctld hands the update to each record of the array; the first waiting one takes the GPUs off
+    local meta = waiting(ONE, { job_id = 5, array_job_id = 5 }) -- the array's own record
+    local d = upd({ tres_per_node = "gres:gpu:2" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, meta, {}, 1001))
+    local task = waiting(ONE, { job_id = 6, array_job_id = 5, array_task_id = 0 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, task, {}, 1001)) -- the same update, its GPUs gone
+    local all = lines(file.path)
+    assert.are.equal(1, #all)
+    assert.matches('^{"t":%d+,"job":5,"uid":1001,"array":5,"ask":{"gpus":2,"gpus_per_node":2,"nodes":1}}$', all[1])
+    -- an update of one task (scontrol update JobId=5_0) is that task's, building on the array's
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ min_nodes = 1 }), task, {}, 1001))
+    assert.matches('^{"t":%d+,"job":6,"uid":1001,"ask":{"gpus":2,"gpus_per_node":2,"nodes":1}}$', lines(file.path)[2])
+    -- another array's is not this array's
+    local other = waiting(ONE, { job_id = 9, array_job_id = 9 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ min_nodes = 1 }), other, {}, 1001))
+    assert.matches('"job":9,"uid":1001,"array":9,"ask":{"gpus":1,"gpus_per_node":1,"nodes":1}}$', lines(file.path)[3])
   end)
 end)

@@ -120,3 +120,47 @@ def test_the_line_reads_as_an_ask() -> None:
     note = refusals.parse_line(_note(7, {"gpus": 2, "gpu_type": "V100"}, at=1795957349))
     assert isinstance(note, refusals.AskChange)
     assert (note.slurm_job_id, note.uid, note.ask) == (7, 1001, {"gpus": 2, "gpu_type": "V100"})
+
+
+def _array_note(array: int, ask: dict[str, Any]) -> str:
+    raw = {"t": int(time.time()), "job": array, "uid": 1001, "array": array, "ask": ask}
+    return json.dumps(raw, separators=(",", ":")) + "\n"
+
+
+def test_an_arrays_new_ask_is_every_waiting_tasks_and_the_later_ones(env: Env) -> None:
+    env.submit("alice", "cv", 8)
+    four = env.submit("alice", "cv", 4)
+    array = env.submit("alice", "cv", 1, extra=["--array=0-2%1"])
+    env.cycle()
+    env.cycle()
+    (first,) = [j for j in env.ctl.list_jobs() if j.array_job_id == array and j.job_id != array]
+    assert env.job(first.job_id).state == "queued"
+    assert env.ctx.refusals_path is not None
+    env.ctx.refusals_path.write_text(_array_note(array, {"gpus": 2, "gpus_per_node": 2, "nodes": 1}))
+    env.cycle()
+    assert (
+        env.job(first.job_id).gpus == 2 and env.job(array).gpus == 2
+    )  # the split task and the array's record
+    env.slurm.as_user("alice").cancel(four)
+    env.cycle()
+    env.cycle()
+    assert sum(len(g) for g in env.slurm.job_gpus(first.job_id).values()) == 2
+    env.slurm.finish(first.job_id)
+    for _ in range(3):
+        env.cycle()
+    later = [j for j in env.ctl.list_jobs() if j.array_job_id == array and j.array_task_id == 1]
+    assert later and env.job(later[0].job_id).gpus == 2, later  # split off after the update, with its ask
+    assert env.job(later[0].job_id).request["gpus_per_node"] == 2
+
+
+def test_an_array_task_already_placed_keeps_its_gpus(env: Env) -> None:
+    array = env.submit("alice", "cv", 1, extra=["--array=0-2%1"])
+    env.cycle()
+    env.cycle()
+    (first,) = [j for j in env.ctl.list_jobs() if j.array_job_id == array and j.job_id != array]
+    assert env.job(first.job_id).state in ("placed", "running")
+    assert env.ctx.refusals_path is not None
+    env.ctx.refusals_path.write_text(_array_note(array, {"gpus": 2, "gpus_per_node": 2, "nodes": 1}))
+    env.cycle()
+    assert env.job(first.job_id).gpus == 1 and env.job(array).gpus == 2
+    assert env.events(first.job_id, kind=refusals.KIND) == []  # as Slurm's running tasks keep theirs

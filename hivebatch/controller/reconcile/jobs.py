@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hivebatch.controller import owner_ask
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation, phase, to_utc
 from hivebatch.controller.reconcile.machine import finish, follow, follow_foreign, start
@@ -99,6 +100,8 @@ def _rows_for_unknown(session: Session, obs: Observation, known: dict[int, Job],
             continue  # not hivebatch's and not using GPUs: none of our business
         if req is not None and ph not in ("pending", "running"):
             continue  # a GPU job that came and went between two cycles; accounting has it
+        if req is not None and sj.array_job_id and ph == "pending":
+            req = owner_ask.inherit(req, owner_ask.array_ask(sj.array_job_id, known, obs.jobs))
         rows.append(_new_job(sj, req, obs.now))
     return rows
 
