@@ -13,7 +13,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from hivebatch.cells import ClusterSpec
-from hivebatch.controller import owner_ask, refusals
+from hivebatch.controller import refusals
 from hivebatch.controller.act import act, write_intents
 from hivebatch.controller.avoid import load_avoided
 from hivebatch.controller.context import ControllerContext
@@ -201,9 +201,9 @@ def run_cycle(
         session.info["gpu_capacity_mib"] = gpu_capacity_by_node(ctx.spec)
         # reconcile (one transaction)
         sync_vcs(session, ctx.spec, obs.now)
-        ledger = sync_jobs(session, obs, rec, backend)
-        asks = refusals.read_and_record(session, rec, ctx.refusals_path, ledger.jobs)
-        owner_ask.apply_all(session, rec, asks, ledger.jobs, ledger.slurm)
+        notes = refusals.read(session, ctx.refusals_path, obs.now)
+        ledger = sync_jobs(session, obs, rec, backend, notes)
+        refusals.record(session, rec, notes, ledger.jobs)
         rebuild_allocator(session, rec, ledger, obs, ctx.spec, ctx.data)
         ledger.avoided = load_avoided(session, obs.now, ledger.jobs)
         half_life = ctx.settings.fairshare_half_life_s

@@ -9,14 +9,15 @@ the ledger's request is the job's: the controller places the job with it and ``h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.record import Recorder
-from hivebatch.controller.refusals import AskChange, job_of, refused
+from hivebatch.controller.refusals import AskChange, Note, job_of, refused
 from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
 from hivebatch.request import JobRequest, request_of
@@ -104,16 +105,11 @@ def _targets(change: AskChange, jobs: dict[int, Job], slurm: Mapping[int, SlurmJ
     return tasks or ([noted] if noted is not None else [])
 
 
-def apply_all(
-    session: Session,
-    rec: Recorder,
-    changes: list[AskChange],
-    jobs: dict[int, Job],
-    slurm: Mapping[int, SlurmJob],
-) -> None:
-    for change in changes:
-        for job in _targets(change, jobs, slurm):
-            apply(session, rec, job, change)
+def apply_all(session: Session, rec: Recorder, notes: Sequence[Note], ledger: Ledger) -> None:
+    for change in notes:
+        if isinstance(change, AskChange):
+            for job in _targets(change, ledger.jobs, ledger.slurm):
+                apply(session, rec, job, change)
 
 
 def _ask_of(request: Mapping[str, Any]) -> tuple[Any, ...]:

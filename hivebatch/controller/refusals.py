@@ -157,15 +157,9 @@ def with_refusal(reason: str, refusal: str | None) -> str:
     return f"{reason}; {refusal}" if refusal else reason
 
 
-def read_and_record(
-    session: Session, rec: Recorder, path: Path | None, jobs: dict[int, Job]
-) -> list[AskChange]:
-    """Records the new refusals; returns the new asks, in the order their owners gave them."""
-    if path is None:
-        return []
-    found = read_new(session, path, rec.now)
-    record(session, rec, found, jobs)
-    return [n for n in found if isinstance(n, AskChange)]
+def read(session: Session, path: Path | None, now: dt.datetime) -> list[Note]:
+    """The notes written since the last cycle's read; none where this controller reads none."""
+    return read_new(session, path, now) if path is not None else []
 
 
 __all__ = [
@@ -174,7 +168,7 @@ __all__ = [
     "Note",
     "Refusal",
     "job_of",
-    "read_and_record",
+    "read",
     "read_new",
     "recent",
     "record",

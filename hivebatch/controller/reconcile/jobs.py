@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -15,6 +16,7 @@ from hivebatch.controller.observe import Observation, phase, to_utc
 from hivebatch.controller.reconcile.machine import finish, follow, follow_foreign, start
 from hivebatch.controller.reconcile.slurm_view import gpus_of, shard_placement
 from hivebatch.controller.record import Recorder, placement_text
+from hivebatch.controller.refusals import Note
 from hivebatch.db.models import FINAL_STATES, Job
 from hivebatch.request import JobRequest, RequestError, request_from_slurm
 from hivebatch.slurm.base import SlurmBackend
@@ -143,8 +145,12 @@ def _introduce(session: Session, rec: Recorder, job: Job, sj: SlurmJob, now: dt.
         rec.event(session, job, "submitted", asked, {"request": job.request})
 
 
-def sync_jobs(session: Session, obs: Observation, rec: Recorder, backend: SlurmBackend) -> Ledger:
-    """Bring every unfinished ledger row up to date with Slurm, add the jobs Slurm has that the ledger lacks."""
+def sync_jobs(
+    session: Session, obs: Observation, rec: Recorder, backend: SlurmBackend, notes: Sequence[Note] = ()
+) -> Ledger:
+    """Bring every unfinished ledger row up to date with Slurm, add the jobs Slurm has that the ledger lacks.
+    ``notes``: the owners' updates the job_submit plugin passed on since the last cycle, applied before
+    each job is followed."""
     rows = session.scalars(select(Job).where(Job.state.notin_(FINAL_STATES))).all()
     jobs = {j.slurm_job_id: j for j in rows}
     ledger = Ledger(jobs=jobs, slurm=obs.jobs)
@@ -155,6 +161,7 @@ def sync_jobs(session: Session, obs: Observation, rec: Recorder, backend: SlurmB
     for job in new_rows:
         jobs[job.slurm_job_id] = job
         _introduce(session, rec, job, obs.jobs[job.slurm_job_id], obs.now)
+    owner_ask.apply_all(session, rec, notes, ledger)
 
     missing: list[Job] = []
     for jid, job in list(jobs.items()):

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
+from hivebatch.controller import owner_start
 from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide.eligible import OWNER_HELD
 from hivebatch.controller.decide.gres import untyped_count
@@ -242,21 +243,9 @@ def _follow_waiting(
 def _follow_start_time(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> None:
     """A start time the owner sets while the job waits is kept: their hold and release replace Slurm's
     begin time with the plugin's marks, and plain Slurm keeps it through both (recorded:
-    tests/fixtures/slurm/owner_start_time.txt). Only a job never started: a requeued one's begin time
-    is Slurm's requeue delay."""
-    if job.state != "queued" or job.start_time is not None or job.placement or begin_marked(sj):
-        return
-    now = aware(rec.now)
-    seen = _still_ahead(sj.eligible_time, now)
-    if seen == _still_ahead(begin_kept(sj, job.owner_begin), now):
-        return
-    job.owner_begin = to_utc(seen or now)
-    when = f"{seen.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC" if seen else "now"
-    rec.event(session, job, "start_time", f"its owner set its start time to {when}", {"begin": when})
-
-
-def _still_ahead(t: dt.datetime | None, now: dt.datetime) -> dt.datetime | None:
-    return t if t is not None and aware(t) > now else None
+    tests/fixtures/slurm/owner_start_time.txt)."""
+    if owner_start.never_started(job) and not begin_marked(sj):
+        owner_start.keep(session, rec, job, sj, sj.eligible_time)
 
 
 def _follow_placed(
