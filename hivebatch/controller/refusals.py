@@ -71,7 +71,17 @@ class AskChange:
     array: int | None = None  # the array's job id: the ask is every waiting task's
 
 
-Note = Refusal | AskChange
+@dataclass(frozen=True)
+class StartTime:
+    """A start time an owner set on a job waiting for GPUs (hivebatch.controller.owner_start keeps it)."""
+
+    at: dt.datetime
+    slurm_job_id: int
+    uid: int
+    begin: dt.datetime  # naive UTC
+
+
+Note = Refusal | AskChange | StartTime
 
 
 def parse_line(line: str) -> Note | None:
@@ -79,6 +89,9 @@ def parse_line(line: str) -> Note | None:
     try:
         raw = json.loads(line)
         at = dt.datetime.fromtimestamp(int(raw["t"]), dt.UTC).replace(tzinfo=None)
+        if "begin" in raw:
+            begin = dt.datetime.fromtimestamp(int(raw["begin"]), dt.UTC).replace(tzinfo=None)
+            return StartTime(at, int(raw["job"]), int(raw["uid"]), begin)
         if isinstance(raw.get("ask"), dict):
             array = int(raw["array"]) if "array" in raw else None
             return AskChange(at, int(raw["job"]), int(raw["uid"]), raw["ask"], array)
@@ -167,6 +180,7 @@ __all__ = [
     "AskChange",
     "Note",
     "Refusal",
+    "StartTime",
     "job_of",
     "read",
     "read_new",

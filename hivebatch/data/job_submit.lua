@@ -1114,6 +1114,37 @@ local function start_time_free(job_rec, waiting)
   return job_rec.priority ~= 0
 end
 
+local function start_refused(job_rec)
+  return "the start time of hivebatch job " .. tostring(job_rec.job_id) .. " cannot change while it is held, just released, or keeps the GPUs of an earlier run: set it once hq shows it waiting for GPUs"
+end
+
+-- An owner's start time for a waiting job: (the time to note for the controller, whether Slurm takes it).
+-- Over a hold's or a release's mark, plain Slurm keeps the hold and takes the time (recorded:
+-- tests/fixtures/slurm/owner_start_time.txt, job 2569): the mark stays, and the controller keeps the time
+-- in its ledger and gives it back when it takes the job back. Every start time of a waiting job is
+-- noted, so that one set and released before the controller's next cycle is not lost. Not over the mark
+-- of an array's record (slurmctld carries the plugin's change of the update to its next record) or of
+-- a job that keeps an earlier pin's GPUs, nor where the note cannot be written.
+local function start_time(job_desc, job_rec, waiting)
+  local free = start_time_free(job_rec, waiting)
+  if not waiting then
+    if not free then
+      fail(start_refused(job_rec))
+    end
+    return nil, true
+  end
+  if not free then
+    if (job_rec.array_job_id or 0) ~= 0 or (SITE.refusals_file or "") == "" then
+      fail(start_refused(job_rec))
+    end
+  end
+  local begin = get(job_desc, "begin_time")
+  if not free then
+    job_desc.begin_time = 0 -- no change: the mark stays
+  end
+  return begin, free
+end
+
 -- An owner may change the GPU ask (Gres=, TresPerNode=, TresPerJob=, ...) or the node count (NumNodes=)
 -- of a job still waiting for GPUs, as plain Slurm lets them (tests/fixtures/slurm/owner_gpu_update.txt).
 -- The plugin cannot write the admin comment on an owner's update (only SlurmUser and Administrators
@@ -1274,6 +1305,7 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   local pending = (job_rec.job_state or 0) % 256 == 0
   local found, rest = gpu_fields(job_desc)
   local ask, asked_fields = nil, {}
+  local start, start_free = nil, true
   if asks_new_shape(job_desc, found) and ask_changeable(job_rec, waiting, pending) then
     ask = changed_ask(job_desc, job_rec, found, rest)
     -- Slurm keeps the node count and what the GPU fields hold besides GPUs
@@ -1309,14 +1341,17 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   elseif waiting and job_rec.priority == 0 and priority == INFINITE then
     job_desc.begin_time = RELEASED_BEGIN
     slurm.log_info("hivebatch: owner released job %s; waiting for the controller", tostring(job_rec.job_id))
-  elseif pending and (get(job_desc, "begin_time") or 0) > 0 and not start_time_free(job_rec, waiting) then
-    fail("the start time of hivebatch job " .. tostring(job_rec.job_id) .. " cannot change while it is held, just released, or keeps the GPUs of an earlier run: set it once hq shows it waiting for GPUs")
+  elseif pending and (get(job_desc, "begin_time") or 0) > 0 then
+    start, start_free = start_time(job_desc, job_rec, waiting)
   end
   -- an update of the array's own record is one of the whole array (a task's has its own job id); the
   -- controller splits tasks off ahead of their start, which plain Slurm keeps in that record
   local whole_array = (job_rec.array_job_id or 0) ~= 0 and job_rec.job_id == job_rec.array_job_id
   if ask ~= nil and not M.note_ask(job_rec.job_id, submit_uid, ask, whole_array and job_rec.array_job_id or nil) then
     fail("the new GPU ask of hivebatch job " .. tostring(job_rec.job_id) .. " cannot be passed to hivebatch now (its notes file cannot be written): try again later, or tell your admin")
+  end
+  if start ~= nil and not M.note_start(job_rec.job_id, submit_uid, start) and not start_free then
+    fail(start_refused(job_rec))
   end
   return slurm.SUCCESS
 end
@@ -1348,6 +1383,11 @@ end
 
 function M.note_refusal(job_id, uid, msg)
   append_note(string.format('{"t":%d,"job":%d,"uid":%d,"msg":%s}\n', os.time(), job_id, uid, json_value(msg)))
+end
+
+-- a start time an owner set on a waiting job, for the controller (owner_start.py)
+function M.note_start(job_id, uid, begin)
+  return append_note(string.format('{"t":%d,"job":%d,"uid":%d,"begin":%d}\n', os.time(), job_id, uid, begin))
 end
 
 -- an owner's new GPU ask for the controller (owner_ask.py): the request fields it replaces, for the job

@@ -197,3 +197,54 @@ describe("an owner's new GPU ask for a waiting job", function()
     assert.matches('"job":9,"uid":1001,"array":9,"ask":{"gpus":1,"gpus_per_node":1,"nodes":1}}$', lines(file.path)[3])
   end)
 end)
+
+describe("an owner's start time for a waiting job", function()
+  local file
+  before_each(function()
+    file = support.file()
+    os.remove(file.path)
+    support.load_plugin({ refusals_file = file.path, vcs = VCS })
+  end)
+  after_each(function()
+    os.remove(file.path)
+  end)
+  local T = 1795960000
+
+  it("is noted over their hold or an admin's, whose mark stays (plain Slurm keeps the hold, takes the time)", function()
+    for _, site in ipairs({ -3, -1 }) do
+      local d = upd({ begin_time = T })
+      assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, waiting(ONE, { site_factor = site }), {}, 1001))
+      assert.are.equal(0, d.begin_time) -- Slurm's begin time stays the hold's mark
+    end
+    local all = lines(file.path)
+    assert.are.equal(2, #all)
+    assert.matches('^{"t":%d+,"job":7,"uid":1001,"begin":1795960000}$', all[1])
+  end)
+
+  it("is noted over the mark of their release the controller has not taken back yet", function()
+    local d = upd({ begin_time = T })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, waiting(ONE, { priority = 4294967295 }), {}, 1001))
+    assert.are.equal(0, d.begin_time)
+    assert.are.equal(1, #lines(file.path))
+  end)
+
+  it("goes to Slurm and is noted too while the job waits for GPUs, so a release right after loses nothing", function()
+    local d = upd({ begin_time = T })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, waiting(ONE), {}, 1001))
+    assert.are.equal(T, d.begin_time)
+    assert.matches('"begin":1795960000}$', lines(file.path)[1])
+  end)
+
+  it("is refused over the mark of an array's record, of kept GPUs, or where it cannot be noted", function()
+    local held_task = waiting(ONE, { site_factor = -3, array_job_id = 5, job_id = 6 })
+    local kept = waiting(ONE, { tres_per_node = "gres:gpu:g0:1" }) -- requeued held: priority 0, GPUs kept
+    for _, job in ipairs({ held_task, kept }) do
+      assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ begin_time = T }), job, {}, 1001))
+    end
+    support.load_plugin({ refusals_file = "/nonexistent/hivebatch/refused.log", vcs = VCS })
+    assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ begin_time = T }), waiting(ONE, { site_factor = -3 }), {}, 1001))
+    local d = upd({ begin_time = T }) -- while it waits for GPUs Slurm takes it all the same
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, waiting(ONE), {}, 1001))
+    assert.are.equal(T, d.begin_time)
+  end)
+end)

@@ -122,4 +122,5 @@ def with_notes_file(env: Env, tmp_path: Path) -> Env:
     notes = tmp_path / "spool" / "refused.log"
     notes.parent.mkdir(mode=0o755)
     env.ctx = replace(env.ctx, refusals_path=notes)
+    env.slurm.plugin_notes(notes)
     return env

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hivebatch.controller import owner_ask
+from hivebatch.controller import owner_ask, owner_start
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation, phase, to_utc
 from hivebatch.controller.reconcile.machine import finish, follow, follow_foreign, start
@@ -150,7 +150,8 @@ def sync_jobs(
 ) -> Ledger:
     """Bring every unfinished ledger row up to date with Slurm, add the jobs Slurm has that the ledger lacks.
     ``notes``: the owners' updates the job_submit plugin passed on since the last cycle, applied before
-    each job is followed."""
+    each job is followed (a start time set just before its owner's release must be kept when the job
+    is taken back)."""
     rows = session.scalars(select(Job).where(Job.state.notin_(FINAL_STATES))).all()
     jobs = {j.slurm_job_id: j for j in rows}
     ledger = Ledger(jobs=jobs, slurm=obs.jobs)
@@ -162,6 +163,7 @@ def sync_jobs(
         jobs[job.slurm_job_id] = job
         _introduce(session, rec, job, obs.jobs[job.slurm_job_id], obs.now)
     owner_ask.apply_all(session, rec, notes, ledger)
+    owner_start.apply_all(session, rec, notes, ledger)
 
     missing: list[Job] = []
     for jid, job in list(jobs.items()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from hivebatch.request import HELD_BEGIN_AT, OWNER_HOLD_SITE
 from hivebatch.slurm.base import SlurmBackend
@@ -26,11 +27,13 @@ from hivebatch.testing.fake_slurm.plugin import (
     JobSubmit,
     mark_admin_hold,
     mark_owner_hold,
+    note_start,
     operator_held,
     park_kept_pin,
     park_owner_release,
     run_job_submit,
     start_time_free,
+    start_time_over_mark,
     unmark_operator_hold,
 )
 from hivebatch.testing.fake_slurm.sbatch import (
@@ -412,10 +415,23 @@ class FakeSlurm(SlurmBackend):
         """A user's ``scontrol update JobId=N StartTime=...`` (None: ``now``), as the plugin lets it through."""
         cmd = ["scontrol", "update", f"JobId={job_id}", f"StartTime={when or 'now'}"]
         j = self._unfinished("set_start_time", job_id, cmd)
-        if self._s.job_submit is not None and not self._is_admin() and not start_time_free(j):
-            raise SlurmError(cmd, 1, f"Access/permission denied for job {job_id}")
+        if self._s.job_submit is not None and not self._is_admin() and j.admin_comment:
+            free = start_time_free(j)
+            noted = (
+                j.state == "PENDING"
+                and start_time_over_mark(j)
+                and note_start(self._s.notes_path, j, when or self._s.now(), self._s.now())
+            )
+            if not free and not noted:
+                raise SlurmError(cmd, 1, f"Access/permission denied for job {job_id}")
+            if not free:
+                return  # the mark stays; the controller keeps the time
         j.eligible_at = when if when is not None and when > self._s.now() else None
         self._maybe_schedule()
+
+    def plugin_notes(self, path: Path) -> None:
+        """Where the job_submit plugin notes owners' updates (``controller.refusals_file``)."""
+        self._s.notes_path = path
 
     def mark_owner_hold(self, job_id: int) -> None:
         self._log("mark_owner_hold", (job_id,))

@@ -6,8 +6,10 @@ exactly as slurmctld does on the lab; without it, the fake behaves like a Slurm 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from hivebatch.request import ADMIN_HELD_BEGIN, HELD_BEGIN_AT, OWNER_HOLD_SITE, RELEASED_BEGIN
@@ -88,6 +90,29 @@ def unmark_operator_hold(j: Job) -> None:
 
 def operator_held(j: Job) -> bool:
     return bool(j.admin_comment) and j.site_factor == OPERATOR_HOLD_SITE
+
+
+def note_start(path: Path | None, j: Job, begin: datetime, now: datetime) -> bool:
+    """job_modify: the start time an owner set on a waiting job, noted for the controller as the plugin
+    notes it (``note_start``); False where there is no notes file."""
+    if path is None:
+        return False
+    line = {
+        "t": int(now.timestamp()),
+        "job": j.job_id,
+        "uid": 1000,
+        "begin": int(begin.timestamp()),
+    }
+    with path.open("a") as f:
+        f.write(json.dumps(line, separators=(",", ":")) + "\n")
+    return True
+
+
+def start_time_over_mark(j: Job) -> bool:
+    """job_modify: a start time the owner sets over a mark is noted and leaves Slurm's begin time, for a
+    waiting job that is not an array's (``start_time`` in the plugin)."""
+    pinned = "gpu" in j.tres_per_node or "shard" in j.tres_per_node
+    return bool(j.admin_comment) and not pinned and not j.array_job_id
 
 
 def start_time_free(j: Job) -> bool:

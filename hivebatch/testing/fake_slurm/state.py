@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from hivebatch.slurm.parse import requeue_delay_s
@@ -157,6 +158,8 @@ class State:
         self.partitions: dict[str, str] = {"gpu": "UP"}
         #: QOS -> MaxTRESPerUser=gres/gpu=N (sacctmgr modify qos … set MaxTRESPerUser=gres/gpu=N)
         self.qos_max_gpus_per_user: dict[str, int] = {}
+        #: the plugin's notes file (controller.refusals_file), where it passes owners' updates on
+        self.notes_path: Path | None = None
 
     def now(self) -> datetime:
         return (self._clock() + self._offset).replace(microsecond=0)
