@@ -66,7 +66,7 @@ def apply(session: Session, rec: Recorder, job: Job, change: AskChange) -> None:
             job,
             change.at,
             change.uid,
-            f"hivebatch had placed it on GPUs by then, so it runs as first asked ({job.gpus} GPU(s)):"
+            f"hivebatch had placed it on GPUs by then, so it runs as it asked before ({job.gpus} GPU(s)):"
             " cancel and resubmit to change its GPUs",
         )
         return

@@ -87,7 +87,7 @@ def test_an_ask_that_came_after_the_job_was_placed_is_an_update_refused(env: Env
     job = env.job(jid)
     assert job.gpus == 1 and job.request["gpus"] == 1
     (ev,) = env.events(jid, kind=refusals.KIND)
-    assert "had placed it on GPUs by then, so it runs as first asked (1 GPU(s))" in ev.message
+    assert "had placed it on GPUs by then, so it runs as it asked before (1 GPU(s))" in ev.message
 
 
 def test_an_unusable_ask_changes_nothing_and_says_why(env: Env) -> None:
