@@ -133,6 +133,18 @@ def _set_prediction(job: Job, w: Wait, now: dt.datetime) -> None:
         job.predicted_start, job.predicted_end, job.slack_s = new
 
 
+def _show_running_refusals(jobs: dict[int, Job], refused: dict[int, str]) -> None:
+    """A running job has no waiting reason: a refusal of its owner's update in the last hour is its reason
+    (hq's WHY), since scontrol said only "Access/permission denied". A reason of the controller's own
+    (a job Slurm no longer lists, kept as it is) stays."""
+    for sid, job in jobs.items():
+        if job.state != "running":
+            continue
+        ours = job.reason is None or refusals.is_refusal(job.reason)
+        if ours and job.reason != (want := refused.get(sid)):
+            job.reason = want
+
+
 def _apply_waits(
     session: Session, rec: Recorder, waits: list[Wait], now: dt.datetime, refused: dict[int, str]
 ) -> list[Wait]:
@@ -222,6 +234,7 @@ def run_cycle(
         # the refusals this controller reads (it serves slurmctld), none where it reads none
         refused = refusals.recent(session, obs.now) if ctx.refusals_path is not None else {}
         news = _apply_waits(session, rec, decisions.waits, obs.now, refused)
+        _show_running_refusals(ledger.jobs, refused)
         session.commit()
         tell_clients(backend, news, ledger.slurm)
         t = mark("intents", t)

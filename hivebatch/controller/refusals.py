@@ -137,9 +137,16 @@ def job_of(note: Note, jobs: dict[int, Job]) -> Job | None:
     return job
 
 
+REFUSED_PREFIX = "its owner's update at "
+
+
 def refused(session: Session, rec: Recorder, job: Job, at: dt.datetime, uid: int, what: str) -> None:
     """The event that ends the job's waiting reason for an hour (``recent``)."""
-    rec.event(session, job, KIND, f"its owner's update at {at:%H:%M UTC} was refused: {what}", {"uid": uid})
+    rec.event(session, job, KIND, f"{REFUSED_PREFIX}{at:%H:%M UTC} was refused: {what}", {"uid": uid})
+
+
+def is_refusal(reason: str) -> bool:
+    return reason.startswith(REFUSED_PREFIX)
 
 
 def record(session: Session, rec: Recorder, notes: list[Note], jobs: dict[int, Job]) -> None:
@@ -181,6 +188,7 @@ __all__ = [
     "Note",
     "Refusal",
     "StartTime",
+    "is_refusal",
     "job_of",
     "read",
     "read_new",

@@ -229,6 +229,18 @@ def test_the_reason_an_owners_update_was_refused_reaches_the_jobs_reason(ctl: Ct
     ), ctl.job(jid).reason
 
 
+def test_a_running_jobs_refused_update_is_its_reason_in_hq(ctl: Ctl) -> None:
+    # a running job has no waiting reason: the refusal was only an event
+    jid = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-run", "--gres=gpu:1", "--wrap", "sleep 60")
+    ctl.until(lambda: ctl.job(jid).state == "running", what=lambda: ctl.job(jid).reason)
+    out = run_as("alice", ["scontrol", "update", f"JobId={jid}", "ReqNodeList=node2"])
+    assert out.returncode != 0 and "Access/permission denied" in out.stderr, out.stderr
+    ctl.cycle()
+    assert (ctl.job(jid).reason or "").endswith(
+        f" UTC was refused: the node list of hivebatch job {jid} is set by hivebatch: cancel and resubmit to change it"
+    ), ctl.job(jid).reason
+
+
 def test_the_owner_changes_the_gpus_and_node_count_of_a_waiting_job(ctl: Ctl) -> None:
     # plain Slurm lets them, and runs the job with the new ask; the plugin refused both
     # (tests/fixtures/slurm/owner_gpu_update.txt)

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 from controller_support import Env, make_env, with_notes_file
+from sqlalchemy import select
 
+from hivebatch.cli.hq.rows import merge_ledger, row_from_slurm
 from hivebatch.controller import refusals
 from hivebatch.controller.record import Recorder
+from hivebatch.db.models import Event
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "refused_update_note.txt"
 NODE_COUNT = "the node count of hivebatch job {jid} is set by hivebatch: cancel and resubmit to change it"
@@ -156,3 +159,25 @@ def test_recording_needs_a_job_the_ledger_follows() -> None:
     assert r is not None
     refusals.record(s, Recorder(r.at), [r], {})  # type: ignore[arg-type]
     assert s.added == []
+
+
+def test_a_running_jobs_refused_update_is_its_reason_for_an_hour(env: Env) -> None:
+    # a running job has no waiting reason, and scontrol said only "Access/permission denied"
+    jid = env.submit("alice", "cv", 1)
+    env.cycle()
+    env.cycle()
+    assert env.job(jid).state == "running" and env.job(jid).reason is None
+    assert env.ctx.refusals_path is not None
+    msg = f"hivebatch: the node list of hivebatch job {jid} is set by hivebatch: cancel and resubmit to change it"
+    env.ctx.refusals_path.write_text(_note(jid, at=env.slurm.now().timestamp(), msg=msg))
+    env.cycle()
+    reason = env.job(jid).reason
+    assert reason is not None and reason.endswith(" UTC was refused: " + msg.removeprefix("hivebatch: "))
+    row = merge_ledger(row_from_slurm(env.slurm.job(jid)), env.job(jid))
+    assert row.state == "RUNNING" and row.reason == reason
+    with env.factory() as s:  # an hour later
+        for ev in s.scalars(select(Event).where(Event.kind == refusals.KIND)):
+            ev.time -= dt.timedelta(seconds=refusals.SHOWN_S + 60)
+        s.commit()
+    env.cycle()
+    assert env.job(jid).state == "running" and env.job(jid).reason is None

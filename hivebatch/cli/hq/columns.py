@@ -62,8 +62,7 @@ def _elapsed(row: JobRow, now: dt.datetime) -> str:
 
 
 def _reason(row: JobRow) -> str:
-    if row.state == "RUNNING":
-        return ""
+    # a running job's only reason is its owner's update refused in the last hour (squeue shows None)
     return row.reason or ""
 
 

@@ -226,6 +226,7 @@ def merge_ledger(row: JobRow | None, db_job: Any, start_timeout_s: float | None 
     row.expected_completion = db_job.expected_completion
     row.slack_s = db_job.slack_s
     if row.state == "RUNNING":
+        row.reason = row.reason or (db_job.reason if db_job.state == "running" else None)
         row.predicted_start = row.start_time or db_job.predicted_start
         row.predicted_end = db_job.predicted_end or row.predicted_end
         if not row.placement and db_job.placement:
