@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from hivebatch.controller.ledger import Ledger
-from hivebatch.controller.record import Recorder
+from hivebatch.controller.record import Recorder, set_request
 from hivebatch.controller.refusals import AskChange, Note, job_of, refused
 from hivebatch.db.models import Job
 from hivebatch.errors import HivebatchError
@@ -26,8 +26,6 @@ from hivebatch.slurm.types import SlurmJob
 KIND = "ask_changed"
 #: the request fields the plugin notes: the whole GPU ask, what it does not name is unset
 ASK_FIELDS = ("gpus", "nodes", "gpus_per_node", "gpu_mem_mib", "gpu_type")
-# the ledger's GPU count is a 32-bit column on PostgreSQL (hivebatch.bounds refuses larger asks)
-INT32_MAX = 2**31 - 1
 
 
 def describe(req: JobRequest) -> str:
@@ -44,8 +42,7 @@ def _new_request(job: Job, ask: dict[str, Any]) -> JobRequest:
     gpus = ask.get("gpus")
     if type(gpus) is not int or gpus < 1:
         raise HivebatchError(f"a GPU job needs at least one GPU, got {gpus!r}")
-    changed: dict[str, Any] = {**(job.request or {}), **{k: ask.get(k) for k in ASK_FIELDS}}
-    new = JobRequest(**changed)
+    new = inherit(JobRequest(**(job.request or {})), ask)
     new.validate()
     return new
 
@@ -76,9 +73,7 @@ def apply(session: Session, rec: Recorder, job: Job, change: AskChange) -> None:
         refused(session, rec, job, change.at, change.uid, f"its new GPU ask is unusable ({exc})")
         return
     before = job.request
-    job.request = {k: v for k, v in asdict(new).items() if v is not None}
-    job.gpus = min(new.gpus, INT32_MAX)
-    job.gpu_type = new.gpu_type
+    set_request(job, new)
     rec.event(
         session,
         job,
@@ -130,8 +125,8 @@ def array_ask(array: int, jobs: dict[int, Job], slurm: Mapping[int, SlurmJob]) -
 
 
 def inherit(req: JobRequest, ask: Mapping[str, Any] | None) -> JobRequest:
-    """A record split off an array whose ask its owner changed: it carries the admin comment of the
-    submit, and runs with the array's new ask."""
+    """``req`` with ``ask`` in place of its GPU ask: a new ask of its owner's, or, for a record split off
+    an array whose ask its owner changed (it carries the admin comment of the submit), the array's."""
     if not ask:
         return req
     return JobRequest(**{**asdict(req), **{k: ask.get(k) for k in ASK_FIELDS}})

@@ -6,12 +6,14 @@ import datetime as dt
 import json
 import logging
 from collections import Counter
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hivebatch.db.models import CellSnapshot, ControllerState, Event, GpuBinding, GpuUsage, Job
+from hivebatch.request import JobRequest
 from hivebatch.state.shares import gpu_share
 
 if TYPE_CHECKING:
@@ -170,6 +172,17 @@ def write_gpu_map(session: Session, alloc: CellAllocator, spec: ClusterSpec, now
     else:
         snap.taken_at = now
         snap.data = data
+
+
+#: the ledger's GPU count is a 32-bit column on PostgreSQL; a larger ask is refused by decide (hivebatch.bounds)
+INT32_MAX = 2**31 - 1
+
+
+def set_request(job: Job, req: JobRequest) -> None:
+    """The request the ledger keeps for a hivebatch job: the fields it sets, its GPU count and type."""
+    job.request = {k: v for k, v in asdict(req).items() if v is not None}
+    job.gpus = min(req.gpus, INT32_MAX)
+    job.gpu_type = req.gpu_type
 
 
 def set_state(session: Session, key: str, value: Json, now: dt.datetime) -> None:

@@ -1133,13 +1133,11 @@ local function start_time(job_desc, job_rec, waiting)
     end
     return nil, true
   end
+  local begin = get(job_desc, "begin_time")
   if not free then
     if (job_rec.array_job_id or 0) ~= 0 or (SITE.refusals_file or "") == "" then
       fail(start_refused(job_rec))
     end
-  end
-  local begin = get(job_desc, "begin_time")
-  if not free then
     job_desc.begin_time = 0 -- no change: the mark stays
   end
   return begin, free
@@ -1297,7 +1295,7 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     refuse_whole_node_move(job_desc, job_rec, part_list)
     return slurm.SUCCESS
   end
-  if not string.find(job_rec.admin_comment, '"exclusive":1', 1, true) then
+  if not recorded(job_rec.admin_comment, "exclusive") then
     refuse_whole_node_move(job_desc, job_rec, part_list)
   end
   check_class_change(job_desc, job_rec)

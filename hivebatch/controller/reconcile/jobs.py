@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import asdict
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -15,18 +13,12 @@ from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation, phase, to_utc
 from hivebatch.controller.reconcile.machine import finish, follow, follow_foreign, start
 from hivebatch.controller.reconcile.slurm_view import gpus_of, shard_placement
-from hivebatch.controller.record import Recorder, placement_text
+from hivebatch.controller.record import Recorder, placement_text, set_request
 from hivebatch.controller.refusals import Note
 from hivebatch.db.models import FINAL_STATES, Job
 from hivebatch.request import JobRequest, RequestError, request_from_slurm
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import SlurmError, SlurmJob
-
-INT32_MAX = 2**31 - 1
-
-
-def _request_dict(req: JobRequest) -> dict[str, Any]:
-    return {k: v for k, v in asdict(req).items() if v is not None}
 
 
 def _new_job(sj: SlurmJob, req: JobRequest | None, now: dt.datetime) -> Job:
@@ -55,10 +47,7 @@ def _new_job(sj: SlurmJob, req: JobRequest | None, now: dt.datetime) -> Job:
         job.vc_name = req.vc
         job.qos = req.qos
         job.priority = req.priority
-        job.request = _request_dict(req)
-        # the column is 32-bit on PostgreSQL; a larger count is refused by decide (hivebatch.bounds)
-        job.gpus = min(req.gpus, INT32_MAX)
-        job.gpu_type = req.gpu_type
+        set_request(job, req)
     return job
 
 
