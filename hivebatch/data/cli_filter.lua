@@ -19,11 +19,11 @@
 --     --gpus or --gres beside that read-back ask is what the step gets, as under plain Slurm;
 --   * a new job (srun on a login node) with no node count, or one node: --gres=gpu:N or
 --     --gpus-per-node=N becomes --gpus=N. hivebatch places it on one node, unless its tasks need
---     more (srun -n 32 on 16-CPU nodes): then, as Slurm spreads it, on as many as they need, with the
---     N GPUs split evenly over them. On exactly K nodes (-N K, or the K nodes -w names) it becomes
---     N per task with one task per node, or with more tasks the total --gpus=N*K, which the plugin
---     gives as N on each node: the step takes them as under plain Slurm (not for an Operator, whose
---     job the plugin leaves to Slurm);
+--     more (srun -n 32 on 16-CPU nodes): then, as Slurm spreads it, on as many as they need (K, from
+--     the CPUs and memory sinfo lists for the GPU nodes), with N GPUs on each, as on exactly K nodes.
+--     On exactly K nodes (-N K, or the K nodes -w names) it becomes N per task with one task per node,
+--     or with more tasks the total --gpus=N*K, which the plugin gives as N on each node: the step
+--     takes them as under plain Slurm (not for an Operator, whose job the plugin leaves to Slurm);
 --   * a GPU model named to srun (--gres=gpu:v100:2, --gpus=v100:2, --gpus-per-task=v100:1), inside a
 --     job or read from its environment, is dropped from the step's ask; a new job keeps it as a
 --     --constraint, if it is one of the cluster's models (HIVEBATCH_GPU_MODELS, written above). A
@@ -255,7 +255,7 @@ function M.rewrite(get, env)
   end
   local set, note = M.rewrite_counts(function(name)
     return untyped[name] or get(name)
-  end, env)
+  end, env, model and string.lower(model))
   for _, name in ipairs({ "gres", "gpus", "gpus-per-node", "gpus-per-task" }) do
     if untyped[name] ~= nil then
       set = set or {}
@@ -323,9 +323,66 @@ local function over_nodes(get, count, k, total_nodes, new_job)
   return nodes and { gpus = tostring(count * nodes) } or nil
 end
 
--- M.rewrite's per-node and per-step counts, with a step's types already dropped, and what to tell the
--- user of them (nil: nothing)
-function M.rewrite_counts(get, env)
+-- the most CPUs and memory (MB) of a GPU node (of ``model``, a node feature, where one is named) in
+-- what `sinfo -h -N -o '%N %c %m %f %G'` lists (tests/fixtures/slurm/sinfo_node_sizes.txt): the
+-- node size the controller spreads a job's tasks by. nil: no such node listed
+function M.parse_node_sizes(text, model)
+  local cpus, mem = 0, 0
+  for line in string.gmatch(text or "", "[^\n]+") do
+    local c, m, features, gres = string.match(line, "^%S+%s+(%d+)%s+(%d+)%s+(%S+)%s+(%S+)")
+    local of_model = model == nil or string.find("," .. string.lower(features or "") .. ",", "," .. model .. ",", 1, true)
+    if c ~= nil and string.find("," .. gres, ",gpu:", 1, true) and of_model then
+      cpus, mem = math.max(cpus, tonumber(c)), math.max(mem, tonumber(m))
+    end
+  end
+  return cpus > 0 and { cpus = cpus, mem = mem } or nil
+end
+
+function M.node_sizes(model)
+  local pipe = io.popen("sinfo -h -N -o '%N %c %m %f %G' 2>/dev/null")
+  if pipe == nil then
+    return nil
+  end
+  local text = pipe:read("*a")
+  pipe:close()
+  return M.parse_node_sizes(text, model)
+end
+
+-- srun's --mem-per-cpu ("5000", "5G": Slurm prints it in its largest whole unit) in MB; nil when unset
+local function mbytes(value)
+  local n, unit = string.match(value or "", "^(%d+)([MGTP]?)$")
+  if n == nil then
+    return nil
+  end
+  return tonumber(n) * ({ [""] = 1, M = 1, G = 1024, T = 1024 ^ 2, P = 1024 ^ 3 })[unit]
+end
+
+-- how many nodes Slurm spreads a new job's tasks over when it has no node count, on nodes of ``size``:
+-- its tasks' CPUs, their memory per CPU and --ntasks-per-node, as the controller plans such a job
+-- (hivebatch/controller/decide/spread.py, nodes_for_tasks). A task larger than a node is not spread
+-- (the plugin says it can never run).
+function M.tasks_nodes(get, size)
+  local tasks = tonumber(get("ntasks") or "") or 1
+  local per_task = math.max(tonumber(get("cpus-per-task") or "") or 0, 1)
+  if per_task > size.cpus then
+    return 1
+  end
+  local need = math.ceil(tasks * per_task / size.cpus)
+  local per_cpu = mbytes(get("mem-per-cpu"))
+  if per_cpu ~= nil and per_cpu > 0 and size.mem > 0 then
+    local fit = math.floor(size.mem / (per_task * per_cpu))
+    need = fit > 0 and math.max(need, math.ceil(tasks / fit)) or need
+  end
+  local per_node = tonumber(get("ntasks-per-node") or "") or -2
+  if per_node > 0 then
+    need = math.max(need, math.ceil(tasks / per_node))
+  end
+  return need
+end
+
+-- M.rewrite's per-node and per-step counts, with a step's types already dropped (``model``: a new
+-- job's, kept as its constraint), and what to tell the user of them (nil: nothing)
+function M.rewrite_counts(get, env, model)
   local in_job, job_nodes, target = job_of_step(get, env)
   -- a step's own --gpus beside the job's per-node ask srun read from SLURM_GPUS_PER_NODE: plain
   -- Slurm gave such a step the per-node count (tests/fixtures/slurm/step_gpu_env.txt)
@@ -363,7 +420,12 @@ function M.rewrite_counts(get, env)
   local lo, hi = node_range(get("nodes"))
   local unlisted = M.count_hosts(get("nodelist")) == 0
   local fewest = (not in_job and hi > lo and unlisted) and lo or nil
-  local span = fewest or M.span(get("nodes"), get("nodelist"), in_job, job_nodes)
+  -- a new job of several tasks with no node count: Slurm gave `srun -n 32 --gres=gpu:2` 2 GPUs on
+  -- each of the nodes its tasks took, so it asks for those nodes (tests/fixtures/slurm/srun_new_job_nodes.txt)
+  local many = not in_job and hi == 0 and unlisted and (tonumber(get("ntasks") or "") or 1) > 1
+  local size = (many and step_total == nil) and M.node_sizes(model) or nil
+  local spread = size and M.tasks_nodes(get, size) or nil
+  local span = fewest or spread or M.span(get("nodes"), get("nodelist"), in_job, job_nodes)
   -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has only its own
   -- --gpus-per-node ask
   local held = env("SLURM_GPUS_ON_NODE") or env("SLURM_GPUS_PER_NODE")
@@ -413,10 +475,11 @@ function M.rewrite_counts(get, env)
   if fewest ~= nil then
     set.nodes = tostring(fewest)
     note = "-N " .. get("nodes") .. " runs on " .. set.nodes .. " nodes, the fewest it allows: a job gets one node count here"
-  elseif not in_job and hi == 0 and unlisted and (tonumber(get("ntasks") or "") or 1) > 1 then
-    -- the per-node ask became a total for one node: the tasks may need more, over which it is spread,
-    -- where plain Slurm gave N on each (tests/fixtures/slurm/srun_new_job_nodes.txt); how many nodes
-    -- they need is not known here
+  elseif spread ~= nil and spread > 1 then
+    set.nodes = tostring(spread)
+  elseif many and spread == nil then
+    -- Slurm did not list its nodes: the per-node ask became a total for one node, spread over the
+    -- nodes the tasks need, where plain Slurm gave N on each
     note = "the per-node GPU ask counts as " .. set.gpus .. " GPUs in all, spread over the nodes its tasks need: "
       .. "give -N K for " .. set.gpus .. " on each of K nodes"
   end

@@ -391,15 +391,22 @@ def test_ranks_asking_a_gpu_each_over_two_nodes_run_eight_on_each(ctl: Ctl, loop
     assert {h: sorted(g) for h, g in _by_host(seen).items()} == placed
 
 
-def test_an_srun_whose_tasks_need_two_nodes_runs_on_both(ctl: Ctl, loop: Loop) -> None:
-    # the cli_filter once asked such an srun for one node, where it was rejected
-    name = f"{ctl.tag}-srunspread"
-    proc = popen_as("bob", ["srun", "-J", name, "-n", "32", "--gres=gpu:2", "-q", "opportunistic", "-t", "5",
+@pytest.mark.parametrize(
+    ("ask", "each"), [(["-n", "32", "--gres=gpu:2"], 2), (["-n", "8", "-c", "4", "--gpus-per-node=3"], 3)]
+)
+def test_an_srun_whose_tasks_need_two_nodes_runs_on_both_with_its_gpus_on_each(
+    ctl: Ctl, loop: Loop, ask: list[str], each: int
+) -> None:
+    # the cli_filter once asked such an srun for one node, where it was rejected, and then for its
+    # per-node GPUs in all, split over the two nodes; plain Slurm gives them on each node
+    # (tests/fixtures/slurm/srun_new_job_nodes.txt)
+    name = f"{ctl.tag}-srunspread{each}"
+    proc = popen_as("bob", ["srun", "-J", name, *ask, "-q", "opportunistic", "-t", "5",
                             "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
     jid = _adopt(ctl, name)
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
-    assert len(_tasks_ran_on_placement(ctl, jid, out)) == 2
+    assert sorted(len(g) for g in _tasks_ran_on_placement(ctl, jid, out).values()) == [each, each]
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,18 @@
 -- what `scontrol show job -o ID` says of a job (node count, GPUs per node), by id; nil: no answer
 local JOBS = {}
 
+-- what `sinfo -h -N -o '%N %c %m %f %G'` lists on the lab (4 nodes of 16 CPUs, 64000 MB, 8 V100)
+local function lab_sinfo()
+  local lines = {}
+  for line in io.lines("tests/fixtures/slurm/sinfo_node_sizes.txt") do
+    if not string.match(line, "^#") then
+      lines[#lines + 1] = line
+    end
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+local SINFO = nil -- the text the stubbed sinfo gives (nil: Slurm does not answer)
+
 local function load_filter()
   dofile("tests/lua/fake_slurm.lua")
   _G.HIVEBATCH_GPU_MODELS = { v100 = true } -- as hadmin slurm-config writes them above the filter
@@ -17,6 +29,10 @@ local function load_filter()
       return nil
     end
     return j[1], j[2]
+  end
+  local parse = HIVEBATCH_CLI_FILTER.parse_node_sizes
+  HIVEBATCH_CLI_FILTER.node_sizes = function(model)
+    return SINFO and parse(SINFO, model)
   end
   return HIVEBATCH_CLI_FILTER
 end
@@ -52,10 +68,52 @@ describe("srun's own GPU ask", function()
     assert.is_nil(select(2, rewrite({ gres = "gres:gpu:2", nodes = "2" })))
   end)
 
-  it("says when a per-node ask of several tasks without a node count became a total", function()
-    -- plain Slurm gave `srun -n 32 --gres=gpu:2` 2 GPUs on each of the nodes its tasks took; here the
-    -- 2 are spread over them (tests/fixtures/slurm/srun_new_job_nodes.txt)
+  it("asks several tasks without a node count for the nodes they need, with N GPUs on each", function()
+    -- plain Slurm gave `srun -n 32 --gres=gpu:2` 2 GPUs on each of the nodes its tasks took; the filter
+    -- asked 2 in all, one on each of two nodes (tests/fixtures/slurm/srun_new_job_nodes.txt)
+    SINFO = lab_sinfo()
+    finally(function() SINFO = nil end)
     local set, note = rewrite({ gres = "gres:gpu:2", ntasks = "32", nodes = "1-0" }) -- srun's unset -N reads "1-0"
+    assert.are.same({ gres = "gpu:0", gpus = "4", nodes = "2" }, set)
+    assert.is_nil(note)
+    -- by --ntasks-per-node, by memory per CPU, by CPUs per task; a per-node --gpus-per-node alike
+    assert.are.same({ gres = "gpu:0", gpus = "8", nodes = "4" },
+                    (rewrite({ gres = "gres:gpu:2", ntasks = "16", ["ntasks-per-node"] = "4" })))
+    assert.are.same({ gres = "gpu:0", gpus = "4", nodes = "2" },
+                    (rewrite({ gres = "gres:gpu:2", ntasks = "16", ["mem-per-cpu"] = "5000" })))
+    assert.are.same({ gres = "gpu:0", gpus = "6", nodes = "3" },
+                    (rewrite({ gres = "gres:gpu:2", ntasks = "26", ["mem-per-cpu"] = "5G" })))
+    assert.are.same({ ["gpus-per-node"] = "0", gpus = "6", nodes = "2" },
+                    (rewrite({ ["gpus-per-node"] = "3", ntasks = "8", ["cpus-per-task"] = "4" })))
+    -- one task per node: N per task, as for -N K
+    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1", nodes = "2" },
+                    (rewrite({ gres = "gres:gpu:2", ntasks = "2", ["cpus-per-task"] = "16" })))
+    -- tasks one node holds stay on one; a task larger than any node is left to the plugin's refusal
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, (rewrite({ gres = "gres:gpu:2", ntasks = "16" })))
+    assert.are.same({ gres = "gpu:0", gpus = "2" },
+                    (rewrite({ gres = "gres:gpu:2", ntasks = "2", ["cpus-per-task"] = "32" })))
+    -- a model named to srun counts the nodes of that model; --exclusive with more tasks than nodes is
+    -- left to the plugin, as on exactly K nodes
+    local typed = rewrite({ gres = "gres:gpu:v100:2", ntasks = "32" })
+    assert.are.same({ gres = "gpu:0", gpus = "4", nodes = "2", constraint = "v100" }, typed)
+    assert.is_nil(rewrite({ gres = "gres:gpu:2", ntasks = "32", exclusive = "exclusive" }))
+  end)
+
+  it("sizes nodes by the GPU nodes sinfo lists, of the model asked", function()
+    local M = load_filter()
+    local text = "cpu1 64 256000 (null) (null)\n"
+      .. "node1 16 64000 v100 gpu:g0:1(S:0),gpu:g1:1(S:0)\n"
+      .. "node9 32 128000 a100,bigmem gpu:g0:1(S:0),shard:g0:32(S:0)\n"
+    assert.are.same({ cpus = 32, mem = 128000 }, M.parse_node_sizes(text))
+    assert.are.same({ cpus = 16, mem = 64000 }, M.parse_node_sizes(text, "v100"))
+    assert.are.same({ cpus = 32, mem = 128000 }, M.parse_node_sizes(text, "a100"))
+    assert.is_nil(M.parse_node_sizes(text, "h100"))
+    assert.is_nil(M.parse_node_sizes(""))
+  end)
+
+  it("says when Slurm did not list its nodes and a per-node ask of several tasks became a total", function()
+    SINFO = nil
+    local set, note = rewrite({ gres = "gres:gpu:2", ntasks = "32", nodes = "1-0" })
     assert.are.same({ gres = "gpu:0", gpus = "2" }, set)
     assert.are.equal("the per-node GPU ask counts as 2 GPUs in all, spread over the nodes its tasks need: "
                      .. "give -N K for 2 on each of K nodes", note)
