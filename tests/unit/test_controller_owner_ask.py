@@ -65,6 +65,22 @@ def test_a_new_ask_is_the_jobs_and_it_runs_with_it(env: Env) -> None:
     assert sum(len(g) for g in env.slurm.job_gpus(jid).values()) in (0, 2)  # Slurm starts it on both
 
 
+def test_hq_shows_no_gpu_type_once_the_new_ask_drops_the_one_submitted(env: Env) -> None:
+    env.submit("alice", "cv", 8)
+    env.submit("alice", "cv", 4)
+    jid = env.submit("alice", "cv", 1, gpu_type="V100")
+    env.cycle()
+    assert merge_ledger(row_from_slurm(env.slurm.job(jid)), env.job(jid)).gpu_type == "V100"
+    assert env.ctx.refusals_path is not None
+    env.ctx.refusals_path.write_text(_note(jid, {"gpus": 2, "gpus_per_node": 2, "nodes": 1}))
+    env.cycle()
+    job = env.job(jid)
+    assert "gpu_type" not in job.request
+    # Slurm's admin comment still names the submit's type; the ledger's ask is the job's
+    row = merge_ledger(row_from_slurm(env.slurm.job(jid)), job)
+    assert (row.gpus, row.gpu_type) == (2, None)
+
+
 def test_a_smaller_ask_fits_where_the_old_one_waited(env: Env) -> None:
     env.submit("alice", "cv", 8)
     env.submit("alice", "cv", 2)

@@ -213,9 +213,10 @@ def merge_ledger(row: JobRow | None, db_job: Any, start_timeout_s: float | None 
         )
     row.hivebatch_state = db_job.state
     if isinstance(db_job.request, dict) and not db_job.foreign:
-        # the ledger's ask is the job's: its owner may have changed it since submit (owner_ask.py)
+        # the ledger's ask is the job's: its owner may have changed it since submit (owner_ask.py),
+        # and a new ask that names no type drops the one the admin comment still carries
         row.gpus = db_job.gpus or row.gpus
-        row.gpu_type = db_job.request.get("gpu_type") or row.gpu_type
+        row.gpu_type = db_job.request.get("gpu_type")
         mem = db_job.request.get("gpu_mem_mib")
         row.gpu_mem_mib = int(mem) if mem else None
     row.vc = row.vc or db_job.vc_name
