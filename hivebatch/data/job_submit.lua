@@ -400,7 +400,7 @@ end
 
 -- Refused here, a job its VC's cells can never hold would wait held for ever while sbatch or srun
 -- says nothing: more GPUs on one node than its largest cell, or more nodes than its whole-node cells
-local function check_nodes(req)
+local function check_nodes(req, tasks)
   if req.gpus == nil then
     return
   end
@@ -414,7 +414,10 @@ local function check_nodes(req)
   end
   local whole = vc_most(req, "whole_nodes")
   if need > 1 and whole ~= nil and need > math.max(whole, 1) then
-    local fix = whole > 1 and ("use at most " .. whole .. " nodes") or ("ask for at most " .. on_one .. " GPUs on one node")
+    -- srun's cli_filter sets -N to the nodes its tasks need (srun -n 32 --gres=gpu:2), so the tasks
+    -- may be what needs them
+    local fewer = is_set(tasks) and tasks > 1 and " and tasks one node holds (-n, -c, --ntasks-per-node)" or ""
+    local fix = whole > 1 and ("use at most " .. whole .. " nodes") or ("ask for at most " .. on_one .. " GPUs on one node" .. fewer)
     fail("a job on " .. need .. " nodes needs as many whole-node cells, and virtual cluster " .. req.vc .. " has " .. whole .. ": " .. fix .. also)
   end
 end
@@ -479,7 +482,7 @@ function M.request(job_desc, found, exclusive)
     req.time_limit_s = tl * 60
   end
   check_size(req)
-  check_nodes(req)
+  check_nodes(req, get(job_desc, "num_tasks"))
   return req
 end
 
@@ -708,19 +711,23 @@ end
 -- (tests/fixtures/slurm/held_job_sizes.txt): so the test is made here, against the largest node with
 -- the job's GPUs. A job its owner holds (-H) is accepted, as Slurm accepts it; without a fresh sizes
 -- file nothing is refused (the controller still says why such a job never runs).
+--
+-- Returns the largest node of the job's GPU type in the whole cluster (nil: not known here), by which
+-- the controller spreads a job's tasks.
 local function check_node_sizes(job_desc, req, part_list)
   if req.user_hold or SITE.nodes_file == nil then
-    return
+    return nil
   end
   local data, why = M.load_node_sizes(os.time())
   if data == nil then
     slurm.log_info("hivebatch: %s; node sizes are not checked at submit", why)
-    return
+    return nil
   end
   local largest = field(data.sizes, req.gpu_type and string.lower(req.gpu_type) or "any")
   if type(largest) ~= "table" then
-    return
+    return nil
   end
+  local in_cluster = largest
   local where = "the largest node with " .. (req.gpu_type and (req.gpu_type .. " ") or "") .. "GPUs"
   -- the GPU partitions it may run in, read once from slurmctld's list (each expands a hostlist)
   local parts = gpu_partitions(job_desc, part_list)
@@ -762,6 +769,62 @@ local function check_node_sizes(job_desc, req, part_list)
   local tasks = get(job_desc, "ntasks_per_socket")
   if is_set(tasks) and per_socket > 0 and tasks > per_socket then
     fail("the job asks " .. tasks .. " tasks per socket, but " .. where .. " has " .. per_socket .. " CPUs on a socket: ask for fewer (--ntasks-per-socket)")
+  end
+  return in_cluster
+end
+
+local FEWER_TASKS = "fewer tasks or CPUs (-n, -c, --ntasks-per-node)"
+
+-- how many nodes Slurm spreads a job with no node count over, why, and what its owner can ask less
+-- of: its tasks at most --ntasks-per-node on a node and, on nodes of ``largest`` (nil: not known),
+-- their CPUs and their memory per CPU, as the controller plans such a job
+-- (hivebatch/controller/decide/spread.py nodes_for_tasks); 1 where one node holds them
+function M.tasks_nodes(job_desc, largest)
+  local tasks = get(job_desc, "num_tasks")
+  if not is_set(tasks) or tasks <= 1 then
+    return 1, nil, nil
+  end
+  local per_task = get(job_desc, "cpus_per_task")
+  per_task = is_set(per_task) and per_task or 1
+  local need, why, fewer = 1, nil, FEWER_TASKS
+  local cpus, mem = tonumber(field(largest, "cpus")) or 0, tonumber(field(largest, "mem_mb")) or 0
+  if cpus > 0 and per_task > cpus then
+    return 1, nil, nil -- a task no node holds is not spread: the size test says so
+  end
+  if cpus > 0 and tasks * per_task > cpus then
+    need = math.ceil(tasks * per_task / cpus)
+    why = "its " .. tasks * per_task .. " CPUs need " .. need .. " nodes of at most " .. cpus .. " CPUs each"
+  end
+  local per_cpu = get(job_desc, "min_mem_per_cpu")
+  if type(per_cpu) == "number" and is_set(per_cpu) and per_cpu > 0 and mem > 0 then
+    local fit = math.floor(mem / (per_task * per_cpu))
+    local by = fit > 0 and math.ceil(tasks / fit) or 0
+    if by > need then
+      need, fewer = by, "fewer tasks or less memory per CPU (-n, --mem-per-cpu)"
+      why = "its " .. tasks .. " tasks of " .. per_task * per_cpu .. " MB memory (--mem-per-cpu) need " .. by .. " nodes of at most " .. mem .. " MB each"
+    end
+  end
+  local on_node = get(job_desc, "ntasks_per_node")
+  if is_set(on_node) and on_node > 0 and tasks > on_node and math.ceil(tasks / on_node) > need then
+    need, fewer = math.ceil(tasks / on_node), FEWER_TASKS
+    why = "its " .. tasks .. " tasks, at most " .. on_node .. " on a node (--ntasks-per-node), need " .. need .. " nodes"
+  end
+  return need, why, fewer
+end
+
+-- Refused here, a job whose owner gave no node count and whose tasks need more nodes than its VC's
+-- whole-node cells would wait held for ever (sbatch) or hang (srun) where the controller rejects it;
+-- plain Slurm spreads it over the nodes they need. A count or a range the owner gave is check_nodes'
+-- and the controller's to judge.
+local function check_spread(job_desc, req, largest)
+  local max_nodes = get(job_desc, "max_nodes")
+  local whole = vc_most(req, "whole_nodes")
+  if (is_set(max_nodes) and max_nodes > 0) or whole == nil or req.gpu_mem_mib ~= nil then
+    return
+  end
+  local need, why, fewer = M.tasks_nodes(job_desc, largest)
+  if need > math.max(whole, 1) and need > (req.nodes or 1) then
+    fail(why .. ", and a job on several nodes runs in whole-node cells, of which virtual cluster " .. req.vc .. " has " .. whole .. ": ask for " .. fewer .. ", or submit it with --qos=" .. SITE.opportunistic .. " to run on idle GPUs")
   end
 end
 
@@ -968,7 +1031,7 @@ local function submit(job_desc, part_list, submit_uid)
   if is_set(begin) and begin > 0 and begin < RELEASED_BEGIN then
     req.begin = begin
   end
-  check_node_sizes(job_desc, req, part_list)
+  check_spread(job_desc, req, check_node_sizes(job_desc, req, part_list))
   translate_per_gpu(job_desc, req)
   record_signal(job_desc, req)
   if get(job_desc, "script") == nil and req.user_hold == nil then

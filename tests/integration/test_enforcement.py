@@ -96,6 +96,13 @@ REFUSED = [
         "a job on 2 nodes needs as many whole-node cells, and virtual cluster cv has 1",
     ),
     ("alice", ["--gpus=11"], "virtual cluster cv has 1: ask for at most 8 GPUs on one node"),
+    # no node count, but tasks two nodes must hold: plain Slurm spreads them, the controller rejected it
+    (
+        "alice",
+        ["--gres=gpu:1", "-n", "4", "--ntasks-per-node=2"],
+        "its 4 tasks, at most 2 on a node (--ntasks-per-node), need 2 nodes, and a job on several nodes"
+        " runs in whole-node cells, of which virtual cluster cv has 1",
+    ),
     (
         "bob",
         ["--gres=gpu:1", "-N", "2", "-w", "node3"],
@@ -118,6 +125,16 @@ def test_impossible_asks_are_refused_at_submit_with_one_line(slurm_lab, user, op
     assert out.returncode != 0
     first = out.stderr.splitlines()[0]
     assert first.startswith("sbatch: error: hivebatch: ") and why in first, out.stderr
+
+
+def test_an_srun_whose_tasks_its_vc_cannot_hold_is_refused_at_once(slurm_lab, lab_jobs):
+    # before, slurmctld took it held, the controller rejected it, and srun waited after saying why
+    out = _as("alice", ["srun", "--gpus-per-task=1", "-n", "4", "--ntasks-per-node=2", "-t", "1", "true"])
+    assert out.returncode != 0
+    assert (
+        "srun: error: hivebatch: its 4 tasks, at most 2 on a node (--ntasks-per-node), need 2 nodes"
+        in out.stderr
+    )
 
 
 def test_a_heterogeneous_gpu_job_is_refused_with_what_to_do_instead(slurm_lab, lab_jobs):

@@ -136,6 +136,11 @@ describe("slurm_job_submit", function()
     assert.are.equal("hivebatch: note: 3 GPUs run as 2 on each of 2 nodes (4 in all): a job gets the same GPUs on every node here", slurm.user_msgs[3])
     local one = desc({ tres_per_job = "gres:gpu:8" })
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(one, {}, 1001))
+    -- `srun -n 32 --gres=gpu:2`: the cli_filter asks for the 2 nodes its tasks need, so they may be the cause
+    local tasks = desc({ tres_per_job = "gres:gpu:4", min_nodes = 2, max_nodes = 2, num_tasks = 32 })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(tasks, {}, 1001))
+    assert.matches("ask for at most 8 GPUs on one node and tasks one node holds (-n, -c, --ntasks-per-node), or",
+      slurm.user_msgs[4], 1, true)
   end)
 
   it("tells an srun or salloc user (no script) what their held job waits for", function()

@@ -192,3 +192,55 @@ describe("the size of a GPU job's node at submit", function()
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(job({ cpus_per_task = 32, pn_min_cpus = 32 }), {}, 1001))
   end)
 end)
+
+describe("a GPU job whose tasks need more nodes than its VC's whole-node cells", function()
+  -- plain Slurm ran `srun --gpus-per-task=1 -n 4 --ntasks-per-node=2` on two nodes; through hivebatch the
+  -- controller rejected it in cv (one node cell), and srun hung after saying so
+  -- (tests/fixtures/slurm/tasks_spread_over_nodes.txt)
+  local VCS = {
+    cv = { gpus = 12, whole_nodes = { v100 = 1 }, node_gpus = { v100 = 8 } },
+    nlp = { gpus = 16, whole_nodes = { v100 = 2 }, node_gpus = { v100 = 8 } },
+  }
+  before_each(function()
+    support.load_plugin({
+      nodes_file = SIZES, vcs = VCS,
+      gpu_nodes = { node1 = "v100", node2 = "v100", node3 = "v100", node4 = "v100" },
+    })
+    lab_sizes()
+  end)
+  teardown(function() os.remove(SIZES) end)
+
+  local ALSO = ", and a job on several nodes runs in whole-node cells, of which virtual cluster cv has 1: ask for "
+  local TASKS = "fewer tasks or CPUs (-n, -c, --ntasks-per-node), or submit it with --qos=opportunistic to run on idle GPUs"
+  local refused = {
+    { "-n 32 --gres=gpu:2", { num_tasks = 32, min_cpus = 32, tres_per_node = "gres:gpu:2" },
+      "its 32 CPUs need 2 nodes of at most 16 CPUs each" .. ALSO .. TASKS },
+    { "--gpus-per-task=1 -n 4 --ntasks-per-node=2",
+      { num_tasks = 4, ntasks_per_node = 2, min_cpus = 4, tres_per_node = "", tres_per_task = "gres:gpu:1" },
+      "its 4 tasks, at most 2 on a node (--ntasks-per-node), need 2 nodes" .. ALSO .. TASKS },
+    { "-n 16 --mem-per-cpu=5000", { num_tasks = 16, min_cpus = 16, min_mem_per_cpu = 5000 },
+      "its 16 tasks of 5000 MB memory (--mem-per-cpu) need 2 nodes of at most 64000 MB each" .. ALSO
+      .. "fewer tasks or less memory per CPU (-n, --mem-per-cpu), or submit it with --qos=opportunistic to run on idle GPUs" },
+    { "-n 4 --ntasks-per-node=2 -H (held by its owner: no sizes read, the task count still says)",
+      { num_tasks = 4, ntasks_per_node = 2, min_cpus = 4, priority = 0 },
+      "its 4 tasks, at most 2 on a node (--ntasks-per-node), need 2 nodes" .. ALSO .. TASKS },
+  }
+  for _, case in ipairs(refused) do
+    it("refuses " .. case[1] .. " in cv at submit, saying what to change", function()
+      assert.are.equal(slurm.ERROR, slurm_job_submit(job(case[2]), {}, 1001))
+      assert.are.same({ "hivebatch: " .. case[3] }, slurm.user_msgs)
+    end)
+  end
+
+  local accepted = {
+    { "in nlp, whose two node cells hold it", { account = "nlp", num_tasks = 32, min_cpus = 32 } },
+    { "as opportunistic work on idle GPUs", { qos = "opportunistic", num_tasks = 32, min_cpus = 32 } },
+    { "with tasks one node holds", { num_tasks = 16, min_cpus = 16 } },
+    { "with a node range (the controller says what its range allows)", { num_tasks = 32, min_cpus = 32, min_nodes = 1, max_nodes = 2 } },
+  }
+  for _, case in ipairs(accepted) do
+    it("accepts it " .. case[1], function()
+      assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(case[2]), {}, 1001))
+    end)
+  end
+end)
