@@ -42,8 +42,8 @@ class Lined(dict[Any, Any]):
     lines: dict[Any, int]
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping and records the line of every key."""
+class _Lines:
+    """A SafeLoader that refuses a key given twice in one mapping and records the line of every key."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         self.flatten_mapping(node)
@@ -61,7 +61,19 @@ class _Loader(yaml.SafeLoader):
         return out
 
 
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _Loader.construct_mapping)  # type: ignore[arg-type,unused-ignore]
+class _Loader(_Lines, yaml.SafeLoader):  # type: ignore[misc]
+    pass
+
+
+# libyaml's parser where PyYAML was built with it: every CLI and cycle reads the config, and the
+# pure-Python parser took about four times as long on the lab's. Its syntax errors say less ("found
+# character that cannot start any token", not which), so a file it refuses is read again by the other.
+class _FastLoader(_Lines, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    pass
+
+
+for _loader in (_Loader, _FastLoader):
+    _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _loader.construct_mapping)  # type: ignore[attr-defined,unused-ignore]
 # a config read here can be written back (tests and tools dump it): as the plain mapping it is
 yaml.SafeDumper.add_representer(Lined, yaml.SafeDumper.represent_dict)
 
@@ -127,7 +139,10 @@ def read_yaml(path: str | os.PathLike[str], check: bool = False) -> dict[str, An
     except OSError as exc:
         raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from None
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        try:
+            data = yaml.load(text, Loader=_FastLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError:
+            data = yaml.load(text, Loader=_Loader)  # noqa: S506 - its words for the error
     except ConfigError as exc:
         raise ConfigError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:

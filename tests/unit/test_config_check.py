@@ -62,6 +62,18 @@ def test_duplicate_key_refused_with_both_lines(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_a_syntax_error_names_the_character_that_broke_it(tmp_path: Path) -> None:
+    # libyaml, which reads the config where PyYAML has it, says only "found character that cannot
+    # start any token"; the pure-Python parser names the tab an editor put in
+    path = variant(tmp_path, "  theta: 0.5", "\ttheta: 0.5")
+    line = line_of(path, "theta: 0.5")
+    with pytest.raises(
+        ConfigError,
+        match=rf"invalid YAML at line {line}, column 1: found character '\\t' that cannot start any token",
+    ):
+        load_config(path)
+
+
 def hivebatch(*args: str) -> subprocess.CompletedProcess[str]:
     code = "from hivebatch.cli.hivebatch.main import main; main()"
     return subprocess.run(
