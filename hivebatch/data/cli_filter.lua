@@ -357,27 +357,18 @@ local function mbytes(value)
   return tonumber(n) * ({ [""] = 1, M = 1, G = 1024, T = 1024 ^ 2, P = 1024 ^ 3 })[unit]
 end
 
--- how many nodes Slurm spreads a new job's tasks over when it has no node count, on nodes of ``size``:
--- its tasks' CPUs, their memory per CPU and --ntasks-per-node, as the controller plans such a job
--- (hivebatch/controller/decide/spread.py, nodes_for_tasks). A task larger than a node is not spread
--- (the plugin says it can never run).
+-- how many nodes Slurm spreads a new job's tasks over when it has no node count, on nodes of ``size``
+-- (HIVEBATCH_SPREAD, written above this file)
 function M.tasks_nodes(get, size)
-  local tasks = tonumber(get("ntasks") or "") or 1
-  local per_task = math.max(tonumber(get("cpus-per-task") or "") or 0, 1)
-  if per_task > size.cpus then
-    return 1
-  end
-  local need = math.ceil(tasks * per_task / size.cpus)
-  local per_cpu = mbytes(get("mem-per-cpu"))
-  if per_cpu ~= nil and per_cpu > 0 and size.mem > 0 then
-    local fit = math.floor(size.mem / (per_task * per_cpu))
-    need = fit > 0 and math.max(need, math.ceil(tasks / fit)) or need
-  end
-  local per_node = tonumber(get("ntasks-per-node") or "") or -2
-  if per_node > 0 then
-    need = math.max(need, math.ceil(tasks / per_node))
-  end
-  return need
+  local on_node = tonumber(get("ntasks-per-node") or "") or -2 -- srun lists it unset as -2
+  return (HIVEBATCH_SPREAD.nodes(
+    tonumber(get("ntasks") or "") or 1,
+    math.max(tonumber(get("cpus-per-task") or "") or 0, 1),
+    mbytes(get("mem-per-cpu")) or 0,
+    math.max(on_node, 0),
+    size.cpus,
+    size.mem
+  ))
 end
 
 -- M.rewrite's per-node and per-step counts, with a step's types already dropped (``model``: a new

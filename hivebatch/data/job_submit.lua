@@ -775,41 +775,25 @@ end
 
 local FEWER_TASKS = "fewer tasks or CPUs (-n, -c, --ntasks-per-node)"
 
--- how many nodes Slurm spreads a job with no node count over, why, and what its owner can ask less
--- of: its tasks at most --ntasks-per-node on a node and, on nodes of ``largest`` (nil: not known),
--- their CPUs and their memory per CPU, as the controller plans such a job
--- (hivebatch/controller/decide/spread.py nodes_for_tasks); 1 where one node holds them
+-- how many nodes Slurm spreads a job with no node count over (HIVEBATCH_SPREAD, written above this
+-- file), on nodes of ``largest`` (nil: not known, so only --ntasks-per-node counts), why, and what
+-- its owner can ask less of
 function M.tasks_nodes(job_desc, largest)
-  local tasks = get(job_desc, "num_tasks")
-  if not is_set(tasks) or tasks <= 1 then
-    return 1, nil, nil
-  end
-  local per_task = get(job_desc, "cpus_per_task")
-  per_task = is_set(per_task) and per_task or 1
-  local need, why, fewer = 1, nil, FEWER_TASKS
+  local tasks, per_task = get(job_desc, "num_tasks"), get(job_desc, "cpus_per_task")
+  local per_cpu, on_node = get(job_desc, "min_mem_per_cpu"), get(job_desc, "ntasks_per_node")
+  tasks, per_task = is_set(tasks) and tasks or 1, is_set(per_task) and per_task or 1
+  per_cpu = (type(per_cpu) == "number" and is_set(per_cpu)) and per_cpu or 0
   local cpus, mem = tonumber(field(largest, "cpus")) or 0, tonumber(field(largest, "mem_mb")) or 0
-  if cpus > 0 and per_task > cpus then
-    return 1, nil, nil -- a task no node holds is not spread: the size test says so
+  local need, rule = HIVEBATCH_SPREAD.nodes(tasks, per_task, per_cpu, is_set(on_node) and on_node or 0, cpus, mem)
+  if rule == "cpus" then
+    return need, "its " .. tasks * per_task .. " CPUs need " .. need .. " nodes of at most " .. cpus .. " CPUs each", FEWER_TASKS
+  elseif rule == "mem" then
+    return need, "its " .. tasks .. " tasks of " .. per_task * per_cpu .. " MB memory (--mem-per-cpu) need " .. need .. " nodes of at most " .. mem .. " MB each",
+      "fewer tasks or less memory per CPU (-n, --mem-per-cpu)"
+  elseif rule == "tasks" then
+    return need, "its " .. tasks .. " tasks, at most " .. on_node .. " on a node (--ntasks-per-node), need " .. need .. " nodes", FEWER_TASKS
   end
-  if cpus > 0 and tasks * per_task > cpus then
-    need = math.ceil(tasks * per_task / cpus)
-    why = "its " .. tasks * per_task .. " CPUs need " .. need .. " nodes of at most " .. cpus .. " CPUs each"
-  end
-  local per_cpu = get(job_desc, "min_mem_per_cpu")
-  if type(per_cpu) == "number" and is_set(per_cpu) and per_cpu > 0 and mem > 0 then
-    local fit = math.floor(mem / (per_task * per_cpu))
-    local by = fit > 0 and math.ceil(tasks / fit) or 0
-    if by > need then
-      need, fewer = by, "fewer tasks or less memory per CPU (-n, --mem-per-cpu)"
-      why = "its " .. tasks .. " tasks of " .. per_task * per_cpu .. " MB memory (--mem-per-cpu) need " .. by .. " nodes of at most " .. mem .. " MB each"
-    end
-  end
-  local on_node = get(job_desc, "ntasks_per_node")
-  if is_set(on_node) and on_node > 0 and tasks > on_node and math.ceil(tasks / on_node) > need then
-    need, fewer = math.ceil(tasks / on_node), FEWER_TASKS
-    why = "its " .. tasks .. " tasks, at most " .. on_node .. " on a node (--ntasks-per-node), need " .. need .. " nodes"
-  end
-  return need, why, fewer
+  return 1, nil, nil
 end
 
 -- Refused here, a job whose owner gave no node count and whose tasks need more nodes than its VC's

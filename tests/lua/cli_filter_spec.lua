@@ -22,6 +22,7 @@ local function load_filter()
   dofile("tests/lua/fake_slurm.lua")
   _G.HIVEBATCH_GPU_MODELS = { v100 = true } -- as hadmin slurm-config writes them above the filter
   _G.HIVEBATCH_OPERATORS = { root = true, hbctl = true }
+  dofile("hivebatch/data/spread.lua") -- written into both, above their own logic
   dofile("hivebatch/data/cli_filter.lua")
   HIVEBATCH_CLI_FILTER.job_figures = function(id)
     local j = JOBS[id]
@@ -199,6 +200,7 @@ describe("srun's own GPU ask", function()
 
   it("asks Slurm about a job id of digits only", function()
     local M = load_filter()
+    dofile("hivebatch/data/spread.lua") -- written into both, above their own logic
     dofile("hivebatch/data/cli_filter.lua") -- the real job_figures, not the stub
     M = HIVEBATCH_CLI_FILTER
     local saved, ran = io.popen, {}
@@ -213,6 +215,23 @@ describe("srun's own GPU ask", function()
     assert.are.same({ 2, 2 }, { nodes, per_node })
     assert.are.same({}, bad)
     assert.are.same({ "scontrol show job -o 42 2>/dev/null" }, ran)
+  end)
+
+  it("asks sinfo for the GPU nodes' sizes with a fixed command", function()
+    load_filter()
+    dofile("hivebatch/data/spread.lua")
+    dofile("hivebatch/data/cli_filter.lua") -- the real node_sizes, not the stub
+    local M = HIVEBATCH_CLI_FILTER
+    local saved, ran = io.popen, {}
+    io.popen = function(cmd)
+      ran[#ran + 1] = cmd
+      return { read = function() return lab_sinfo() end, close = function() end }
+    end
+    local sizes, none = M.node_sizes(nil), M.node_sizes("a100")
+    io.popen = saved
+    assert.are.same({ cpus = 16, mem = 64000 }, sizes)
+    assert.is_nil(none)
+    assert.are.same({ "sinfo -h -N -o '%N %c %m %f %G' 2>/dev/null" }, { ran[1] })
   end)
 
   it("counts the hosts of a --nodelist as Slurm's hostlists name them", function()

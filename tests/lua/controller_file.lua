@@ -31,6 +31,7 @@ function M.load_plugin(fields)
     usage_max_age_s = 300,
   }
   for k, v in pairs(fields) do HIVEBATCH_SITE[k] = v end
+  dofile("hivebatch/data/spread.lua") -- written into both, above their own logic
   dofile("hivebatch/data/job_submit.lua")
 end
 

@@ -25,6 +25,7 @@ local function load_plugin()
     max_time_min = 525600,
     operator_uids = { [0] = true, [990] = true },
   }
+  dofile("hivebatch/data/spread.lua") -- written into both, above their own logic
   dofile("hivebatch/data/job_submit.lua")
   return HIVEBATCH
 end
