@@ -416,8 +416,9 @@ local function check_nodes(req, tasks)
   if need > 1 and whole ~= nil and need > math.max(whole, 1) then
     -- srun's cli_filter sets -N to the nodes its tasks need (srun -n 32 --gres=gpu:2), so the tasks
     -- may be what needs them
-    local fewer = is_set(tasks) and tasks > 1 and " and tasks one node holds (-n, -c, --ntasks-per-node)" or ""
-    local fix = whole > 1 and ("use at most " .. whole .. " nodes") or ("ask for at most " .. on_one .. " GPUs on one node" .. fewer)
+    local several = is_set(tasks) and tasks > 1
+    local fix = whole > 1 and ("use at most " .. whole .. " nodes" .. (several and (" and tasks " .. whole .. " nodes hold (-n, -c, --ntasks-per-node)") or ""))
+      or ("ask for at most " .. on_one .. " GPUs on one node" .. (several and " and tasks one node holds (-n, -c, --ntasks-per-node)" or ""))
     fail("a job on " .. need .. " nodes needs as many whole-node cells, and virtual cluster " .. req.vc .. " has " .. whole .. ": " .. fix .. also)
   end
 end

@@ -142,6 +142,10 @@ describe("slurm_job_submit", function()
     assert.are.equal(slurm.ERROR, slurm_job_submit(tasks, {}, 1001))
     assert.matches("ask for at most 8 GPUs on one node and tasks one node holds (-n, -c, --ntasks-per-node), or",
       slurm.user_msgs[4], 1, true)
+    local four = desc({ tres_per_job = "gres:gpu:8", min_nodes = 4, max_nodes = 4, num_tasks = 16, account = "nlp" })
+    assert.are.equal(slurm.ERROR, slurm_job_submit(four, {}, 1001))
+    assert.matches("nlp has 2: use at most 2 nodes and tasks 2 nodes hold (-n, -c, --ntasks-per-node), or",
+      slurm.user_msgs[5], 1, true)
   end)
 
   it("tells an srun or salloc user (no script) what their held job waits for", function()
