@@ -28,6 +28,19 @@ def _waiting(env: Env) -> tuple[list[int], int, dt.datetime]:
     return fillers, jid, now
 
 
+def test_a_begin_at_submit_is_no_start_time_set_by_its_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sbatch turns --begin=now+1hour into one time, which the plugin records and slurmctld keeps; the
+    # fake read its clock twice, and a second ticking between the reads looked like an owner's update
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    start = dt.datetime(2026, 11, 29, 17, 4, 6, 900000, tzinfo=dt.UTC)
+    ticks = iter(start + dt.timedelta(seconds=0.3 * i) for i in range(10_000))
+    env = with_notes_file(make_env(tmp_path, clock=lambda: next(ticks)), tmp_path)
+    _waiting(env)
+    assert env.events(kind="start_time") == []
+
+
 def test_a_start_time_over_the_owners_hold_is_kept_and_given_back_at_release(env: Env) -> None:
     # plain Slurm keeps the hold and takes the time (owner_start_time.txt, job 2569); it was refused
     _fillers, jid, now = _waiting(env)

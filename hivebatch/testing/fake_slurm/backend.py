@@ -291,11 +291,15 @@ class FakeSlurm(SlurmBackend):
             gres = ",".join(x for x in (gres, f"gpu:{opts['gpus_per_node']}") if x)
         tres_per_node = ",".join(f"gres:{g}" for g in gres.split(",") if g)
         admin_comment, held = "", bool(opts.get("hold"))
+        # sbatch turns now+N into one time, which the plugin sees and slurmctld keeps: read the clock once
+        begin_at = None
+        if opts.get("begin", "").startswith("now+"):
+            begin_at = self._s.now() + timedelta(seconds=begin_offset_s(opts["begin"]))
         if self._s.job_submit is not None and not self._is_admin():
             default = allowed[0] if allowed else None
             seen = dict(opts)
-            if opts.get("begin", "").startswith("now+"):  # job_desc's begin_time, which the plugin records
-                seen["begin_epoch"] = str(int(self._s.now().timestamp()) + begin_offset_s(opts["begin"]))
+            if begin_at is not None:  # job_desc's begin_time, which the plugin records
+                seen["begin_epoch"] = str(int(begin_at.timestamp()))
             tres_per_node, admin_comment, by_plugin = run_job_submit(
                 self._s.job_submit, seen, self.user, default, tres_per_node, script_text, env
             )
@@ -332,8 +336,8 @@ class FakeSlurm(SlurmBackend):
             j.cpus_total = j.tasks * int(opts.get("cpus_per_task") or 1)
         if opts.get("array"):
             make_array(j, opts["array"])
-        if opts.get("begin", "").startswith("now+"):
-            j.eligible_at = self._s.now() + timedelta(seconds=begin_offset_s(opts["begin"]))
+        if begin_at is not None:
+            j.eligible_at = begin_at
         if opts.get("deadline", "").startswith("now+"):
             j.deadline = self._s.now() + timedelta(seconds=begin_offset_s(opts["deadline"]))
         j.time_min_s = time_limit(opts["time_min"]) if opts.get("time_min") else None
