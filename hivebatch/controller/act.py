@@ -81,11 +81,21 @@ def _look_up(backend: SlurmBackend, job_id: int) -> tuple[bool, SlurmJob | None]
 
 
 def _still_pending(backend: SlurmBackend, job_id: int) -> bool | None:
-    """After a failed call: True when the job still waits in Slurm, False when it is gone, None unknown."""
+    """After a failed call: True when Slurm still has the job (waiting or running), False when it is
+    gone, None unknown."""
     answered, sj = _look_up(backend, job_id)
     if not answered:
         return None
     return sj is not None and phase(sj.state) in ("pending", "running")
+
+
+def _still_waiting(backend: SlurmBackend, job_id: int) -> bool | None:
+    """After a failed call: True when the job still waits in Slurm, False when it started, ended or is
+    gone, None unknown."""
+    answered, sj = _look_up(backend, job_id)
+    if not answered:
+        return None
+    return sj is not None and phase(sj.state) == "pending"
 
 
 def _hold_or_requeue(backend: SlurmBackend, job: Job) -> bool:
@@ -265,7 +275,9 @@ def take_back(
     try:
         backend.hold(job.slurm_job_id)
     except SlurmError as exc:
-        if _still_pending(backend, job.slurm_job_id) is not False:
+        # Slurm started it between the cycle's read and the hold ("Job is no longer pending
+        # execution"; the hold's priority 0 stays on the running job: err_hold_running_managed.txt)
+        if _still_waiting(backend, job.slurm_job_id) is not False:
             result.failed.append(f"take-back of job {job.slurm_job_id}: {exc}")
         return  # started or ended meanwhile: the next cycle follows it from there
     if tb.avoid:

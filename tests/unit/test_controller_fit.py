@@ -544,6 +544,40 @@ def test_a_pin_slurms_own_limit_keeps_from_starting_is_taken_back_at_once_and_tr
     assert env.slurm.job(second).state == "RUNNING"
 
 
+def test_a_pin_slurm_starts_as_the_controller_takes_it_back_is_followed_not_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # on the lab the limit let the job start between the cycle's read and its hold: "Job is no longer
+    # pending execution" (tests/fixtures/slurm/err_hold_running_managed.txt) was reported a failure
+    from hivebatch.controller.decide import unstarted
+
+    env = make_env(tmp_path)
+    env.slurm.set_qos_gpu_limit("normal", 2)
+    first = env.submit("alice", "cv", 2)
+    second = env.submit("alice", "cv", 2)
+    env.cycle()
+    env.cycle()
+    assert env.job(second).state == "queued" and len(env.events(second, kind="taken_back")) == 1
+    monkeypatch.setattr(unstarted, "LIMIT_RETRY_S", 0.0)
+    env.cycle()  # placed again, and again not started while the first runs
+    assert env.job(second).state == "placed"
+    ctl = env.ctl
+    hold = ctl.hold
+
+    def started_meanwhile(job_id: int) -> None:
+        if job_id == second:
+            env.slurm.finish(first)  # the limit lets Slurm start the pin
+            if env.slurm.job(second).state == "PENDING":
+                env.slurm.start(second)
+        hold(job_id)
+
+    monkeypatch.setattr(ctl, "hold", started_meanwhile)
+    report = env.cycle(ctl)
+    assert report.ok, report.failures
+    env.cycle()
+    assert env.job(second).state == "running" and len(env.events(second, kind="taken_back")) == 1
+
+
 def _bindings(env):  # type: ignore[no-untyped-def]
     from sqlalchemy import select
 
