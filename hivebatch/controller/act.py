@@ -80,22 +80,23 @@ def _look_up(backend: SlurmBackend, job_id: int) -> tuple[bool, SlurmJob | None]
     return True, next((sj for sj in found if int(sj.job_id) == job_id), None)
 
 
-def _still_pending(backend: SlurmBackend, job_id: int) -> bool | None:
-    """After a failed call: True when Slurm still has the job (waiting or running), False when it is
-    gone, None unknown."""
+def _still_in(backend: SlurmBackend, job_id: int, phases: tuple[str, ...]) -> bool | None:
+    """After a failed call: whether Slurm has the job in one of ``phases`` now (False when it is gone),
+    None unknown."""
     answered, sj = _look_up(backend, job_id)
     if not answered:
         return None
-    return sj is not None and phase(sj.state) in ("pending", "running")
+    return sj is not None and phase(sj.state) in phases
+
+
+def _still_pending(backend: SlurmBackend, job_id: int) -> bool | None:
+    """True when Slurm still has the job, waiting or running."""
+    return _still_in(backend, job_id, ("pending", "running"))
 
 
 def _still_waiting(backend: SlurmBackend, job_id: int) -> bool | None:
-    """After a failed call: True when the job still waits in Slurm, False when it started, ended or is
-    gone, None unknown."""
-    answered, sj = _look_up(backend, job_id)
-    if not answered:
-        return None
-    return sj is not None and phase(sj.state) == "pending"
+    """True when the job still waits: False also when it started meanwhile."""
+    return _still_in(backend, job_id, ("pending",))
 
 
 def _hold_or_requeue(backend: SlurmBackend, job: Job) -> bool:

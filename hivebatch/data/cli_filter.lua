@@ -414,7 +414,7 @@ function M.rewrite_counts(get, env, model)
   -- a new job of several tasks with no node count: Slurm gave `srun -n 32 --gres=gpu:2` 2 GPUs on
   -- each of the nodes its tasks took, so it asks for those nodes (tests/fixtures/slurm/srun_new_job_nodes.txt)
   local many = not in_job and hi == 0 and unlisted and (tonumber(get("ntasks") or "") or 1) > 1
-  local size = (many and step_total == nil) and M.node_sizes(model) or nil
+  local size = many and M.node_sizes(model) or nil -- (a new job's own --gpus was left as given above)
   local spread = size and M.tasks_nodes(get, size) or nil
   local span = fewest or spread or M.span(get("nodes"), get("nodelist"), in_job, job_nodes)
   -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has only its own

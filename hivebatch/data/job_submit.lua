@@ -414,11 +414,15 @@ local function check_nodes(req, tasks)
   end
   local whole = vc_most(req, "whole_nodes")
   if need > 1 and whole ~= nil and need > math.max(whole, 1) then
-    -- srun's cli_filter sets -N to the nodes its tasks need (srun -n 32 --gres=gpu:2), so the tasks
-    -- may be what needs them
-    local several = is_set(tasks) and tasks > 1
-    local fix = whole > 1 and ("use at most " .. whole .. " nodes" .. (several and (" and tasks " .. whole .. " nodes hold (-n, -c, --ntasks-per-node)") or ""))
-      or ("ask for at most " .. on_one .. " GPUs on one node" .. (several and " and tasks one node holds (-n, -c, --ntasks-per-node)" or ""))
+    local fix, tasks_fit = "use at most " .. whole .. " nodes", " and tasks " .. whole .. " nodes hold"
+    if whole <= 1 then
+      fix, tasks_fit = "ask for at most " .. on_one .. " GPUs on one node", " and tasks one node holds"
+    end
+    if is_set(tasks) and tasks > 1 then
+      -- srun's cli_filter sets -N to the nodes its tasks need (srun -n 32 --gres=gpu:2), so the tasks
+      -- may be what needs them
+      fix = fix .. tasks_fit .. " (-n, -c, --ntasks-per-node)"
+    end
     fail("a job on " .. need .. " nodes needs as many whole-node cells, and virtual cluster " .. req.vc .. " has " .. whole .. ": " .. fix .. also)
   end
 end
