@@ -13,6 +13,7 @@ import subprocess
 import time
 
 import pytest
+from lab_partitions import lab_partition
 from lab_users import popen_as, run_as
 
 from hivebatch.request import ADMIN_PREFIX, RELEASED_BEGIN, request_from_slurm
@@ -319,22 +320,8 @@ def test_another_users_gpu_job_is_out_of_reach(slurm_lab, lab_jobs):
 @pytest.fixture
 def whole_partition(slurm_lab):
     """A partition that gives every job whole nodes (tests/fixtures/slurm/partition_exclusive_gpus.txt)."""
-    made = subprocess.run(
-        ["scontrol", "create", "PartitionName=whole", "Nodes=node4", "OverSubscribe=EXCLUSIVE", "State=UP"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert made.returncode == 0, made.stderr
-    yield "whole"
-    # Slurm keeps a partition that still holds jobs
-    subprocess.run(["scancel", "-p", "whole"], capture_output=True, timeout=30)
-    deadline = time.monotonic() + 30
-    while subprocess.run(
-        ["scontrol", "delete", "PartitionName=whole"], capture_output=True, timeout=30
-    ).returncode:
-        assert time.monotonic() < deadline, "partition whole could not be deleted"
-        time.sleep(0.5)
+    with lab_partition("whole", "Nodes=node4", "OverSubscribe=EXCLUSIVE") as name:
+        yield name
 
 
 def test_a_job_in_a_whole_node_partition_counts_every_gpu_of_its_nodes(slurm_lab, lab_jobs, whole_partition):
