@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hivebatch.db.models import utcnow
@@ -72,7 +73,22 @@ def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
                 nodes[name].stopped[p.name] = p.state
             if p.max_time_s is not None:
                 nodes[name].max_time_s[p.name] = p.max_time_s
+            if p.max_cpus_per_node is not None:
+                nodes[name].max_cpus[p.name] = p.max_cpus_per_node
     return nodes
+
+
+def count_partition_cpus(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode]) -> None:
+    """Add to each node the CPUs that jobs holding CPUs there hold in each of its partitions with a
+    MaxCPUsPerNode (a job on several nodes at its even share: squeue gives its total)."""
+    for job in jobs:
+        if phase(job.state) != "running" or not job.nodes or not job.cpus_total:
+            continue
+        share = -(-job.cpus_total // len(job.nodes))
+        for name in job.nodes:
+            node = nodes.get(name)
+            if node is not None and job.partition in node.max_cpus:
+                node.cpus_in_partition[job.partition] = node.cpus_in_partition.get(job.partition, 0) + share
 
 
 def observe(backend: SlurmBackend) -> Observation:
@@ -90,6 +106,7 @@ def observe(backend: SlurmBackend) -> Observation:
     try:
         jobs = {int(j.job_id): j for j in backend.list_jobs()}
         nodes = list_nodes(backend)
+        count_partition_cpus(jobs.values(), nodes)
     except SlurmUnavailable:
         raise
     except SlurmError as exc:

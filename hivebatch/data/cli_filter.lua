@@ -323,29 +323,39 @@ local function over_nodes(get, count, k, total_nodes, new_job)
   return nodes and { gpus = tostring(count * nodes) } or nil
 end
 
--- the most CPUs and memory (MB) of a GPU node (of ``model``, a node feature, where one is named) in
--- what `sinfo -h -N -o '%N %c %m %f %G'` lists (tests/fixtures/slurm/sinfo_node_sizes.txt): the
--- node size the controller spreads a job's tasks by. nil: no such node listed
-function M.parse_node_sizes(text, model)
+-- the most CPUs and memory (MB) one job gets of a GPU node (of ``model``, a node feature, where one is
+-- named) in ``partition`` (srun's -p, a comma list; nil: the default one, which sinfo marks with *), in
+-- what `sinfo -h -N -o '%N %c %m %f %G %P %B'` lists: a node once for each of its partitions, whose
+-- MaxCPUsPerNode (%B) bounds the CPUs a job gets there (tests/fixtures/slurm/sinfo_node_sizes.txt,
+-- partition_max_cpus.txt). The node size the controller spreads a job's tasks by; nil: no such node
+function M.parse_node_sizes(text, model, partition)
+  local asked = {}
+  for name in string.gmatch(partition or "", "[^,]+") do
+    asked[name] = true
+  end
   local cpus, mem = 0, 0
   for line in string.gmatch(text or "", "[^\n]+") do
-    local c, m, features, gres = string.match(line, "^%S+%s+(%d+)%s+(%d+)%s+(%S+)%s+(%S+)")
+    local c, m, features, gres, part, cap =
+      string.match(line, "^%S+%s+(%d+)%s+(%d+)%s+(%S+)%s+(%S+)%s+(%S+)%s+(%S+)")
     local of_model = model == nil or string.find("," .. string.lower(features or "") .. ",", "," .. model .. ",", 1, true)
-    if c ~= nil and string.find("," .. gres, ",gpu:", 1, true) and of_model then
-      cpus, mem = math.max(cpus, tonumber(c)), math.max(mem, tonumber(m))
+    local name, default = string.match(part or "", "^([^*]+)(%*?)$")
+    local in_partition = (next(asked) == nil and default == "*") or asked[name]
+    if c ~= nil and string.find("," .. gres, ",gpu:", 1, true) and of_model and in_partition then
+      cpus, mem = math.max(cpus, math.min(tonumber(c), tonumber(cap) or math.huge)), math.max(mem, tonumber(m))
     end
   end
   return cpus > 0 and { cpus = cpus, mem = mem } or nil
 end
 
-function M.node_sizes(model)
-  local pipe = io.popen("sinfo -h -N -o '%N %c %m %f %G' 2>/dev/null")
+-- a fixed command: the partition asked is matched here, never handed to a shell
+function M.node_sizes(model, partition)
+  local pipe = io.popen("sinfo -h -N -o '%N %c %m %f %G %P %B' 2>/dev/null")
   if pipe == nil then
     return nil
   end
   local text = pipe:read("*a")
   pipe:close()
-  return M.parse_node_sizes(text, model)
+  return M.parse_node_sizes(text, model, partition)
 end
 
 -- srun's --mem-per-cpu ("5000", "5G": Slurm prints it in its largest whole unit) in MB; nil when unset
@@ -414,7 +424,7 @@ function M.rewrite_counts(get, env, model)
   -- a new job of several tasks with no node count: Slurm gave `srun -n 32 --gres=gpu:2` 2 GPUs on
   -- each of the nodes its tasks took, so it asks for those nodes (tests/fixtures/slurm/srun_new_job_nodes.txt)
   local many = not in_job and hi == 0 and unlisted and (tonumber(get("ntasks") or "") or 1) > 1
-  local size = many and M.node_sizes(model) or nil -- (a new job's own --gpus was left as given above)
+  local size = many and M.node_sizes(model, get("partition")) or nil -- (a new job's own --gpus was left as given above)
   local spread = size and M.tasks_nodes(get, size) or nil
   local span = fewest or spread or M.span(get("nodes"), get("nodelist"), in_job, job_nodes)
   -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has only its own

@@ -301,7 +301,11 @@ local function gpu_partitions(job_desc, part_list, current_partition)
     if (next(asked) ~= nil and asked[pname]) or (next(asked) == nil and default) then
       for _, node in ipairs(M.expand_hostlist(part.nodes)) do
         if (SITE.gpu_nodes or {})[node] ~= nil then
-          out[#out + 1] = { name = pname, whole = part.max_share == 0, total_cpus = part.total_cpus, nodes = part.nodes }
+          local cap = tonumber(part.max_cpus_per_node) -- MaxCPUsPerNode; INFINITE when unlimited
+          out[#out + 1] = {
+            name = pname, whole = part.max_share == 0, total_cpus = part.total_cpus, nodes = part.nodes,
+            max_cpus = (is_set(cap) and cap > 0) and cap or nil,
+          }
           break
         end
       end
@@ -611,7 +615,8 @@ local SIZE_FIGURES = { "cpus", "mem_mb", "sockets", "cores", "threads", "tmp_mb"
 
 -- the most of each figure one node of the job's GPU type has in the partitions it may run in
 -- (slurmctld's part_list names their nodes), a figure nil where some node's is not known; nil when
--- the file does not list those nodes
+-- the file does not list those nodes. A partition's MaxCPUsPerNode bounds the CPUs its jobs get of a
+-- node (tests/fixtures/slurm/partition_max_cpus.txt): ``capped_by`` names it when it bounds the most.
 local function largest_in_partitions(data, req, parts)
   local nodes, key = field(data, "nodes"), req.gpu_type and string.lower(req.gpu_type)
   if type(nodes) ~= "table" then
@@ -629,8 +634,15 @@ local function largest_in_partitions(data, req, parts)
         for _, f in ipairs(SIZE_FIGURES) do
           local v = tonumber(n[f])
           local known = v ~= nil and (v > 0 or f == "tmp_mb")
-          if most[f] ~= nil then
-            most[f] = known and math.max(most[f], v) or nil
+          local capped = known and f == "cpus" and part.max_cpus ~= nil and part.max_cpus < v
+          v = capped and part.max_cpus or v
+          if most[f] ~= nil and known and v > most[f] then
+            most[f] = v
+            if f == "cpus" then
+              most.capped_by = capped and part.name or nil
+            end
+          elseif not known then
+            most[f] = nil
           end
         end
       end
@@ -717,8 +729,8 @@ end
 -- the job's GPUs. A job its owner holds (-H) is accepted, as Slurm accepts it; without a fresh sizes
 -- file nothing is refused (the controller still says why such a job never runs).
 --
--- Returns the largest node of the job's GPU type in the whole cluster (nil: not known here), by which
--- the controller spreads a job's tasks.
+-- Returns what a job of its partitions gets of the largest node of its GPU type there (else in the
+-- whole cluster; nil: not known here), by which the controller spreads a job's tasks.
 local function check_node_sizes(job_desc, req, part_list)
   if req.user_hold or SITE.nodes_file == nil then
     return nil
@@ -732,7 +744,6 @@ local function check_node_sizes(job_desc, req, part_list)
   if type(largest) ~= "table" then
     return nil
   end
-  local in_cluster = largest
   local where = "the largest node with " .. (req.gpu_type and (req.gpu_type .. " ") or "") .. "GPUs"
   -- the GPU partitions it may run in, read once from slurmctld's list (each expands a hostlist)
   local parts = gpu_partitions(job_desc, part_list)
@@ -752,7 +763,11 @@ local function check_node_sizes(job_desc, req, part_list)
   local cpus = math.max(M.cpus_per_node(job_desc), (per_gpu(job_desc, "cpus_per_tres") or 0) * gpus)
   local have_cpus = tonumber(field(largest, "cpus"))
   if have_cpus ~= nil and cpus > have_cpus and not M.beyond_partitions(job_desc, parts) then
-    fail("the job needs " .. cpus .. " CPUs on one node, but " .. where .. " has " .. have_cpus .. ": ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)")
+    local has = where .. " has " .. have_cpus
+    if largest.capped_by ~= nil then
+      has = "partition " .. largest.capped_by .. " lets a job use " .. have_cpus .. " CPUs of a node (MaxCPUsPerNode)"
+    end
+    fail("the job needs " .. cpus .. " CPUs on one node, but " .. has .. ": ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)")
   end
   local mem = math.max(M.mem_per_node(job_desc, cpus), (per_gpu(job_desc, "mem_per_tres") or 0) * gpus)
   local have_mem = tonumber(field(largest, "mem_mb"))
@@ -775,7 +790,7 @@ local function check_node_sizes(job_desc, req, part_list)
   if is_set(tasks) and per_socket > 0 and tasks > per_socket then
     fail("the job asks " .. tasks .. " tasks per socket, but " .. where .. " has " .. per_socket .. " CPUs on a socket: ask for fewer (--ntasks-per-socket)")
   end
-  return in_cluster
+  return largest
 end
 
 local FEWER_TASKS = "fewer tasks or CPUs (-n, -c, --ntasks-per-node)"

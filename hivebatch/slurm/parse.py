@@ -568,5 +568,7 @@ def parse_partitions(text: str) -> list[Partition]:
         except HivebatchError:
             max_time = None  # a form Slurm alone reads: Slurm keeps judging it
         state = fields.get("State", "UP").upper()
-        out.append(Partition(fields["PartitionName"], state, tuple(listed), max_time))
+        max_cpus = fields.get("MaxCPUsPerNode", "UNLIMITED")
+        cpus_cap = int(max_cpus) if max_cpus.isdigit() else None
+        out.append(Partition(fields["PartitionName"], state, tuple(listed), max_time, cpus_cap))
     return out

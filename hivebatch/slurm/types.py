@@ -242,6 +242,11 @@ class SlurmNode:
     #: the node's partitions with a MaxTime (name -> seconds): Slurm never starts a job whose time limit is
     #: longer there (PartitionTimeLimit)
     max_time_s: dict[str, int] = field(default_factory=dict)
+    #: the node's partitions with a MaxCPUsPerNode (name -> CPUs), and the CPUs the jobs running there in
+    #: each hold: Slurm gives the jobs of such a partition at most that many of the node's CPUs in all
+    #: (tests/fixtures/slurm/partition_max_cpus.txt)
+    max_cpus: dict[str, int] = field(default_factory=dict)
+    cpus_in_partition: dict[str, int] = field(default_factory=dict)
 
     @property
     def responding(self) -> bool:
@@ -274,6 +279,7 @@ class Partition:
     state: str
     nodes: tuple[str, ...]
     max_time_s: int | None = None  # MaxTime (None: UNLIMITED)
+    max_cpus_per_node: int | None = None  # MaxCPUsPerNode (None: UNLIMITED)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from lab_controller import Ctl
+from lab_partitions import lab_partition
 from lab_users import popen_as, run_as
 
 from hivebatch.controller.cycle import run_cycle
@@ -697,3 +698,42 @@ def test_dask_jobqueue_worker_runs_on_the_cells_choice(ctl: Ctl, loop: Loop, too
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+def test_a_partitions_cap_on_cpus_per_node_spreads_and_refuses_as_slurm_does(ctl: Ctl, loop: Loop) -> None:
+    # with MaxCPUsPerNode=8 plain Slurm ran `srun -p small -n 16 --gres=gpu:2` with 8 tasks and 2 GPUs on
+    # each of two nodes and refused `-N 1 -c 12` at submit; through hivebatch each was pinned to one node,
+    # held again as BadConstraints, and srun waited until killed (partition_max_cpus.txt)
+    with lab_partition("small", "Nodes=node3,node4", "MaxCPUsPerNode=8") as small:
+        name = f"{ctl.tag}-capped"
+        proc = popen_as("bob", ["srun", "-J", name, "-p", small, "-n", "16", "--gres=gpu:2", "-q", "opportunistic",
+                                "-t", "5", "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
+        jid = _adopt(ctl, name)
+        out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+        ran = _tasks_ran_on_placement(ctl, jid, out)
+        assert sorted(ran) == ["node3", "node4"] and [len(g) for g in ran.values()] == [2, 2]
+        eight_each = 8 * ["node3"] + 8 * ["node4"]
+        assert sorted(ln.split()[1] for ln in out.splitlines() if ln.startswith("gpus ")) == eight_each
+        # sbatch has no filter: the controller spreads the tasks by the cap
+        ask = ("-p", small, "-n", "16", "--gres=gpu:2", "-q", "opportunistic")
+        jid, tasks = _sbatch_steps(ctl, "bob", f"{name}-b", *ask)
+        assert sorted(_placed(ctl, jid)) == ["node3", "node4"]
+        assert sorted(ln.split()[2] for ln in tasks) == eight_each
+        assert "its 16 CPUs need 2 nodes of at most 8 CPUs each" in ctl.placed_event(jid)
+        # by now the loop's cycles have written the node sizes file the plugin measures against
+        refused = run_as(
+            "alice", ["srun", "-p", small, "-N", "1", "-c", "12", "--gres=gpu:1", "-t", "5", "true"]
+        )
+        assert refused.returncode != 0
+        assert (
+            "srun: error: hivebatch: the job needs 12 CPUs on one node, but partition small lets a job use 8 CPUs"
+            " of a node (MaxCPUsPerNode)" in refused.stderr
+        ), refused.stderr
+        batch = run_as(
+            "alice", ["sbatch", "-p", small, "-n", "16", "--gres=gpu:2", "-t", "5", "--wrap", "true"]
+        )
+        assert batch.returncode != 0
+        assert "sbatch: error: hivebatch: its 16 CPUs need 2 nodes of at most 8 CPUs each" in batch.stderr, (
+            batch.stderr
+        )

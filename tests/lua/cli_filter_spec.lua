@@ -6,11 +6,12 @@
 -- what `scontrol show job -o ID` says of a job (node count, GPUs per node), by id; nil: no answer
 local JOBS = {}
 
--- what `sinfo -h -N -o '%N %c %m %f %G'` lists on the lab (4 nodes of 16 CPUs, 64000 MB, 8 V100)
-local function lab_sinfo()
+-- what `sinfo -h -N -o '%N %c %m %f %G %P %B'` lists on the lab (4 nodes of 16 CPUs, 64000 MB, 8 V100),
+-- by default its one partition (partition_max_cpus.txt: with small, MaxCPUsPerNode=8, over node3 and node4)
+local function lab_sinfo(fixture)
   local lines = {}
-  for line in io.lines("tests/fixtures/slurm/sinfo_node_sizes.txt") do
-    if not string.match(line, "^#") then
+  for line in io.lines("tests/fixtures/slurm/" .. (fixture or "sinfo_node_sizes.txt")) do
+    if string.match(line, "^node%d ") then
       lines[#lines + 1] = line
     end
   end
@@ -32,8 +33,8 @@ local function load_filter()
     return j[1], j[2]
   end
   local parse = HIVEBATCH_CLI_FILTER.parse_node_sizes
-  HIVEBATCH_CLI_FILTER.node_sizes = function(model)
-    return SINFO and parse(SINFO, model)
+  HIVEBATCH_CLI_FILTER.node_sizes = function(model, partition)
+    return SINFO and parse(SINFO, model, partition)
   end
   return HIVEBATCH_CLI_FILTER
 end
@@ -102,14 +103,33 @@ describe("srun's own GPU ask", function()
 
   it("sizes nodes by the GPU nodes sinfo lists, of the model asked", function()
     local M = load_filter()
-    local text = "cpu1 64 256000 (null) (null)\n"
-      .. "node1 16 64000 v100 gpu:g0:1(S:0),gpu:g1:1(S:0)\n"
-      .. "node9 32 128000 a100,bigmem gpu:g0:1(S:0),shard:g0:32(S:0)\n"
+    local text = "cpu1 64 256000 (null) (null) gpu* UNLIMITED\n"
+      .. "node1 16 64000 v100 gpu:g0:1(S:0),gpu:g1:1(S:0) gpu* UNLIMITED\n"
+      .. "node9 32 128000 a100,bigmem gpu:g0:1(S:0),shard:g0:32(S:0) gpu* UNLIMITED\n"
+      .. "node9 32 128000 a100,bigmem gpu:g0:1(S:0),shard:g0:32(S:0) big UNLIMITED\n"
     assert.are.same({ cpus = 32, mem = 128000 }, M.parse_node_sizes(text))
     assert.are.same({ cpus = 16, mem = 64000 }, M.parse_node_sizes(text, "v100"))
     assert.are.same({ cpus = 32, mem = 128000 }, M.parse_node_sizes(text, "a100"))
     assert.is_nil(M.parse_node_sizes(text, "h100"))
     assert.is_nil(M.parse_node_sizes(""))
+    -- the partition asked: its own nodes only, each with the CPUs its MaxCPUsPerNode lets a job use
+    assert.are.same({ cpus = 32, mem = 128000 }, M.parse_node_sizes(text, nil, "big"))
+    assert.is_nil(M.parse_node_sizes(text, "v100", "big"))
+    local lab = lab_sinfo("partition_max_cpus.txt")
+    assert.are.same({ cpus = 16, mem = 64000 }, M.parse_node_sizes(lab))
+    assert.are.same({ cpus = 8, mem = 64000 }, M.parse_node_sizes(lab, nil, "small"))
+    assert.are.same({ cpus = 16, mem = 64000 }, M.parse_node_sizes(lab, nil, "small,gpu"))
+    assert.is_nil(M.parse_node_sizes(lab, nil, "debug"))
+  end)
+
+  it("counts the nodes of several tasks by the CPUs their partition lets a job use", function()
+    -- plain Slurm ran `srun -p small -n 16 --gres=gpu:2` on node3 and node4, 8 tasks and GPUs 0,1 on each,
+    -- MaxCPUsPerNode=8 (tests/fixtures/slurm/partition_max_cpus.txt)
+    SINFO = lab_sinfo("partition_max_cpus.txt")
+    finally(function() SINFO = nil end)
+    assert.are.same({ gres = "gpu:0", gpus = "4", nodes = "2" },
+                    (rewrite({ gres = "gres:gpu:2", ntasks = "16", partition = "small" })))
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, (rewrite({ gres = "gres:gpu:2", ntasks = "16" })))
   end)
 
   it("says when Slurm did not list its nodes and a per-node ask of several tasks became a total", function()
@@ -231,7 +251,7 @@ describe("srun's own GPU ask", function()
     io.popen = saved
     assert.are.same({ cpus = 16, mem = 64000 }, sizes)
     assert.is_nil(none)
-    assert.are.same({ "sinfo -h -N -o '%N %c %m %f %G' 2>/dev/null" }, { ran[1] })
+    assert.are.same({ "sinfo -h -N -o '%N %c %m %f %G %P %B' 2>/dev/null" }, { ran[1] })
   end)
 
   it("counts the hosts of a --nodelist as Slurm's hostlists name them", function()

@@ -20,6 +20,15 @@ local function sizes_with_nodes(sizes, nodes)
   sizes_file(string.format("return { written_at = %d, sizes = %s, nodes = { %s } }", os.time(), sizes, nodes))
 end
 
+-- the lab's partitions with small (node3, node4) letting a job use 8 of a node's 16 CPUs, as slurmctld
+-- hands them over (MaxCPUsPerNode; INFINITE where unlimited: tests/fixtures/slurm/partition_max_cpus.txt)
+local CAPPED = {
+  gpu = { name = "gpu", nodes = "node[1-4]", flag_default = 1, total_cpus = 64, max_cpus_per_node = 4294967295 },
+  small = { name = "small", nodes = "node[3-4]", total_cpus = 32, max_cpus_per_node = 8 },
+}
+local LAB_NODES = 'node1 = { type = "v100", cpus = 16, mem_mb = 64000 }, node2 = { type = "v100", cpus = 16, mem_mb = 64000 }, '
+  .. 'node3 = { type = "v100", cpus = 16, mem_mb = 64000 }, node4 = { type = "v100", cpus = 16, mem_mb = 64000 }'
+
 local function load_plugin()
   support.load_plugin({
     nodes_file = SIZES,
@@ -142,6 +151,19 @@ describe("the size of a GPU job's node at submit", function()
     assert.are.equal(slurm.SUCCESS, slurm_job_submit(big_mem, parts, 1001))
   end)
 
+  it("measures a job's CPUs on a node against its partition's MaxCPUsPerNode", function()
+    -- plain Slurm refused `srun -p small -N 1 -c 12` at submit: "Requested node configuration is not available"
+    sizes_with_nodes('{ any = { cpus = 16, mem_mb = 64000 }, v100 = { cpus = 16, mem_mb = 64000 } }', LAB_NODES)
+    local twelve = { cpus_per_task = 12, pn_min_cpus = 12, min_cpus = 12 }
+    assert.are.equal(slurm.ERROR, slurm_job_submit(job_in("small", twelve), CAPPED, 1001))
+    assert.are.same({ "hivebatch: the job needs 12 CPUs on one node, but partition small lets a job use 8 CPUs of a node "
+      .. "(MaxCPUsPerNode): ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)" },
+      slurm.user_msgs)
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(twelve), CAPPED, 1001)) -- the default partition, gpu
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job_in("small,gpu", twelve), CAPPED, 1001))
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job_in("small", { cpus_per_task = 8, pn_min_cpus = 8, min_cpus = 8 }), CAPPED, 1001))
+  end)
+
   it("measures --tmp against the largest temporary disk of the job's partitions", function()
     sizes_with_nodes('{ any = { cpus = 16, mem_mb = 64000, tmp_mb = 800000 } }',
       'node1 = { type = "v100", cpus = 16, mem_mb = 64000, tmp_mb = 0 }, node2 = { type = "v100", cpus = 16, mem_mb = 64000, tmp_mb = 100000 }, '
@@ -243,4 +265,17 @@ describe("a GPU job whose tasks need more nodes than its VC's whole-node cells",
       assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(case[2]), {}, 1001))
     end)
   end
+
+  it("counts the nodes by the CPUs the job's partition lets it use of each", function()
+    -- plain Slurm ran `srun -p small -n 16 --gres=gpu:2` on two nodes, 8 tasks on each, MaxCPUsPerNode=8
+    -- (tests/fixtures/slurm/partition_max_cpus.txt)
+    sizes_with_nodes('{ any = { cpus = 16, mem_mb = 64000 }, v100 = { cpus = 16, mem_mb = 64000 } }', LAB_NODES)
+    local sixteen = { num_tasks = 16, min_cpus = 16, tres_per_node = "gres:gpu:2", partition = "small" }
+    assert.are.equal(slurm.ERROR, slurm_job_submit(job(sixteen), CAPPED, 1001))
+    assert.are.same({ "hivebatch: its 16 CPUs need 2 nodes of at most 8 CPUs each" .. ALSO .. TASKS }, slurm.user_msgs)
+    sixteen.partition = "gpu"
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(sixteen), CAPPED, 1001))
+    sixteen.partition, sixteen.account = "small", "nlp"
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(sixteen), CAPPED, 1001))
+  end)
 end)

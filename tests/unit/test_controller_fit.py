@@ -17,7 +17,7 @@ from hivebatch.controller.decide.room import screen_hopeless
 from hivebatch.controller.decide.unstarted import take_back_unstarted
 from hivebatch.request import JobRequest
 from hivebatch.slurm.parse import parse_sinfo_json, parse_squeue_json
-from hivebatch.slurm.types import SlurmNode
+from hivebatch.slurm.types import SlurmJob, SlurmNode
 
 
 def _node(name: str, **kw: object) -> SlurmNode:
@@ -643,3 +643,61 @@ def test_a_job_whose_tasks_share_one_node_takes_their_memory_per_cpu_in_the_roun
     env.cycle()
     nodes = [next(iter(env.job(j).placement or {})) for j in jobs]
     assert len(set(nodes)) == 2, nodes
+
+
+def _job(**kw: object) -> SlurmJob:
+    return replace(
+        SlurmJob(job_id=1, name="j", user="alice", account="cv", qos="normal", state="PENDING", reason=""),
+        **kw,
+    )
+
+
+def _capped(name: str, used: int = 0) -> SlurmNode:
+    """A lab node also in partition small, whose MaxCPUsPerNode=8 (partition_max_cpus.txt)."""
+    return _node(name, partitions=["gpu", "small"], max_cpus={"small": 8}, cpus_in_partition={"small": used})
+
+
+def test_a_job_needing_more_cpus_on_a_node_than_its_partition_allows_is_rejected(ctx) -> None:  # type: ignore[no-untyped-def]
+    # plain Slurm refused `srun -p small -N 1 -c 12` at submit; through hivebatch it was pinned, held
+    # again as BadConstraints and waited until killed (partition_max_cpus.txt)
+    nodes = {n: _capped(n) for n in NODES}
+    r = _screened(ctx, JobRequest(vc="cv", gpus=1), nodes, partition="small", cpus_per_node=12)
+    (wait,) = r.out.waits
+    assert wait.rejected and wait.reason.startswith(
+        "can never run as asked: node1: partition small lets a job use 8 of its CPUs (MaxCPUsPerNode), the job needs 12"
+    )
+    # in the node's other partition, with no cap, it runs
+    r = _screened(ctx, JobRequest(vc="cv", gpus=1), nodes, partition="gpu", cpus_per_node=12)
+    assert [p.job.slurm_job_id for p in r.out.places] == [1]
+    # asked in both, the partition without a cap lets it
+    assert why_unfit(_job(partition="small,gpu", cpus_per_node=12), nodes["node1"]) is None
+
+
+def test_a_job_is_not_pinned_where_its_partitions_cpus_are_held_by_its_other_jobs() -> None:
+    # plain Slurm kept an 8-CPU job of partition small pending (Resources) beside another 8-CPU job of
+    # small on a 16-CPU node (partition_max_cpus.txt)
+    sj = _job(partition="small", cpus_per_node=8)
+    unfit = unfit_nodes(sj, {"node3": _capped("node3", used=8), "node4": _capped("node4", used=2)})
+    assert unfit == {
+        "node3": "0 of the 8 CPUs partition small allows free, the job needs 8",
+        "node4": "6 of the 8 CPUs partition small allows free, the job needs 8",
+    }
+    assert unfit_nodes(replace(sj, cpus_per_node=6), {"node4": _capped("node4", used=2)}) == {}
+
+
+def test_the_cpus_a_partitions_running_jobs_hold_are_counted_on_each_node() -> None:
+    from hivebatch.controller.observe import count_partition_cpus
+
+    # the recorded 1170 (small, 16 CPUs on node[3-4]) running, 1171 waiting, a job of gpu beside them
+    jobs = [
+        _job(job_id=1170, state="RUNNING", partition="small", nodes=["node3", "node4"], cpus_total=16),
+        _job(job_id=1171, state="PENDING", partition="small", cpus_total=8),
+        _job(job_id=1174, state="RUNNING", partition="gpu", nodes=["node3"], cpus_total=4),
+    ]
+    nodes = {n: _capped(n) for n in ("node3", "node4")} | {"node1": _node("node1")}
+    count_partition_cpus(jobs, nodes)
+    assert [nodes[n].cpus_in_partition for n in ("node1", "node3", "node4")] == [
+        {},
+        {"small": 8},
+        {"small": 8},
+    ]

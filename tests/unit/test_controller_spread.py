@@ -32,23 +32,27 @@ def ctx(tmp_path_factory: pytest.TempPathFactory):
     return context(tmp_path_factory.mktemp("spread"))
 
 
-def _decided(ctx, req: JobRequest, **asks: object):  # type: ignore[no-untyped-def]
-    """One held job through classify, the screen and the policy round, on four idle 16-CPU nodes."""
+def _decided(ctx, req: JobRequest, nodes_kw: dict[str, object] | None = None, **asks: object):  # type: ignore[no-untyped-def]
+    """One held job through classify, the screen and the policy round, on four idle 16-CPU nodes
+    (``nodes_kw``: what else the nodes have)."""
     job = row(1, req)
     r = make_round(ctx, [job])
     r.ledger.slurm[1] = replace(r.ledger.slurm[1], **asks)
     r.ledger.nodes = {
-        n: SlurmNode(
-            name=n,
-            state="IDLE",
-            bad=False,
-            gpu_indices=list(range(8)),
-            partitions=["gpu"],
-            features=["v100"],
-            cpus=16,
-            cpus_free=16,
-            mem_mb=64000,
-            mem_free_mb=64000,
+        n: replace(
+            SlurmNode(
+                name=n,
+                state="IDLE",
+                bad=False,
+                gpu_indices=list(range(8)),
+                partitions=["gpu"],
+                features=["v100"],
+                cpus=16,
+                cpus_free=16,
+                mem_mb=64000,
+                mem_free_mb=64000,
+            ),
+            **(nodes_kw or {}),
         )  # fmt: skip
         for n in NODES
     }
@@ -320,3 +324,20 @@ def test_squeue_says_which_job_asked_to_be_spread(slurm_fixture) -> None:  # typ
     jobs = {j.name: j for j in parse_squeue_json(slurm_fixture("squeue_spread_job.json"))}
     assert (jobs["spread"].spread_job, jobs["spread"].max_nodes) == (True, 4)
     assert (jobs["plain"].spread_job, jobs["plain"].max_nodes) == (False, 0)
+
+
+def test_tasks_are_spread_by_the_cpus_their_partition_lets_a_job_use(ctx) -> None:  # type: ignore[no-untyped-def]
+    # plain Slurm ran `srun -p small -n 16 --gres=gpu:2` with 8 tasks and GPUs 0,1 on each of two nodes,
+    # MaxCPUsPerNode=8; pinned to one node it was held again as BadConstraints (partition_max_cpus.txt)
+    req = JobRequest(vc="nlp", gpus=2, gpus_per_node=2, nodes=1)
+    caps = {"partitions": ["gpu", "small"], "max_cpus": {"small": 8}}
+    r = _decided(ctx, req, nodes_kw=caps, partition="small", cpus_total=16, tasks=16)
+    (place,) = r.out.places
+    assert place.shape == (2, 2)
+    assert place.note == (
+        "runs on 2 nodes with 2 GPU(s) each: its 16 CPUs need 2 nodes of at most 8 CPUs each, as Slurm spreads it"
+    )
+    # the same job in the partition without a cap fits one node
+    r = _decided(ctx, req, nodes_kw=caps, partition="gpu", cpus_total=16, tasks=16)
+    (place,) = r.out.places
+    assert place.shape == (1, 2)

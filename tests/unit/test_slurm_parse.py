@@ -229,3 +229,11 @@ def test_a_jobs_node_layout_and_the_nodes_are_read(slurm_fixture):
     assert (plain.sockets_per_node, plain.cores_per_socket, plain.threads_per_core) == (0, 0, 0)
     nodes = parse_sinfo_json(slurm_fixture("sinfo.json"))
     assert {(n.sockets, n.cores_per_socket, n.threads_per_core) for n in nodes} == {(2, 8, 1)}
+
+
+def test_a_partitions_cap_on_cpus_per_node_is_read(slurm_fixture) -> None:
+    from hivebatch.slurm.parse import parse_partitions
+
+    gpu, small = parse_partitions(slurm_fixture("partition_max_cpus.txt"))
+    assert (gpu.name, gpu.max_cpus_per_node) == ("gpu", None)  # UNLIMITED
+    assert (small.name, small.nodes, small.max_cpus_per_node) == ("small", ("node3", "node4"), 8)

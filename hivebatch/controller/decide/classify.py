@@ -121,7 +121,9 @@ def _on_enough_nodes(
     extras = plugin_extras(sj)
     per_gpu = PerGpu.of(extras)
     per_task = int(extras.get("gpus_per_task") or 0)
-    wide, note, never = spread_over_nodes(req, sj, r.node_size(req.gpu_type), r.ctx.spec, per_gpu, per_task)
+    wide, note, never = spread_over_nodes(
+        req, sj, r.node_size(req.gpu_type, sj), r.ctx.spec, per_gpu, per_task
+    )
     if never:
         return None, sj, f"can never run as asked: {never}"
     if note:

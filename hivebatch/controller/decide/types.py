@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from hivebatch.cells import CellAllocator, GpuUse
 from hivebatch.controller.context import ControllerContext
 from hivebatch.controller.decide.dependency import Listing
-from hivebatch.controller.decide.fit import Needs, needs_of, node_rooms, unfit_nodes
+from hivebatch.controller.decide.fit import Needs, in_partitions, job_cpus, needs_of, node_rooms, unfit_nodes
 from hivebatch.controller.decide.spread import NodeSize
 from hivebatch.controller.decide.tasks import TaskBuilder
 from hivebatch.controller.decide.times import aware
@@ -130,7 +130,7 @@ class Round:
     # a task's needs besides GPUs -> the nodes the pins not started yet leave too little for, and why
     short_by_needs: dict[NodeNeeds, dict[str, str]] = field(default_factory=dict)
     # GPU type (None: any) -> the most CPUs and memory one of its nodes has, asked for each waiting job
-    size_by_type: dict[str | None, NodeSize] = field(default_factory=dict)
+    size_by_type: dict[tuple[str | None, str], NodeSize] = field(default_factory=dict)
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
 
     @functools.cached_property
@@ -186,15 +186,18 @@ class Round:
         old = self.run_notes.get(slurm_id)
         self.run_notes[slurm_id] = f"{old}; {note}" if old else note
 
-    def node_size(self, gpu_type: str | None) -> NodeSize:
-        """The most CPUs and memory a node with GPUs of ``gpu_type`` (None: any) has, as Slurm reports them."""
-        if gpu_type not in self.size_by_type:
+    def node_size(self, gpu_type: str | None, sj: SlurmJob) -> NodeSize:
+        """The most CPUs and memory one job of ``sj``'s partitions gets of a node there with GPUs of
+        ``gpu_type`` (None: any), as Slurm reports them: a partition's MaxCPUsPerNode caps the CPUs
+        (tests/fixtures/slurm/partition_max_cpus.txt)."""
+        key = (gpu_type, sj.partition)
+        if key not in self.size_by_type:
             names = {n.name for n in self.ctx.spec.nodes if gpu_type in (None, n.gpu_type)}
-            seen = [n for name, n in self.ledger.nodes.items() if name in names]
-            self.size_by_type[gpu_type] = NodeSize(
-                max((n.cpus for n in seen), default=0), max((n.mem_mb for n in seen), default=0)
+            seen = [n for name, n in self.ledger.nodes.items() if name in names and in_partitions(sj, n)]
+            self.size_by_type[key] = NodeSize(
+                max((job_cpus(sj, n) for n in seen), default=0), max((n.mem_mb for n in seen), default=0)
             )
-        return self.size_by_type[gpu_type]
+        return self.size_by_type[key]
 
     def unfit_for(self, job: Job, sj: SlurmJob) -> dict[str, str]:
         """The nodes ``job`` cannot use now (its needs besides GPUs, nodes Slurm did not start it on,
