@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from controller_support import CONFIG
@@ -11,10 +11,14 @@ from controller_support import CONFIG
 from hivebatch.cells import CellAllocator
 from hivebatch.controller.context import ControllerContext, load_context
 from hivebatch.controller.decide import Round
+from hivebatch.controller.decide.classify import classify
+from hivebatch.controller.decide.policy_round import run_policy_round
+from hivebatch.controller.decide.room import screen_hopeless
+from hivebatch.controller.decide.settle import attach_notes
 from hivebatch.controller.ledger import Ledger
 from hivebatch.db.models import Job
 from hivebatch.request import JobRequest
-from hivebatch.slurm.types import SlurmJob
+from hivebatch.slurm.types import SlurmJob, SlurmNode
 
 NOW = dt.datetime(2026, 11, 16, 9, 0)
 
@@ -65,3 +69,37 @@ def make_round(ctx: ControllerContext, jobs: list[Job], alloc: CellAllocator | N
         alloc=alloc or CellAllocator(ctx.spec),
     )
     return Round.start(ctx, ledger, NOW)
+
+
+NODES = ("node1", "node2", "node3", "node4")
+
+
+def decided(ctx, req: JobRequest, nodes_kw: dict[str, object] | None = None, **asks: object):  # type: ignore[no-untyped-def]
+    """One held job 1 through classify, the screen and the policy round, on four idle 16-CPU nodes
+    (``asks``: its squeue record's fields; ``nodes_kw``: what else the nodes have)."""
+    job = row(1, req)
+    r = make_round(ctx, [job])
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], **asks)
+    r.ledger.nodes = {
+        n: replace(
+            SlurmNode(
+                name=n,
+                state="IDLE",
+                bad=False,
+                gpu_indices=list(range(8)),
+                partitions=["gpu"],
+                features=["v100"],
+                cpus=16,
+                cpus_free=16,
+                mem_mb=64000,
+                mem_free_mb=64000,
+            ),
+            **(nodes_kw or {}),
+        )  # fmt: skip
+        for n in NODES
+    }
+    classify(r)
+    screen_hopeless(r)
+    run_policy_round(r)
+    attach_notes(r)
+    return r

@@ -5,12 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from decide_support import context, make_round, row
+from decide_support import context, decided
 
-from hivebatch.controller.decide.classify import classify
-from hivebatch.controller.decide.policy_round import run_policy_round
-from hivebatch.controller.decide.room import screen_hopeless
-from hivebatch.controller.decide.settle import attach_notes
 from hivebatch.controller.decide.spread import (
     FEWER_TASKS,
     NodeShare,
@@ -21,7 +17,7 @@ from hivebatch.controller.decide.spread import (
 )
 from hivebatch.request import JobRequest
 from hivebatch.slurm.parse import parse_squeue_json
-from hivebatch.slurm.types import SlurmJob, SlurmNode
+from hivebatch.slurm.types import SlurmJob
 
 NODES = ("node1", "node2", "node3", "node4")
 SIXTEEN = NodeSize(cpus=16, mem_mb=64000)
@@ -32,41 +28,10 @@ def ctx(tmp_path_factory: pytest.TempPathFactory):
     return context(tmp_path_factory.mktemp("spread"))
 
 
-def _decided(ctx, req: JobRequest, nodes_kw: dict[str, object] | None = None, **asks: object):  # type: ignore[no-untyped-def]
-    """One held job through classify, the screen and the policy round, on four idle 16-CPU nodes
-    (``nodes_kw``: what else the nodes have)."""
-    job = row(1, req)
-    r = make_round(ctx, [job])
-    r.ledger.slurm[1] = replace(r.ledger.slurm[1], **asks)
-    r.ledger.nodes = {
-        n: replace(
-            SlurmNode(
-                name=n,
-                state="IDLE",
-                bad=False,
-                gpu_indices=list(range(8)),
-                partitions=["gpu"],
-                features=["v100"],
-                cpus=16,
-                cpus_free=16,
-                mem_mb=64000,
-                mem_free_mb=64000,
-            ),
-            **(nodes_kw or {}),
-        )  # fmt: skip
-        for n in NODES
-    }
-    classify(r)
-    screen_hopeless(r)
-    run_policy_round(r)
-    attach_notes(r)
-    return r
-
-
 def test_a_per_node_ask_without_a_node_count_runs_on_the_nodes_its_cpus_need(ctx) -> None:  # type: ignore[no-untyped-def]
     # `sbatch -n 32 --gres=gpu:2`: plain Slurm ran it on several nodes with 2 GPUs on each; pinned to
     # one node it was found never runnable, held again and placed again every cycle
-    r = _decided(ctx, JobRequest(vc="nlp", gpus=2, gpus_per_node=2, nodes=1), cpus_total=32, tasks=32)
+    r = decided(ctx, JobRequest(vc="nlp", gpus=2, gpus_per_node=2, nodes=1), cpus_total=32, tasks=32)
     (place,) = r.out.places
     assert sorted(len(g) for g in place.placement.values()) == [2, 2] and place.shape == (2, 2)
     assert place.note == (
@@ -76,7 +41,7 @@ def test_a_per_node_ask_without_a_node_count_runs_on_the_nodes_its_cpus_need(ctx
 
 def test_tasks_per_node_spread_the_job_as_slurm_does(ctx) -> None:  # type: ignore[no-untyped-def]
     # `-n 8 --ntasks-per-node=4 --gres=gpu:1`: 8 CPUs fit on one node, but at most 4 tasks go on each
-    r = _decided(
+    r = decided(
         ctx, JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1), cpus_total=8, tasks=8, tasks_per_node=4
     )
     (place,) = r.out.places
@@ -94,14 +59,14 @@ def test_memory_per_cpu_spreads_the_tasks_as_slurm_does(ctx) -> None:  # type: i
         "mem_per_node_mb": 5000,
         "mem_per_cpu_mb": 5000,
     }
-    r = _decided(ctx, JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1), **asks)
+    r = decided(ctx, JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1), **asks)
     (place,) = r.out.places
     assert place.shape == (2, 1) and len(place.placement) == 2
     assert "its 16 tasks of 5000 MB memory (--mem-per-cpu) need 2 nodes of at most 64000 MB each" in (
         place.note or ""
     )
     # the lab's default 2000 MB per CPU leaves them on one node
-    r = _decided(
+    r = decided(
         ctx, JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1), **{**asks, "mem_per_cpu_mb": 2000}
     )
     (place,) = r.out.places
@@ -109,7 +74,7 @@ def test_memory_per_cpu_spreads_the_tasks_as_slurm_does(ctx) -> None:  # type: i
 
 
 def test_a_per_job_count_is_split_evenly_over_the_nodes(ctx) -> None:  # type: ignore[no-untyped-def]
-    r = _decided(ctx, JobRequest(vc="nlp", gpus=4), cpus_total=32, tasks=32)
+    r = decided(ctx, JobRequest(vc="nlp", gpus=4), cpus_total=32, tasks=32)
     (place,) = r.out.places
     assert place.shape == (2, 2)
 
@@ -120,7 +85,7 @@ def test_a_per_job_count_that_does_not_split_evenly_is_rounded_up_as_the_plugin_
 ) -> None:  # type: ignore[no-untyped-def]
     # plain Slurm put `-n 32 --gpus=3` on 4 nodes with a GPU each and its srun failed
     # (tests/fixtures/slurm/tasks_spread_over_nodes.txt); hivebatch runs it on the same GPUs per node
-    r = _decided(ctx, JobRequest(vc="nlp", gpus=gpus), cpus_total=32, tasks=32)
+    r = decided(ctx, JobRequest(vc="nlp", gpus=gpus), cpus_total=32, tasks=32)
     (place,) = r.out.places
     assert place.shape == shape
     total = shape[0] * shape[1]
@@ -165,7 +130,7 @@ def test_a_per_job_count_that_does_not_split_evenly_is_rounded_up_as_the_plugin_
 def test_a_job_whose_tasks_its_nodes_cannot_hold_is_rejected_saying_what_to_change(
     ctx, req, asks, why
 ) -> None:  # type: ignore[no-untyped-def]
-    r = _decided(ctx, req, **asks)
+    r = decided(ctx, req, **asks)
     (wait,) = r.out.waits
     assert wait.rejected and wait.reason == f"can never run as asked: {why}"
     assert not r.out.places
@@ -214,7 +179,7 @@ GPUS_WITH_CPUS = 'hivebatch:v2:{"cpus_per_gpu":12,"gpus":2,"qos":"normal","vc":"
 def test_cpus_asked_per_gpu_spread_a_per_job_count_with_its_share_on_each_node(ctx) -> None:  # type: ignore[no-untyped-def]
     # `--gpus=2 --cpus-per-gpu=12` on 16-CPU nodes: plain Slurm ran a GPU and 12 CPUs on each of two
     # nodes; the plugin had asked 24 CPUs on one node (MinCPUsNode), which no node has
-    r = _decided(ctx, JobRequest(vc="nlp", gpus=2), cpus_per_node=24, admin_comment=GPUS_WITH_CPUS)
+    r = decided(ctx, JobRequest(vc="nlp", gpus=2), cpus_per_node=24, admin_comment=GPUS_WITH_CPUS)
     (place,) = r.out.places
     assert place.shape == (2, 1)
     assert "the CPUs and memory it asks per GPU fit 1 of its 2 GPUs on a node" in (place.note or "")
@@ -224,7 +189,7 @@ def test_a_job_its_memory_per_gpu_spreads_beyond_its_vcs_cells_is_told_to_ask_le
     # seen on the lab: alice's `--gpus=2 --mem-per-gpu=40G` (plain Slurm ran it on two nodes) was told to
     # ask for fewer tasks or CPUs, which it had not asked for
     comment = 'hivebatch:v2:{"gpus":2,"mem_per_gpu_mb":40960,"qos":"normal","vc":"cv"}'
-    r = _decided(ctx, JobRequest(vc="cv", gpus=2), mem_per_node_mb=81920, admin_comment=comment)
+    r = decided(ctx, JobRequest(vc="cv", gpus=2), mem_per_node_mb=81920, admin_comment=comment)
     (wait,) = r.out.waits
     assert wait.rejected and wait.reason.startswith(
         "can never run as asked: the CPUs and memory it asks per GPU fit 1 of its 2 GPUs on a node, and a job on"
@@ -271,7 +236,7 @@ def test_gpus_per_task_spread_with_whole_tasks_on_each_node(ctx) -> None:  # typ
     # `-n 3 -c 8 --gpus-per-task=2` on 16-CPU nodes: Slurm puts 2 + 1 tasks on two nodes, so each
     # node needs the GPUs of two tasks (as 3 + 3 the job's srun failed: gpus_per_task_over_nodes.txt)
     comment = 'hivebatch:v2:{"gpus":6,"gpus_per_task":2,"qos":"normal","vc":"nlp"}'
-    r = _decided(ctx, JobRequest(vc="nlp", gpus=6), cpus_total=24, tasks=3, admin_comment=comment)
+    r = decided(ctx, JobRequest(vc="nlp", gpus=6), cpus_total=24, tasks=3, admin_comment=comment)
     (place,) = r.out.places
     assert place.shape == (2, 4)
     assert (place.note or "").startswith("runs on 2 nodes with 4 GPU(s) each (8 in all for the 6 it asks")
@@ -282,7 +247,7 @@ def test_gpus_per_task_spread_so_that_each_nodes_share_of_tasks_fits_its_cpus(ct
     # but the pin's TasksPerNode=3 asks 18 on each, and Slurm would hold the job again every cycle
     comment = 'hivebatch:v2:{"gpus":12,"gpus_per_node":6,"gpus_per_task":2,"nodes":2,"qos":"opportunistic","vc":"nlp"}'
     req = JobRequest(vc="nlp", qos="opportunistic", gpus=12, nodes=2, gpus_per_node=6)
-    r = _decided(ctx, req, cpus_total=30, tasks=5, admin_comment=comment)
+    r = decided(ctx, req, cpus_total=30, tasks=5, admin_comment=comment)
     (place,) = r.out.places
     assert place.shape == (3, 4)  # 2 + 2 + 1 tasks, 12 CPUs at most on a node
     assert "its 5 tasks of 6 CPUs need 3 nodes of at most 16 CPUs each" in (place.note or "")
@@ -312,7 +277,7 @@ def test_squeue_gives_the_jobs_nice_an_admins_negative_one_included(slurm_fixtur
     ],
 )
 def test_spread_job_runs_on_as_many_nodes_as_it_may_use(ctx, req, asks, shape) -> None:  # type: ignore[no-untyped-def]
-    r = _decided(ctx, req, cpus_total=4, tasks=4, spread_job=True, **{"max_nodes": 4, **asks})
+    r = decided(ctx, req, cpus_total=4, tasks=4, spread_job=True, **{"max_nodes": 4, **asks})
     (place,) = r.out.places
     assert place.shape == shape
     assert ("--spread-job puts its 4 tasks on as many nodes as it may use" in (place.note or "")) == (
@@ -331,13 +296,13 @@ def test_tasks_are_spread_by_the_cpus_their_partition_lets_a_job_use(ctx) -> Non
     # MaxCPUsPerNode=8; pinned to one node it was held again as BadConstraints (partition_max_cpus.txt)
     req = JobRequest(vc="nlp", gpus=2, gpus_per_node=2, nodes=1)
     caps = {"partitions": ["gpu", "small"], "max_cpus": {"small": 8}}
-    r = _decided(ctx, req, nodes_kw=caps, partition="small", cpus_total=16, tasks=16)
+    r = decided(ctx, req, nodes_kw=caps, partition="small", cpus_total=16, tasks=16)
     (place,) = r.out.places
     assert place.shape == (2, 2)
     assert place.note == (
         "runs on 2 nodes with 2 GPU(s) each: its 16 CPUs need 2 nodes of at most 8 CPUs each, as Slurm spreads it"
     )
     # the same job in the partition without a cap fits one node
-    r = _decided(ctx, req, nodes_kw=caps, partition="gpu", cpus_total=16, tasks=16)
+    r = decided(ctx, req, nodes_kw=caps, partition="gpu", cpus_total=16, tasks=16)
     (place,) = r.out.places
     assert place.shape == (1, 2)
