@@ -324,32 +324,38 @@ local function over_nodes(get, count, k, total_nodes, new_job)
 end
 
 -- the most CPUs and memory (MB) one job gets of a GPU node (of ``model``, a node feature, where one is
--- named) in ``partition`` (srun's -p, a comma list; nil: the default one, which sinfo marks with *), in
--- what `sinfo -h -N -o '%N %c %m %f %G %P %B'` lists: a node once for each of its partitions, whose
--- MaxCPUsPerNode (%B) bounds the CPUs a job gets there (tests/fixtures/slurm/sinfo_node_sizes.txt,
--- partition_max_cpus.txt). The node size the controller spreads a job's tasks by; nil: no such node
+-- named) in ``partition`` (srun's -p, a comma list; nil: the default one, which sinfo marks with *), and
+-- the fewest and most nodes (0: any) those partitions run a job on, the loosest of them, in what
+-- `sinfo -h -N -o '%N %c %m %f %G %P %B %s'` lists: a node once for each of its partitions, whose
+-- MaxCPUsPerNode (%B) bounds the CPUs a job gets there and whose MinNodes-MaxNodes (%s) bound its node
+-- count (tests/fixtures/slurm/sinfo_node_sizes.txt, partition_max_cpus.txt, partition_node_limits.txt).
+-- The node size the controller spreads a job's tasks by; nil: no such node
 function M.parse_node_sizes(text, model, partition)
   local asked = {}
   for name in string.gmatch(partition or "", "[^,]+") do
     asked[name] = true
   end
-  local cpus, mem = 0, 0
+  local cpus, mem, fewest, most = 0, 0, nil, nil
   for line in string.gmatch(text or "", "[^\n]+") do
-    local c, m, features, gres, part, cap =
-      string.match(line, "^%S+%s+(%d+)%s+(%d+)%s+(%S+)%s+(%S+)%s+(%S+)%s+(%S+)")
+    local c, m, features, gres, part, cap, lo, hi =
+      string.match(line, "^%S+%s+(%d+)%s+(%d+)%s+(%S+)%s+(%S+)%s+(%S+)%s+(%S+)%s+(%d+)%-?(%S*)")
     local of_model = model == nil or string.find("," .. string.lower(features or "") .. ",", "," .. model .. ",", 1, true)
     local name, default = string.match(part or "", "^([^*]+)(%*?)$")
     local in_partition = (next(asked) == nil and default == "*") or asked[name]
     if c ~= nil and string.find("," .. gres, ",gpu:", 1, true) and of_model and in_partition then
       cpus, mem = math.max(cpus, math.min(tonumber(c), tonumber(cap) or math.huge)), math.max(mem, tonumber(m))
+      -- "1" is a MaxNodes of 1, "2-infinite" a MinNodes of 2 with none
+      local top = hi == "" and tonumber(lo) or tonumber(hi) or 0
+      fewest = math.min(fewest or tonumber(lo), tonumber(lo))
+      most = (most == 0 or top == 0) and 0 or math.max(most or 0, top)
     end
   end
-  return cpus > 0 and { cpus = cpus, mem = mem } or nil
+  return cpus > 0 and { cpus = cpus, mem = mem, fewest = math.max(fewest, 1), most = most } or nil
 end
 
 -- a fixed command: the partition asked is matched here, never handed to a shell
 function M.node_sizes(model, partition)
-  local pipe = io.popen("sinfo -h -N -o '%N %c %m %f %G %P %B' 2>/dev/null")
+  local pipe = io.popen("sinfo -h -N -o '%N %c %m %f %G %P %B %s' 2>/dev/null")
   if pipe == nil then
     return nil
   end
@@ -420,12 +426,19 @@ function M.rewrite_counts(get, env, model)
   -- has one node count (plain Slurm takes as many of the range as are free)
   local lo, hi = node_range(get("nodes"))
   local unlisted = M.count_hosts(get("nodelist")) == 0
-  local fewest = (not in_job and hi > lo and unlisted) and lo or nil
-  -- a new job of several tasks with no node count: Slurm gave `srun -n 32 --gres=gpu:2` 2 GPUs on
-  -- each of the nodes its tasks took, so it asks for those nodes (tests/fixtures/slurm/srun_new_job_nodes.txt)
-  local many = not in_job and hi == 0 and unlisted and (tonumber(get("ntasks") or "") or 1) > 1
-  local size = many and M.node_sizes(model, get("partition")) or nil -- (a new job's own --gpus was left as given above)
-  local spread = size and M.tasks_nodes(get, size) or nil
+  local ranged = not in_job and hi > lo and unlisted
+  -- a new job with no node count: Slurm gave `srun -n 32 --gres=gpu:2` 2 GPUs on each of the nodes its
+  -- tasks took, and a partition's MinNodes as many nodes at least, so it asks for those nodes
+  -- (tests/fixtures/slurm/srun_new_job_nodes.txt, partition_node_limits.txt)
+  local unsized = not in_job and hi == 0 and unlisted
+  local many = unsized and (tonumber(get("ntasks") or "") or 1) > 1
+  local size = (ranged or unsized) and M.node_sizes(model, get("partition")) or nil -- (a new job's own --gpus was left as given above)
+  local fewest = ranged and math.max(lo, size and size.fewest <= hi and size.fewest or lo) or nil
+  local spread = (unsized and size) and math.max(M.tasks_nodes(get, size), size.fewest) or nil
+  local beyond = spread ~= nil and size.most > 0 and spread > size.most
+  if beyond then
+    spread = nil -- asked as one node's total, which the plugin refuses, as Slurm does, saying why
+  end
   local span = fewest or spread or M.span(get("nodes"), get("nodelist"), in_job, job_nodes)
   -- the job's GPUs on a node: slurmd tells a batch script; salloc's shell has only its own
   -- --gpus-per-node ask
@@ -478,7 +491,7 @@ function M.rewrite_counts(get, env, model)
     note = "-N " .. get("nodes") .. " runs on " .. set.nodes .. " nodes, the fewest it allows: a job gets one node count here"
   elseif spread ~= nil and spread > 1 then
     set.nodes = tostring(spread)
-  elseif many and spread == nil then
+  elseif many and spread == nil and not beyond then
     -- Slurm did not list its nodes: the per-node ask became a total for one node, spread over the
     -- nodes the tasks need, where plain Slurm gave N on each
     note = "the per-node GPU ask counts as " .. set.gpus .. " GPUs in all, spread over the nodes its tasks need: "

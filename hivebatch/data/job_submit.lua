@@ -301,10 +301,13 @@ local function gpu_partitions(job_desc, part_list, current_partition)
     if (next(asked) ~= nil and asked[pname]) or (next(asked) == nil and default) then
       for _, node in ipairs(M.expand_hostlist(part.nodes)) do
         if (SITE.gpu_nodes or {})[node] ~= nil then
-          local cap = tonumber(part.max_cpus_per_node) -- MaxCPUsPerNode; INFINITE when unlimited
+          -- MaxCPUsPerNode and MaxNodes are INFINITE when unlimited
+          local cap, most = tonumber(part.max_cpus_per_node), tonumber(part.max_nodes)
           out[#out + 1] = {
             name = pname, whole = part.max_share == 0, total_cpus = part.total_cpus, nodes = part.nodes,
             max_cpus = (is_set(cap) and cap > 0) and cap or nil,
+            min_nodes = math.max(tonumber(part.min_nodes) or 1, 1),
+            max_nodes = (is_set(most) and most > 0) and most or nil,
           }
           break
         end
@@ -731,7 +734,7 @@ end
 --
 -- Returns what a job of its partitions gets of the largest node of its GPU type there (else in the
 -- whole cluster; nil: not known here), by which the controller spreads a job's tasks.
-local function check_node_sizes(job_desc, req, part_list)
+local function check_node_sizes(job_desc, req, parts)
   if req.user_hold or SITE.nodes_file == nil then
     return nil
   end
@@ -745,8 +748,6 @@ local function check_node_sizes(job_desc, req, part_list)
     return nil
   end
   local where = "the largest node with " .. (req.gpu_type and (req.gpu_type .. " ") or "") .. "GPUs"
-  -- the GPU partitions it may run in, read once from slurmctld's list (each expands a hostlist)
-  local parts = gpu_partitions(job_desc, part_list)
   local within = largest_in_partitions(data, req, parts)
   if within ~= nil then
     local partitions = get(job_desc, "partition")
@@ -816,18 +817,43 @@ function M.tasks_nodes(job_desc, largest)
   return 1, nil, nil
 end
 
+-- the fewest nodes Slurm runs a job of ``parts`` on and the most (0: any), the loosest of them
+-- (MinNodes, MaxNodes: tests/fixtures/slurm/partition_node_limits.txt), and the partitions that set them
+local function partition_node_range(parts)
+  local fewest, most, fewest_where, most_where = nil, 0, {}, {}
+  for i, part in ipairs(parts) do
+    fewest = math.min(fewest or part.min_nodes, part.min_nodes)
+    most = (part.max_nodes == nil or (i > 1 and most == 0)) and 0 or math.max(most, part.max_nodes)
+    if part.min_nodes > 1 then
+      fewest_where[#fewest_where + 1] = part.name .. "'s MinNodes is " .. part.min_nodes
+    end
+    if part.max_nodes ~= nil then
+      most_where[#most_where + 1] = part.name .. "'s MaxNodes is " .. part.max_nodes
+    end
+  end
+  return fewest or 1, most, table.concat(fewest_where, ", "), table.concat(most_where, ", ")
+end
+
 -- Refused here, a job whose owner gave no node count and whose tasks need more nodes than its VC's
--- whole-node cells would wait held for ever (sbatch) or hang (srun) where the controller rejects it;
--- plain Slurm spreads it over the nodes they need. A count or a range the owner gave is check_nodes'
+-- whole-node cells or its partitions allow would wait held for ever (sbatch) or hang (srun) where the
+-- controller rejects it; plain Slurm spreads it over the nodes they need, at least its partitions'
+-- MinNodes, and refuses it beyond their MaxNodes. A count or a range the owner gave is check_nodes'
 -- and the controller's to judge.
-local function check_spread(job_desc, req, largest)
+local function check_spread(job_desc, req, largest, parts)
   local max_nodes = get(job_desc, "max_nodes")
-  local whole = vc_most(req, "whole_nodes")
-  if (is_set(max_nodes) and max_nodes > 0) or whole == nil or req.gpu_mem_mib ~= nil then
+  if (is_set(max_nodes) and max_nodes > 0) or req.gpu_mem_mib ~= nil then
     return
   end
   local need, why, fewer = M.tasks_nodes(job_desc, largest)
-  if need > math.max(whole, 1) and need > (req.nodes or 1) then
+  local fewest, most, fewest_where, most_where = partition_node_range(parts)
+  if most > 0 and need > most then
+    fail(why .. ", and Slurm runs a job on at most " .. most .. " there (partition " .. most_where .. "): ask for " .. fewer)
+  end
+  if fewest > need then
+    need, why, fewer = fewest, "partition " .. fewest_where, "another partition (-p)"
+  end
+  local whole = vc_most(req, "whole_nodes")
+  if whole ~= nil and need > math.max(whole, 1) and need > (req.nodes or 1) then
     fail(why .. ", and a job on several nodes runs in whole-node cells, of which virtual cluster " .. req.vc .. " has " .. whole .. ": ask for " .. fewer .. ", or submit it with --qos=" .. SITE.opportunistic .. " to run on idle GPUs")
   end
 end
@@ -1035,7 +1061,9 @@ local function submit(job_desc, part_list, submit_uid)
   if is_set(begin) and begin > 0 and begin < RELEASED_BEGIN then
     req.begin = begin
   end
-  check_spread(job_desc, req, check_node_sizes(job_desc, req, part_list))
+  -- the GPU partitions it may run in, read once from slurmctld's list (each expands a hostlist)
+  local parts = gpu_partitions(job_desc, part_list)
+  check_spread(job_desc, req, check_node_sizes(job_desc, req, parts), parts)
   translate_per_gpu(job_desc, req)
   record_signal(job_desc, req)
   if get(job_desc, "script") == nil and req.user_hold == nil then

@@ -568,7 +568,18 @@ def parse_partitions(text: str) -> list[Partition]:
         except HivebatchError:
             max_time = None  # a form Slurm alone reads: Slurm keeps judging it
         state = fields.get("State", "UP").upper()
-        max_cpus = fields.get("MaxCPUsPerNode", "UNLIMITED")
-        cpus_cap = int(max_cpus) if max_cpus.isdigit() else None
-        out.append(Partition(fields["PartitionName"], state, tuple(listed), max_time, cpus_cap))
+        max_cpus, min_nodes, max_nodes = (
+            fields.get(k, "") for k in ("MaxCPUsPerNode", "MinNodes", "MaxNodes")
+        )  # UNLIMITED where unset
+        out.append(
+            Partition(
+                fields["PartitionName"],
+                state,
+                tuple(listed),
+                max_time,
+                int(max_cpus) if max_cpus.isdigit() else None,
+                max(int(min_nodes), 1) if min_nodes.isdigit() else 1,
+                int(max_nodes) if max_nodes.isdigit() else 0,
+            )
+        )
     return out

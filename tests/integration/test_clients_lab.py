@@ -20,6 +20,7 @@ import pytest
 from lab_controller import Ctl
 from lab_partitions import lab_partition
 from lab_users import popen_as, run_as
+from sqlalchemy.exc import NoResultFound
 
 from hivebatch.controller.cycle import run_cycle
 from hivebatch.replay.live import ScopedBackend
@@ -700,17 +701,23 @@ if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
 
 
+def _srun_gpus(ctl: Ctl, name: str, *opts: str) -> tuple[int, str]:
+    """bob's opportunistic srun whose tasks each print "gpus HOST CVD", once it ended well: its id and output."""
+    proc = popen_as("bob", ["srun", "-J", name, *opts, "-q", "opportunistic", "-t", "5",
+                            "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
+    jid = _adopt(ctl, name)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    return jid, out
+
+
 def test_a_partitions_cap_on_cpus_per_node_spreads_and_refuses_as_slurm_does(ctl: Ctl, loop: Loop) -> None:
     # with MaxCPUsPerNode=8 plain Slurm ran `srun -p small -n 16 --gres=gpu:2` with 8 tasks and 2 GPUs on
     # each of two nodes and refused `-N 1 -c 12` at submit; through hivebatch each was pinned to one node,
     # held again as BadConstraints, and srun waited until killed (partition_max_cpus.txt)
     with lab_partition("small", "Nodes=node3,node4", "MaxCPUsPerNode=8") as small:
         name = f"{ctl.tag}-capped"
-        proc = popen_as("bob", ["srun", "-J", name, "-p", small, "-n", "16", "--gres=gpu:2", "-q", "opportunistic",
-                                "-t", "5", "bash", "-c", 'echo "gpus $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
-        jid = _adopt(ctl, name)
-        out, err = proc.communicate(timeout=90)
-        assert proc.returncode == 0, err
+        jid, out = _srun_gpus(ctl, name, "-p", small, "-n", "16", "--gres=gpu:2")
         ran = _tasks_ran_on_placement(ctl, jid, out)
         assert sorted(ran) == ["node3", "node4"] and [len(g) for g in ran.values()] == [2, 2]
         eight_each = 8 * ["node3"] + 8 * ["node4"]
@@ -737,3 +744,56 @@ def test_a_partitions_cap_on_cpus_per_node_spreads_and_refuses_as_slurm_does(ctl
         assert "sbatch: error: hivebatch: its 16 CPUs need 2 nodes of at most 8 CPUs each" in batch.stderr, (
             batch.stderr
         )
+
+
+def _seen(ctl: Ctl, check: Any, what: Any) -> None:
+    """Wait until the loop's cycles make ``check()`` true (the loop cycles; a test cycling too would race it)."""
+    deadline = time.monotonic() + 60
+    while not _holds(check):
+        assert time.monotonic() < deadline, what()
+        time.sleep(0.5)
+
+
+def _holds(check: Any) -> bool:
+    try:
+        return bool(check())
+    except NoResultFound:  # not in the ledger before the loop's next cycle
+        return False
+
+
+def test_a_partitions_node_limits_are_kept_as_slurm_keeps_them(ctl: Ctl, loop: Loop) -> None:
+    # plain Slurm ran `srun --gres=gpu:2` with 2 GPUs on each of two nodes in MinNodes=2, refused tasks
+    # needing two nodes in MaxNodes=1 and left -N 2 there pending; through hivebatch each was pinned as
+    # asked and never started (partition_node_limits.txt)
+    with lab_partition("two", "Nodes=node3,node4", "MinNodes=2") as two:
+        jid, out = _srun_gpus(ctl, f"{ctl.tag}-minnodes", "-p", two, "--gres=gpu:2")
+        ran = _tasks_ran_on_placement(ctl, jid, out)
+        assert sorted(ran) == ["node3", "node4"] and [len(g) for g in ran.values()] == [2, 2]
+    with lab_partition("one", "Nodes=node3,node4", "MaxNodes=1") as one:
+        refused = run_as(
+            "alice", ["sbatch", "-p", one, "-n", "32", "--gres=gpu:1", "-t", "5", "--wrap", "true"]
+        )
+        assert refused.returncode != 0
+        assert (
+            "sbatch: error: hivebatch: its 32 CPUs need 2 nodes of at most 16 CPUs each, and Slurm runs a job on"
+            " at most 1 there (partition one's MaxNodes is 1)" in refused.stderr
+        ), refused.stderr
+        proc = run_as("bob", ["sbatch", "--parsable", "-p", one, "-N", "2", "--gres=gpu:1", "-q", "opportunistic",
+                              "-t", "5", "-o", "/dev/null", "--wrap", "sleep 30"])  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        jid = int(proc.stdout.strip())
+        ctl.mine.add(jid)
+        _seen(
+            ctl,
+            lambda: "more than Slurm allows" in (ctl.job(jid).reason or ""),
+            what=lambda: ctl.job(jid).reason,
+        )
+        assert ctl.job(jid).reason == (
+            f"it needs 2 nodes, more than Slurm allows: partition one's MaxNodes is 1; lower it (scontrol update "
+            f"job {jid} NumNodes=1) or cancel it"
+        )
+        assert not ctl.job(jid).placement
+        # as told, its owner lowers it, and it runs
+        assert run_as("bob", ["scontrol", "update", f"job={jid}", "NumNodes=1"]).returncode == 0
+        _seen(ctl, lambda: ctl.job(jid).state == "running", what=lambda: ctl.job(jid).reason)
+        assert len(_placed(ctl, jid)) == 1

@@ -103,23 +103,48 @@ describe("srun's own GPU ask", function()
 
   it("sizes nodes by the GPU nodes sinfo lists, of the model asked", function()
     local M = load_filter()
-    local text = "cpu1 64 256000 (null) (null) gpu* UNLIMITED\n"
-      .. "node1 16 64000 v100 gpu:g0:1(S:0),gpu:g1:1(S:0) gpu* UNLIMITED\n"
-      .. "node9 32 128000 a100,bigmem gpu:g0:1(S:0),shard:g0:32(S:0) gpu* UNLIMITED\n"
-      .. "node9 32 128000 a100,bigmem gpu:g0:1(S:0),shard:g0:32(S:0) big UNLIMITED\n"
-    assert.are.same({ cpus = 32, mem = 128000 }, M.parse_node_sizes(text))
-    assert.are.same({ cpus = 16, mem = 64000 }, M.parse_node_sizes(text, "v100"))
-    assert.are.same({ cpus = 32, mem = 128000 }, M.parse_node_sizes(text, "a100"))
+    local text = "cpu1 64 256000 (null) (null) gpu* UNLIMITED 1-infinite\n"
+      .. "node1 16 64000 v100 gpu:g0:1(S:0),gpu:g1:1(S:0) gpu* UNLIMITED 1-infinite\n"
+      .. "node9 32 128000 a100,bigmem gpu:g0:1(S:0),shard:g0:32(S:0) gpu* UNLIMITED 1-infinite\n"
+      .. "node9 32 128000 a100,bigmem gpu:g0:1(S:0),shard:g0:32(S:0) big UNLIMITED 1-4\n"
+    assert.are.same({ cpus = 32, mem = 128000, fewest = 1, most = 0 }, M.parse_node_sizes(text))
+    assert.are.same({ cpus = 16, mem = 64000, fewest = 1, most = 0 }, M.parse_node_sizes(text, "v100"))
+    assert.are.same({ cpus = 32, mem = 128000, fewest = 1, most = 0 }, M.parse_node_sizes(text, "a100"))
     assert.is_nil(M.parse_node_sizes(text, "h100"))
     assert.is_nil(M.parse_node_sizes(""))
     -- the partition asked: its own nodes only, each with the CPUs its MaxCPUsPerNode lets a job use
-    assert.are.same({ cpus = 32, mem = 128000 }, M.parse_node_sizes(text, nil, "big"))
+    assert.are.same({ cpus = 32, mem = 128000, fewest = 1, most = 4 }, M.parse_node_sizes(text, nil, "big"))
     assert.is_nil(M.parse_node_sizes(text, "v100", "big"))
     local lab = lab_sinfo("partition_max_cpus.txt")
-    assert.are.same({ cpus = 16, mem = 64000 }, M.parse_node_sizes(lab))
-    assert.are.same({ cpus = 8, mem = 64000 }, M.parse_node_sizes(lab, nil, "small"))
-    assert.are.same({ cpus = 16, mem = 64000 }, M.parse_node_sizes(lab, nil, "small,gpu"))
+    assert.are.same({ cpus = 16, mem = 64000, fewest = 1, most = 0 }, M.parse_node_sizes(lab))
+    assert.are.same({ cpus = 8, mem = 64000, fewest = 1, most = 0 }, M.parse_node_sizes(lab, nil, "small"))
+    assert.are.same({ cpus = 16, mem = 64000, fewest = 1, most = 0 }, M.parse_node_sizes(lab, nil, "small,gpu"))
     assert.is_nil(M.parse_node_sizes(lab, nil, "debug"))
+    -- MaxNodes=1 reads "1", MinNodes=2 "2-infinite" (partition_node_limits.txt); the loosest counts
+    lab = lab_sinfo("partition_node_limits.txt")
+    assert.are.same({ cpus = 16, mem = 64000, fewest = 1, most = 1 }, M.parse_node_sizes(lab, nil, "one"))
+    assert.are.same({ cpus = 16, mem = 64000, fewest = 2, most = 0 }, M.parse_node_sizes(lab, nil, "two"))
+    assert.are.same({ cpus = 16, mem = 64000, fewest = 1, most = 0 }, M.parse_node_sizes(lab, nil, "one,two"))
+  end)
+
+  it("counts several tasks' nodes within their partition's MinNodes and MaxNodes", function()
+    -- plain Slurm ran a job on two nodes in MinNodes=2, and refused at submit tasks needing two nodes
+    -- in MaxNodes=1 (tests/fixtures/slurm/partition_node_limits.txt)
+    SINFO = lab_sinfo("partition_node_limits.txt")
+    finally(function() SINFO = nil end)
+    assert.are.same({ gres = "gpu:0", gpus = "4", nodes = "2" },
+                    (rewrite({ gres = "gres:gpu:2", ntasks = "4", partition = "two" })))
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, (rewrite({ gres = "gres:gpu:2", ntasks = "16", partition = "one" })))
+    -- one task: a GPU ask per node on each of MinNodes nodes, as for -N 2; a range from MinNodes
+    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1", nodes = "2" },
+                    (rewrite({ gres = "gres:gpu:2", partition = "two" })))
+    assert.are.same({ gres = "gpu:0", ["gpus-per-task"] = "2", ["ntasks-per-node"] = "1", nodes = "2" },
+                    (rewrite({ gres = "gres:gpu:2", partition = "two", nodes = "1-3" })))
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, (rewrite({ gres = "gres:gpu:2", partition = "one" })))
+    -- beyond it, one node's total, which the plugin refuses, saying why (no note of a spread)
+    local set, note = rewrite({ gres = "gres:gpu:2", ntasks = "32", partition = "one" })
+    assert.are.same({ gres = "gpu:0", gpus = "2" }, set)
+    assert.is_nil(note)
   end)
 
   it("counts the nodes of several tasks by the CPUs their partition lets a job use", function()
@@ -249,9 +274,9 @@ describe("srun's own GPU ask", function()
     end
     local sizes, none = M.node_sizes(nil), M.node_sizes("a100")
     io.popen = saved
-    assert.are.same({ cpus = 16, mem = 64000 }, sizes)
+    assert.are.same({ cpus = 16, mem = 64000, fewest = 1, most = 0 }, sizes)
     assert.is_nil(none)
-    assert.are.same({ "sinfo -h -N -o '%N %c %m %f %G %P %B' 2>/dev/null" }, { ran[1] })
+    assert.are.same({ "sinfo -h -N -o '%N %c %m %f %G %P %B %s' 2>/dev/null" }, { ran[1] })
   end)
 
   it("counts the hosts of a --nodelist as Slurm's hostlists name them", function()

@@ -266,6 +266,34 @@ describe("a GPU job whose tasks need more nodes than its VC's whole-node cells",
     end)
   end
 
+  it("refuses tasks needing more nodes than their partition's MaxNodes, and counts its MinNodes", function()
+    -- plain Slurm refused `-n 32 --gres=gpu:1` at submit in MaxNodes=1, accepted `-N 2` there (pending for
+    -- ever), and ran `--gres=gpu:1` on two nodes in MinNodes=2 (tests/fixtures/slurm/partition_node_limits.txt)
+    local parts = {
+      gpu = { name = "gpu", nodes = "node[1-4]", flag_default = 1, min_nodes = 0, max_nodes = 4294967295 },
+      one = { name = "one", nodes = "node[3-4]", min_nodes = 1, max_nodes = 1 },
+      two = { name = "two", nodes = "node[3-4]", min_nodes = 2, max_nodes = 4294967295 },
+    }
+    local wide = { account = "nlp", num_tasks = 32, min_cpus = 32, partition = "one" }
+    assert.are.equal(slurm.ERROR, slurm_job_submit(job(wide), parts, 1001))
+    assert.are.same({ "hivebatch: its 32 CPUs need 2 nodes of at most 16 CPUs each, and Slurm runs a job on at most 1 "
+      .. "there (partition one's MaxNodes is 1): ask for fewer tasks or CPUs (-n, -c, --ntasks-per-node)" }, slurm.user_msgs)
+    slurm.user_msgs = {}
+    for _, ok in ipairs({
+      { account = "nlp", num_tasks = 16, min_cpus = 16, partition = "one" },
+      { account = "nlp", num_tasks = 32, min_cpus = 32, partition = "one,gpu" },
+      { account = "nlp", min_nodes = 2, max_nodes = 2, partition = "one" }, -- Slurm's to leave pending
+      { account = "nlp", partition = "two" },
+      { partition = "two", min_nodes = 1, max_nodes = 1 }, -- the same
+    }) do
+      assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(ok), parts, 1001))
+    end
+    slurm.user_msgs = {}
+    assert.are.equal(slurm.ERROR, slurm_job_submit(job({ partition = "two" }), parts, 1001))
+    assert.are.same({ "hivebatch: partition two's MinNodes is 2" .. ALSO
+      .. "another partition (-p), or submit it with --qos=opportunistic to run on idle GPUs" }, slurm.user_msgs)
+  end)
+
   it("counts the nodes by the CPUs the job's partition lets it use of each", function()
     -- plain Slurm ran `srun -p small -n 16 --gres=gpu:2` on two nodes, 8 tasks on each, MaxCPUsPerNode=8
     -- (tests/fixtures/slurm/partition_max_cpus.txt)

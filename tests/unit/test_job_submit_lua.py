@@ -60,7 +60,7 @@ def test_rendered_cli_filter_holds_the_plugins_spread_rule(tmp_path: Path) -> No
     # srun's filter asks for the nodes a job's tasks need by the rule the plugin refuses by
     data = yaml.safe_load(EXAMPLE.read_text())
     probe = (
-        "HIVEBATCH_CLI_FILTER.node_sizes = function() return {cpus = 16, mem = 64000} end -- the lab's, not sinfo's\n"
+        "HIVEBATCH_CLI_FILTER.node_sizes = function() return {cpus = 16, mem = 64000, fewest = 1, most = 0} end -- the lab's, not sinfo's\n"
         "local set = HIVEBATCH_CLI_FILTER.rewrite_counts(function(n) return ({type='srun', nodes='1-0',"
         " gres='gres:gpu:2', ntasks='16', ['ntasks-per-node']='4'})[n] end, function() return nil end)\n"
         "io.write(set.nodes, ' ', set.gpus, ' ', (HIVEBATCH_SPREAD.nodes(16, 1, 5000, 0, 16, 64000)))\n"

@@ -237,3 +237,14 @@ def test_a_partitions_cap_on_cpus_per_node_is_read(slurm_fixture) -> None:
     gpu, small = parse_partitions(slurm_fixture("partition_max_cpus.txt"))
     assert (gpu.name, gpu.max_cpus_per_node) == ("gpu", None)  # UNLIMITED
     assert (small.name, small.nodes, small.max_cpus_per_node) == ("small", ("node3", "node4"), 8)
+
+
+def test_a_partitions_node_count_limits_are_read(slurm_fixture) -> None:
+    from hivebatch.slurm.parse import parse_partitions
+
+    gpu, one, two = parse_partitions(slurm_fixture("partition_node_limits.txt"))
+    assert [(p.name, p.min_nodes, p.max_nodes) for p in (gpu, one, two)] == [
+        ("gpu", 1, 0),  # MinNodes=0, MaxNodes=UNLIMITED
+        ("one", 1, 1),
+        ("two", 2, 0),
+    ]

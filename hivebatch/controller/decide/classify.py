@@ -14,6 +14,7 @@ from hivebatch.controller.decide.eligible import (
 )
 from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.limits import within_limits
+from hivebatch.controller.decide.partition_nodes import outside_partition_nodes, partition_node_range
 from hivebatch.controller.decide.spread import PerGpu, spread_over_nodes
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.unstarted import limited_lately
@@ -79,6 +80,7 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
         not_eligible(sj, r.now, first_start=first, others=r.listing, owner_begin=job.owner_begin)
         or partition_stopped(sj, r.stopped_partitions)
         or over_partition_time(sj, r.partition_max_time)
+        or outside_partition_nodes(sj, r.partition_node_limits)
         or limited_lately(job, r.now)
     )
     if not_yet:
@@ -121,8 +123,9 @@ def _on_enough_nodes(
     extras = plugin_extras(sj)
     per_gpu = PerGpu.of(extras)
     per_task = int(extras.get("gpus_per_task") or 0)
+    partition = partition_node_range(sj, r.partition_node_limits)
     wide, note, never = spread_over_nodes(
-        req, sj, r.node_size(req.gpu_type, sj), r.ctx.spec, per_gpu, per_task
+        req, sj, r.node_size(req.gpu_type, sj), r.ctx.spec, per_gpu, per_task, partition
     )
     if never:
         return None, sj, f"can never run as asked: {never}"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hivebatch.cells import ClusterSpec
+from hivebatch.controller.decide.partition_nodes import ANY_COUNT, NodeRange
 from hivebatch.controller.decide.tasks import gpus_per_node
 from hivebatch.request import JobRequest, plugin_extras
 from hivebatch.slurm.types import SlurmJob
@@ -29,6 +30,7 @@ Spread = tuple[JobRequest, str | None, str | None]  # (request, note when widene
 FEWER_TASKS = "fewer tasks or CPUs (-n, -c, --ntasks-per-node)"
 LESS_PER_GPU = "fewer CPUs or less memory per GPU (--cpus-per-gpu, --mem-per-gpu)"
 LESS_PER_CPU = "fewer tasks or less memory per CPU (-n, --mem-per-cpu)"
+OTHER_PARTITION = "another partition (-p)"
 
 
 @dataclass(frozen=True)
@@ -139,10 +141,13 @@ def _widened(
     spec: ClusterSpec,
     per_task: tuple[int, int] | None,
     fewer: str = FEWER_TASKS,
+    partition: NodeRange = ANY_COUNT,
 ) -> JobRequest | str:
-    """``req`` on ``need`` nodes or more (at most ``most``, 0: any; at most ``gpn`` GPUs on each, whole
-    tasks' with ``per_task``), or what stops it, to follow its reason (``fewer``: what its owner can
-    ask less of)."""
+    """``req`` on ``need`` nodes or more (at most ``most``, 0: any, and what its ``partition`` allows;
+    at most ``gpn`` GPUs on each, whole tasks' with ``per_task``), or what stops it, to follow its
+    reason (``fewer``: what its owner can ask less of)."""
+    if partition.most and need > partition.most:
+        return f"Slurm runs a job on at most {partition.most} there (partition {partition.most_where}): ask for {fewer}"
     whole = _reach(req, spec)
     if need > whole:
         where = "the cluster" if req.priority < 0 else f"virtual cluster {req.vc}"
@@ -174,10 +179,11 @@ def spread_over_nodes(
     spec: ClusterSpec,
     per_gpu: PerGpu = PerGpu(),
     gpus_per_task: int = 0,
+    partition: NodeRange = ANY_COUNT,
 ) -> Spread:
-    """``req`` on the nodes its tasks need: unchanged when it has them, widened when its owner gave
-    no node count or a range that allows it (a GPU count per node stays per node, GPUs per task stay
-    with whole tasks), else why not."""
+    """``req`` on the nodes its tasks need, and at least as many as its ``partition`` runs a job on:
+    unchanged when it has them, widened when its owner gave no node count or a range that allows it
+    (a GPU count per node stays per node, GPUs per task stay with whole tasks), else why not."""
     per_job = not req.gpus_per_node
     per_task = (gpus_per_task, sj.tasks) if gpus_per_task and sj.tasks > 1 else None
     need, why, fewer = nodes_for_tasks(
@@ -189,11 +195,13 @@ def spread_over_nodes(
         if widest > need:
             need, why = widest, f"--spread-job puts its {sj.tasks} tasks on as many nodes as it may use"
             fewer = FEWER_TASKS
+    if partition.fewest > need and (not sj.max_nodes or sj.max_nodes >= partition.fewest):
+        need, why, fewer = partition.fewest, f"partition {partition.fewest_where}", OTHER_PARTITION
     now = req.nodes or (req.gpus // req.gpus_per_node if req.gpus_per_node else 1)
     if need <= now:
         return req, None, None
     gpn = min(gpus_per_node(spec, req.gpu_type), per_gpu.fit(node) or req.gpus)
-    wide = _widened(req, need, sj.max_nodes, gpn, spec, per_task, fewer)
+    wide = _widened(req, need, sj.max_nodes, gpn, spec, per_task, fewer, partition)
     if isinstance(wide, str):
         return req, None, f"{why}, and {wide}"
     rounded = f" ({wide.gpus} in all for the {req.gpus} it asks: a job gets the same GPUs on every node here)"

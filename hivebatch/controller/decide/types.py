@@ -144,6 +144,11 @@ class Round:
         return {p: s for n in self.ledger.nodes.values() for p, s in n.max_time_s.items()}
 
     @functools.cached_property
+    def partition_node_limits(self) -> dict[str, tuple[int, int]]:
+        """The partitions with a MinNodes above 1 or a MaxNodes (name -> (MinNodes, MaxNodes; 0: none))."""
+        return {p: lim for n in self.ledger.nodes.values() for p, lim in n.node_limits.items()}
+
+    @functools.cached_property
     def reserved_nodes(self) -> bool:
         """Some node has a reservation: jobs' time limits then decide where they may start."""
         return any(n.reserved for n in self.ledger.nodes.values())
