@@ -14,6 +14,12 @@ import datetime as dt
 import re
 from collections.abc import Iterable, Mapping
 
+from hivebatch.controller.decide.partition_caps import (
+    in_partitions,
+    over_partition_caps,
+    partition_cpus_short,
+    partitions_here,
+)
 from hivebatch.node_room import NodeNeeds, NodeRoom
 from hivebatch.slurm.parse import expand_hostlist
 from hivebatch.slurm.types import SlurmJob, SlurmNode
@@ -33,34 +39,6 @@ EXCLUDED = "excluded by the job"
 UNLISTED = "not in its --nodelist"
 
 
-def _partitions_here(sj: SlurmJob, node: SlurmNode) -> list[str]:
-    """The job's partitions ``node`` is in (all it asked for where Slurm lists none for the node)."""
-    asked = sj.partitions or node.partitions
-    return [p for p in asked if p in node.partitions] if node.partitions else asked
-
-
-def partition_cpus(sj: SlurmJob, node: SlurmNode) -> tuple[str, int, int] | None:
-    """The job's partition on ``node`` with the most CPUs left under its MaxCPUsPerNode, that cap, and
-    the CPUs its running jobs leave of it there; None when one of the job's partitions there has no cap
-    (Slurm then gives the job any of the node's CPUs)."""
-    here = _partitions_here(sj, node)
-    if not here or any(p not in node.max_cpus for p in here):
-        return None
-    best = max(here, key=lambda p: node.max_cpus[p] - node.cpus_in_partition.get(p, 0))
-    return best, node.max_cpus[best], max(0, node.max_cpus[best] - node.cpus_in_partition.get(best, 0))
-
-
-def in_partitions(sj: SlurmJob, node: SlurmNode) -> bool:
-    """Whether ``node`` is in one of the job's partitions (or either lists none)."""
-    return not (sj.partitions and node.partitions and not set(sj.partitions) & set(node.partitions))
-
-
-def job_cpus(sj: SlurmJob, node: SlurmNode) -> int:
-    """The most CPUs of ``node`` Slurm gives one job of ``sj``'s partitions (0: not reported)."""
-    capped = partition_cpus(sj, node)
-    return min(node.cpus, capped[1]) if capped is not None and node.cpus else node.cpus
-
-
 def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
     """Why Slurm could never start ``sj`` on ``node``, whatever else runs there (what the node is, not
     what it has free); None when it could some day."""
@@ -74,10 +52,9 @@ def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
         return f"lacks feature {sj.features}"
     if node.cpus and sj.cpus_per_node > node.cpus:
         return f"has {node.cpus} CPUs, the job needs {sj.cpus_per_node}"
-    capped = partition_cpus(sj, node)
-    if capped is not None and sj.cpus_per_node > capped[1]:
-        name, cap, _ = capped
-        return f"partition {name} lets a job use {cap} of its CPUs (MaxCPUsPerNode), the job needs {sj.cpus_per_node}"
+    capped = over_partition_caps(sj, node)
+    if capped is not None:
+        return capped
     if node.mem_mb and sj.mem_per_node_mb > node.mem_mb:
         return f"has {node.mem_mb} MB memory, the job needs {sj.mem_per_node_mb}"
     if node.tmp_disk_mb is not None and sj.tmp_disk_mb > node.tmp_disk_mb:
@@ -124,7 +101,7 @@ def clear_of_reservations(sj: SlurmJob, node: SlurmNode, now: dt.datetime) -> dt
 def _stopped_partition(sj: SlurmJob, node: SlurmNode) -> str | None:
     """The job's partition on ``node`` in which Slurm starts no job now (DOWN or INACTIVE), when every
     partition of the job the node is in is such."""
-    here = _partitions_here(sj, node)
+    here = partitions_here(sj, node)
     if node.stopped and here and all(p in node.stopped for p in here):
         return f"its partition {here[0]} is {node.stopped[here[0]]}"
     return None
@@ -145,10 +122,9 @@ def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> 
         return f"reserved ({name}) until {stop:%Y-%m-%d %H:%M} UTC, which its time limit would run into"
     if node.cpus and sj.cpus_per_node > node.cpus_free:
         return f"{node.cpus_free} CPUs free, the job needs {sj.cpus_per_node}"
-    capped = partition_cpus(sj, node)
-    if capped is not None and sj.cpus_per_node > capped[2]:
-        name, cap, left = capped
-        return f"{left} of the {cap} CPUs partition {name} allows free, the job needs {sj.cpus_per_node}"
+    short = partition_cpus_short(sj, node)
+    if short is not None:
+        return short
     if node.mem_mb and sj.mem_per_node_mb > node.mem_free_mb:
         return f"{node.mem_free_mb} MB memory free, the job needs {sj.mem_per_node_mb}"
     if sj.whole_node_memory and node.mem_mb and node.mem_free_mb < node.mem_mb:
