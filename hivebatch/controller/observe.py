@@ -75,6 +75,8 @@ def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
                 nodes[name].max_time_s[p.name] = p.max_time_s
             if p.max_cpus_per_node is not None:
                 nodes[name].max_cpus[p.name] = p.max_cpus_per_node
+            if p.max_mem_per_node_mb is not None:
+                nodes[name].max_mem_mb[p.name] = p.max_mem_per_node_mb
             if p.min_nodes > 1 or p.max_nodes:
                 nodes[name].node_limits[p.name] = (p.min_nodes, p.max_nodes)
     return nodes

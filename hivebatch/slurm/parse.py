@@ -568,8 +568,8 @@ def parse_partitions(text: str) -> list[Partition]:
         except HivebatchError:
             max_time = None  # a form Slurm alone reads: Slurm keeps judging it
         state = fields.get("State", "UP").upper()
-        max_cpus, min_nodes, max_nodes = (
-            fields.get(k, "") for k in ("MaxCPUsPerNode", "MinNodes", "MaxNodes")
+        max_cpus, min_nodes, max_nodes, max_mem = (
+            fields.get(k, "") for k in ("MaxCPUsPerNode", "MinNodes", "MaxNodes", "MaxMemPerNode")
         )  # UNLIMITED where unset
         out.append(
             Partition(
@@ -577,9 +577,10 @@ def parse_partitions(text: str) -> list[Partition]:
                 state,
                 tuple(listed),
                 max_time,
-                int(max_cpus) if max_cpus.isdigit() else None,
-                max(int(min_nodes), 1) if min_nodes.isdigit() else 1,
-                int(max_nodes) if max_nodes.isdigit() else 0,
+                max_cpus_per_node=int(max_cpus) if max_cpus.isdigit() else None,
+                max_mem_per_node_mb=int(max_mem) if max_mem.isdigit() else None,
+                min_nodes=max(int(min_nodes), 1) if min_nodes.isdigit() else 1,
+                max_nodes=int(max_nodes) if max_nodes.isdigit() else 0,
             )
         )
     return out

@@ -247,6 +247,8 @@ class SlurmNode:
     #: (tests/fixtures/slurm/partition_max_cpus.txt)
     max_cpus: dict[str, int] = field(default_factory=dict)
     cpus_in_partition: dict[str, int] = field(default_factory=dict)
+    #: the node's partitions with a MaxMemPerNode (name -> MB): the most memory each job gets there
+    max_mem_mb: dict[str, int] = field(default_factory=dict)
     #: the node's partitions with a MinNodes above 1 or a MaxNodes (name -> (MinNodes, MaxNodes; 0: no
     #: most)): Slurm runs their jobs on that many nodes, or leaves them pending, PartitionNodeLimit
     #: (tests/fixtures/slurm/partition_node_limits.txt)
@@ -284,6 +286,7 @@ class Partition:
     nodes: tuple[str, ...]
     max_time_s: int | None = None  # MaxTime (None: UNLIMITED)
     max_cpus_per_node: int | None = None  # MaxCPUsPerNode (None: UNLIMITED)
+    max_mem_per_node_mb: int | None = None  # MaxMemPerNode (None: UNLIMITED, or a MaxMemPerCPU)
     min_nodes: int = 1  # MinNodes (0 reads as 1: a job runs on one node at least)
     max_nodes: int = 0  # MaxNodes (0: UNLIMITED)
 

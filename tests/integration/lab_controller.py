@@ -82,13 +82,13 @@ class Ctl:
 
     def placed_event(self, jid: int) -> str:
         """What the controller said when it placed the job (its reason is gone once the job runs)."""
+        return next(iter(self.events(jid, "placed")), "")
+
+    def events(self, jid: int, kind: str) -> list[str]:
+        """The messages of the job's events of ``kind``, oldest first."""
         with self.factory() as s:
-            q = (
-                select(Event.message)
-                .where(Event.slurm_job_id == jid, Event.kind == "placed")
-                .order_by(Event.id)
-            )
-            return str(s.scalars(q).first() or "")
+            q = select(Event.message).where(Event.slurm_job_id == jid, Event.kind == kind).order_by(Event.id)
+            return [str(m) for m in s.scalars(q)]
 
     def until(self, check: Callable[[], bool], timeout_s: float = 45.0, what: Any = "") -> None:
         deadline = time.monotonic() + timeout_s

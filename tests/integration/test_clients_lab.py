@@ -797,3 +797,26 @@ def test_a_partitions_node_limits_are_kept_as_slurm_keeps_them(ctl: Ctl, loop: L
         assert run_as("bob", ["scontrol", "update", f"job={jid}", "NumNodes=1"]).returncode == 0
         _seen(ctl, lambda: ctl.job(jid).state == "running", what=lambda: ctl.job(jid).reason)
         assert len(_placed(ctl, jid)) == 1
+
+
+def test_a_partitions_cap_on_memory_per_node_spreads_and_rejects_as_slurm_does(ctl: Ctl, loop: Loop) -> None:
+    # with MaxMemPerNode=30000 plain Slurm ran `-n 16 --mem-per-cpu=3000` on two nodes and left --mem=40000
+    # pending for ever; Slurm refused hivebatch's pins of both every cycle (partition_max_mem.txt)
+    with lab_partition("capmem", "Nodes=node3,node4", "MaxMemPerNode=30000") as capmem:
+        ask = ("-p", capmem, "-n", "16", "--mem-per-cpu=3000", "--gres=gpu:1", "-q", "opportunistic")
+        jid, tasks = _sbatch_steps(ctl, "bob", f"{ctl.tag}-capmem", *ask)
+        assert sorted(_placed(ctl, jid)) == ["node3", "node4"]
+        assert sorted(ln.split()[2] for ln in tasks) == 8 * ["node3"] + 8 * ["node4"]
+        proc = run_as("bob", ["sbatch", "--parsable", "-p", capmem, "--mem=40000", "--gres=gpu:1", "-t", "5",
+                              "-o", "/dev/null", "--wrap", "true"])  # fmt: skip
+        assert proc.returncode == 0, proc.stderr  # Slurm accepts it too
+        big = int(proc.stdout.strip())
+        ctl.mine.add(big)
+        _seen(ctl, lambda: ctl.job(big).state == "rejected", what=lambda: ctl.job(big).reason)
+        reason = ctl.job(big).reason or ""
+        assert reason.startswith("can never run as asked: node1: not in partition capmem;"), reason
+        assert (
+            "node3: partition capmem lets a job use 30000 MB of its memory (MaxMemPerNode), the job needs 40000"
+            in reason
+        )
+        assert ctl.events(big, "act_failed") == []

@@ -657,22 +657,6 @@ def _capped(name: str, used: int = 0) -> SlurmNode:
     return _node(name, partitions=["gpu", "small"], max_cpus={"small": 8}, cpus_in_partition={"small": used})
 
 
-def test_a_job_needing_more_cpus_on_a_node_than_its_partition_allows_is_rejected(ctx) -> None:  # type: ignore[no-untyped-def]
-    # plain Slurm refused `srun -p small -N 1 -c 12` at submit; through hivebatch it was pinned, held
-    # again as BadConstraints and waited until killed (partition_max_cpus.txt)
-    nodes = {n: _capped(n) for n in NODES}
-    r = _screened(ctx, JobRequest(vc="cv", gpus=1), nodes, partition="small", cpus_per_node=12)
-    (wait,) = r.out.waits
-    assert wait.rejected and wait.reason.startswith(
-        "can never run as asked: node1: partition small lets a job use 8 of its CPUs (MaxCPUsPerNode), the job needs 12"
-    )
-    # in the node's other partition, with no cap, it runs
-    r = _screened(ctx, JobRequest(vc="cv", gpus=1), nodes, partition="gpu", cpus_per_node=12)
-    assert [p.job.slurm_job_id for p in r.out.places] == [1]
-    # asked in both, the partition without a cap lets it
-    assert why_unfit(_job(partition="small,gpu", cpus_per_node=12), nodes["node1"]) is None
-
-
 def test_a_job_is_not_pinned_where_its_partitions_cpus_are_held_by_its_other_jobs() -> None:
     # plain Slurm kept an 8-CPU job of partition small pending (Resources) beside another 8-CPU job of
     # small on a 16-CPU node (partition_max_cpus.txt)
@@ -701,3 +685,31 @@ def test_the_cpus_a_partitions_running_jobs_hold_are_counted_on_each_node() -> N
         {"small": 8},
         {"small": 8},
     ]
+
+
+@pytest.mark.parametrize(
+    ("caps", "over", "under", "why"),
+    [
+        # plain Slurm refused `srun -p small -N 1 -c 12` at submit with MaxCPUsPerNode=8; through hivebatch
+        # it was pinned, held again as BadConstraints and waited until killed (partition_max_cpus.txt)
+        ({"max_cpus": {"p": 8}}, {"cpus_per_node": 12}, {"cpus_per_node": 8},
+         "partition p lets a job use 8 of its CPUs (MaxCPUsPerNode), the job needs 12"),
+        # plain Slurm left `--mem=40000` pending for ever (MaxMemPerLimit) with MaxMemPerNode=30000; Slurm
+        # refused hivebatch's pin of it every cycle (partition_max_mem.txt)
+        ({"max_mem_mb": {"p": 30000}}, {"mem_per_node_mb": 40000}, {"mem_per_node_mb": 20000},
+         "partition p lets a job use 30000 MB of its memory (MaxMemPerNode), the job needs 40000"),
+    ],
+)  # fmt: skip
+def test_a_job_needing_more_of_a_node_than_its_partition_allows_is_rejected(
+    ctx, caps: dict[str, object], over: dict[str, object], under: dict[str, object], why: str
+) -> None:  # type: ignore[no-untyped-def]
+    nodes = {n: _node(n, partitions=["gpu", "p"], **caps) for n in NODES}
+    r = _screened(ctx, JobRequest(vc="cv", gpus=1), nodes, partition="p", **over)
+    (wait,) = r.out.waits
+    assert wait.rejected and wait.reason.startswith(f"can never run as asked: node1: {why}")
+    # within the cap, or in the node's other partition, which has none, it runs
+    for partition, asks in (("p", under), ("gpu", over)):
+        r = _screened(ctx, JobRequest(vc="cv", gpus=1), nodes, partition=partition, **asks)
+        assert [p.job.slurm_job_id for p in r.out.places] == [1]
+    # asked in both, the partition without a cap lets it
+    assert why_unfit(_job(partition="p,gpu", **over), nodes["node1"]) is None

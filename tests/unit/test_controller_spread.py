@@ -306,3 +306,16 @@ def test_tasks_are_spread_by_the_cpus_their_partition_lets_a_job_use(ctx) -> Non
     r = decided(ctx, req, nodes_kw=caps, partition="gpu", cpus_total=16, tasks=16)
     (place,) = r.out.places
     assert place.shape == (1, 2)
+
+
+def test_tasks_are_spread_by_the_memory_their_partition_lets_a_job_use(ctx) -> None:  # type: ignore[no-untyped-def]
+    # plain Slurm ran `-n 16 --mem-per-cpu=3000 --gres=gpu:1` on two nodes with MaxMemPerNode=30000
+    # (48000 MB fit one 64000 MB node, not the 30000 a job gets there: partition_max_mem.txt)
+    asks = {"partition": "p", "cpus_total": 16, "tasks": 16, "cpus_per_node": 1, "mem_per_cpu_mb": 3000}
+    caps = {"partitions": ["gpu", "p"], "max_mem_mb": {"p": 30000}}
+    r = decided(ctx, JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1), nodes_kw=caps, **asks)
+    (place,) = r.out.places
+    assert place.shape == (2, 1)
+    assert "its 16 tasks of 3000 MB memory (--mem-per-cpu) need 2 nodes of at most 30000 MB each" in (
+        place.note or ""
+    )

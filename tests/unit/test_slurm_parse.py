@@ -248,3 +248,11 @@ def test_a_partitions_node_count_limits_are_read(slurm_fixture) -> None:
         ("one", 1, 1),
         ("two", 2, 0),
     ]
+
+
+def test_a_partitions_cap_on_a_jobs_memory_per_node_is_read(slurm_fixture) -> None:
+    from hivebatch.slurm.parse import parse_partitions
+
+    (p,) = parse_partitions(slurm_fixture("partition_max_mem.txt"))
+    assert (p.name, p.max_mem_per_node_mb) == ("p", 30000)
+    assert parse_partitions(slurm_fixture("partitions_down.txt"))[0].max_mem_per_node_mb is None  # UNLIMITED

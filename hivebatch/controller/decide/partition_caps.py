@@ -1,9 +1,11 @@
-"""What a partition lets one job use of a node: MaxCPUsPerNode (the CPUs of all its jobs there), as
-Slurm bounds it.
+"""What a partition lets one job use of a node: MaxCPUsPerNode (the CPUs of all its jobs there) and
+MaxMemPerNode (each job's memory there), as Slurm bounds them.
 
 Recorded on the lab: with MaxCPUsPerNode=8 on 16-CPU nodes Slurm spread `-n 16` over two nodes, refused
 `-N 1 -c 12` at submit and kept an 8-CPU job pending beside another of the partition
-(tests/fixtures/slurm/partition_max_cpus.txt).
+(tests/fixtures/slurm/partition_max_cpus.txt); with MaxMemPerNode=30000 it spread `-n 16
+--mem-per-cpu=3000` over two nodes and left `--mem=40000` pending for ever, MaxMemPerLimit, while
+hivebatch's pin of either was refused by Slurm every cycle (partition_max_mem.txt).
 """
 
 from __future__ import annotations
@@ -43,18 +45,34 @@ def partition_cpus(sj: SlurmJob, node: SlurmNode) -> tuple[str, int, int] | None
     return _loosest(partitions_here(sj, node), node.max_cpus, node.cpus_in_partition)
 
 
+def partition_mem(sj: SlurmJob, node: SlurmNode) -> tuple[str, int] | None:
+    """The job's partition on ``node`` with the largest MaxMemPerNode (MB), and that cap; None when one
+    of the job's partitions there has none."""
+    capped = _loosest(partitions_here(sj, node), node.max_mem_mb)
+    return None if capped is None else capped[:2]
+
+
 def job_cpus(sj: SlurmJob, node: SlurmNode) -> int:
     """The most CPUs of ``node`` Slurm gives one job of ``sj``'s partitions (0: not reported)."""
     capped = partition_cpus(sj, node)
     return min(node.cpus, capped[1]) if capped is not None and node.cpus else node.cpus
 
 
+def job_mem(sj: SlurmJob, node: SlurmNode) -> int:
+    """The most memory (MB) of ``node`` Slurm gives one job of ``sj``'s partitions (0: not reported)."""
+    capped = partition_mem(sj, node)
+    return min(node.mem_mb, capped[1]) if capped is not None and node.mem_mb else node.mem_mb
+
+
 def over_partition_caps(sj: SlurmJob, node: SlurmNode) -> str | None:
-    """Why the job's partitions never let it run on ``node`` as asked: more CPUs on one node than their
-    caps; None otherwise."""
+    """Why the job's partitions never let it run on ``node`` as asked: more CPUs or memory on one node
+    than their caps; None otherwise."""
     cpus = partition_cpus(sj, node)
     if cpus is not None and sj.cpus_per_node > cpus[1]:
         return f"partition {cpus[0]} lets a job use {cpus[1]} of its CPUs (MaxCPUsPerNode), the job needs {sj.cpus_per_node}"
+    mem = partition_mem(sj, node)
+    if mem is not None and sj.mem_per_node_mb > mem[1]:
+        return f"partition {mem[0]} lets a job use {mem[1]} MB of its memory (MaxMemPerNode), the job needs {sj.mem_per_node_mb}"
     return None
 
 

@@ -10,7 +10,7 @@ from hivebatch.cells import CellAllocator, GpuUse
 from hivebatch.controller.context import ControllerContext
 from hivebatch.controller.decide.dependency import Listing
 from hivebatch.controller.decide.fit import Needs, needs_of, node_rooms, unfit_nodes
-from hivebatch.controller.decide.partition_caps import in_partitions, job_cpus
+from hivebatch.controller.decide.partition_caps import in_partitions, job_cpus, job_mem
 from hivebatch.controller.decide.spread import NodeSize
 from hivebatch.controller.decide.tasks import TaskBuilder
 from hivebatch.controller.decide.times import aware
@@ -202,7 +202,7 @@ class Round:
             seen = [n for name, n in self.ledger.nodes.items() if name in names and in_partitions(sj, n)]
             self.size_by_type[key] = NodeSize(
                 max((job_cpus(sj, n) for n in seen), default=0),
-                max((n.mem_mb for n in seen), default=0),
+                max((job_mem(sj, n) for n in seen), default=0),
             )
         return self.size_by_type[key]
 
