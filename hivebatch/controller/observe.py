@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 
 from hivebatch.db.models import utcnow
 from hivebatch.slurm.base import SlurmBackend
-from hivebatch.slurm.types import STOPPED_PARTITION_STATES, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
+from hivebatch.slurm.types import (
+    STOPPED_PARTITION_STATES,
+    PartitionAccess,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    SlurmUnavailable,
+)
 
 # Slurm job states, grouped by what they mean for the GPUs a job holds.
 RUNNING_STATES = frozenset(
@@ -75,6 +82,8 @@ def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
                 nodes[name].max_time_s[p.name] = p.max_time_s
             if p.max_cpus_per_node is not None:
                 nodes[name].max_cpus[p.name] = p.max_cpus_per_node
+            if p.access != PartitionAccess():
+                nodes[name].access[p.name] = p.access
             if p.max_mem_per_node_mb is not None:
                 nodes[name].max_mem_mb[p.name] = p.max_mem_per_node_mb
             if p.min_nodes > 1 or p.max_nodes:

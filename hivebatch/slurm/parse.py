@@ -19,6 +19,7 @@ from hivebatch.slurm.types import (
     HELD_REASONS,
     AcctRecord,
     Partition,
+    PartitionAccess,
     Reservation,
     SlurmJob,
     SlurmNode,
@@ -556,6 +557,21 @@ def _key_values(text: str, first: str) -> list[dict[str, str]]:
     ]
 
 
+def _access(fields: dict[str, str]) -> PartitionAccess:
+    """A partition's Allow/Deny Accounts and Qos, as ``scontrol show partition`` prints those it sets."""
+
+    def names(key: str) -> frozenset[str] | None:
+        value = fields.get(key, "ALL")
+        return None if value == "ALL" else frozenset(v for v in value.split(",") if v)
+
+    return PartitionAccess(
+        names("AllowAccounts"),
+        names("DenyAccounts") or frozenset(),
+        names("AllowQos"),
+        names("DenyQos") or frozenset(),
+    )
+
+
 def parse_partitions(text: str) -> list[Partition]:
     """``scontrol show partition -o`` (tests/fixtures/slurm/partitions_down.txt); a partition of
     ``Nodes=ALL`` keeps that word as its one node."""
@@ -581,6 +597,7 @@ def parse_partitions(text: str) -> list[Partition]:
                 max_mem_per_node_mb=int(max_mem) if max_mem.isdigit() else None,
                 min_nodes=max(int(min_nodes), 1) if min_nodes.isdigit() else 1,
                 max_nodes=int(max_nodes) if max_nodes.isdigit() else 0,
+                access=_access(fields),
             )
         )
     return out

@@ -249,6 +249,8 @@ class SlurmNode:
     cpus_in_partition: dict[str, int] = field(default_factory=dict)
     #: the node's partitions with a MaxMemPerNode (name -> MB): the most memory each job gets there
     max_mem_mb: dict[str, int] = field(default_factory=dict)
+    #: the node's partitions that keep out some accounts or QOS (name -> who may run there)
+    access: dict[str, PartitionAccess] = field(default_factory=dict)
     #: the node's partitions with a MinNodes above 1 or a MaxNodes (name -> (MinNodes, MaxNodes; 0: no
     #: most)): Slurm runs their jobs on that many nodes, or leaves them pending, PartitionNodeLimit
     #: (tests/fixtures/slurm/partition_node_limits.txt)
@@ -278,6 +280,29 @@ STOPPED_PARTITION_STATES = frozenset({"DOWN", "INACTIVE"})
 
 
 @dataclass(frozen=True)
+class PartitionAccess:
+    """Who may run in a partition: its AllowAccounts and AllowQos (None: ALL), DenyAccounts and DenyQos.
+    Slurm accepts a job they keep out and leaves it pending for ever (partition_access.txt)."""
+
+    allow_accounts: frozenset[str] | None = None
+    deny_accounts: frozenset[str] = frozenset()
+    allow_qos: frozenset[str] | None = None
+    deny_qos: frozenset[str] = frozenset()
+
+    def keeps_out(self, account: str, qos: str) -> str | None:
+        """Why a job of ``account`` and ``qos`` may not run here, in Slurm's words; None when it may."""
+        for what, value, allow, deny in (
+            ("account", account, self.allow_accounts, self.deny_accounts),
+            ("QOS", qos, self.allow_qos, self.deny_qos),
+        ):
+            if allow is not None and value not in allow:
+                return f"allows {what} {','.join(sorted(allow))} not {value}"
+            if value in deny:
+                return f"denies {what} {value}"
+        return None
+
+
+@dataclass(frozen=True)
 class Partition:
     """One partition as ``scontrol show partition`` lists it."""
 
@@ -289,6 +314,7 @@ class Partition:
     max_mem_per_node_mb: int | None = None  # MaxMemPerNode (None: UNLIMITED, or a MaxMemPerCPU)
     min_nodes: int = 1  # MinNodes (0 reads as 1: a job runs on one node at least)
     max_nodes: int = 0  # MaxNodes (0: UNLIMITED)
+    access: PartitionAccess = PartitionAccess()
 
 
 @dataclass

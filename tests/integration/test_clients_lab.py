@@ -778,24 +778,10 @@ def test_a_partitions_node_limits_are_kept_as_slurm_keeps_them(ctl: Ctl, loop: L
             "sbatch: error: hivebatch: its 32 CPUs need 2 nodes of at most 16 CPUs each, and Slurm runs a job on"
             " at most 1 there (partition one's MaxNodes is 1)" in refused.stderr
         ), refused.stderr
-        proc = run_as("bob", ["sbatch", "--parsable", "-p", one, "-N", "2", "--gres=gpu:1", "-q", "opportunistic",
-                              "-t", "5", "-o", "/dev/null", "--wrap", "sleep 30"])  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        jid = int(proc.stdout.strip())
-        ctl.mine.add(jid)
-        _seen(
-            ctl,
-            lambda: "more than Slurm allows" in (ctl.job(jid).reason or ""),
-            what=lambda: ctl.job(jid).reason,
+        told = "it needs 2 nodes, more than Slurm allows: partition one's MaxNodes is 1; lower it (scontrol update job {jid} NumNodes=1) or cancel it"
+        jid = _waits_until_changed(
+            ctl, "bob", ["-p", one, "-N", "2", "--gres=gpu:1", "-q", "opportunistic"], told, "NumNodes=1"
         )
-        assert ctl.job(jid).reason == (
-            f"it needs 2 nodes, more than Slurm allows: partition one's MaxNodes is 1; lower it (scontrol update "
-            f"job {jid} NumNodes=1) or cancel it"
-        )
-        assert not ctl.job(jid).placement
-        # as told, its owner lowers it, and it runs
-        assert run_as("bob", ["scontrol", "update", f"job={jid}", "NumNodes=1"]).returncode == 0
-        _seen(ctl, lambda: ctl.job(jid).state == "running", what=lambda: ctl.job(jid).reason)
         assert len(_placed(ctl, jid)) == 1
 
 
@@ -820,3 +806,29 @@ def test_a_partitions_cap_on_memory_per_node_spreads_and_rejects_as_slurm_does(c
             in reason
         )
         assert ctl.events(big, "act_failed") == []
+
+
+def _waits_until_changed(ctl: Ctl, user: str, opts: list[str], told: str, change: str) -> int:
+    """A GPU job the loop keeps waiting, holding no GPUs, with the reason ``told`` (its ``{jid}`` filled in),
+    until its owner makes the ``change`` it names; then it runs. Its id."""
+    proc = run_as(user, ["sbatch", "--parsable", *opts, "-t", "5", "-o", "/dev/null", "--wrap", "sleep 30"])
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    want = told.format(jid=jid)
+    _seen(ctl, lambda: ctl.job(jid).reason == want, what=lambda: (ctl.job(jid).reason, want))
+    assert not ctl.job(jid).placement
+    assert run_as(user, ["scontrol", "update", f"job={jid}", change]).returncode == 0
+    _seen(ctl, lambda: ctl.job(jid).state == "running", what=lambda: ctl.job(jid).reason)
+    return jid
+
+
+def test_a_job_its_partition_keeps_out_holds_no_gpus_until_its_owner_moves_it(ctl: Ctl, loop: Loop) -> None:
+    # Slurm accepted alice's job in a partition of AllowAccounts=nlp and left it pending for ever, and
+    # hivebatch placed it on cv's cells (partition_access.txt)
+    with lab_partition("nlponly", "Nodes=node3,node4", "AllowAccounts=nlp") as nlponly:
+        told = (
+            f"Slurm never starts it where it asked: partition {nlponly} allows account nlp not cv; "
+            "move it (scontrol update job {jid} Partition=...) or cancel it"
+        )
+        _waits_until_changed(ctl, "alice", ["-p", nlponly, "--gres=gpu:1"], told, "Partition=gpu")

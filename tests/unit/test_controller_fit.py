@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from controller_support import CONFIG, make_env
-from decide_support import NOW, context, make_round, row, slurm_job
+from decide_support import NOW, context, decided, make_round, row, slurm_job
 
 from hivebatch.controller.decide.fit import features_met, unfit_nodes, why_unfit
 from hivebatch.controller.decide.policy_round import run_policy_round
@@ -713,3 +713,20 @@ def test_a_job_needing_more_of_a_node_than_its_partition_allows_is_rejected(
         assert [p.job.slurm_job_id for p in r.out.places] == [1]
     # asked in both, the partition without a cap lets it
     assert why_unfit(_job(partition="p,gpu", **over), nodes["node1"]) is None
+
+
+def test_a_job_its_partition_keeps_out_holds_no_gpus_and_is_told_how_to_move(ctx) -> None:  # type: ignore[no-untyped-def]
+    # Slurm accepted alice's job in a partition of AllowAccounts=nlp and left it pending for ever; hivebatch
+    # placed it on cv's cells (partition_access.txt)
+    from hivebatch.slurm.types import PartitionAccess
+
+    caps = {"partitions": ["gpu", "p"], "access": {"p": PartitionAccess(allow_accounts=frozenset({"nlp"}))}}
+    r = decided(ctx, JobRequest(vc="cv", gpus=1), nodes_kw=caps, partition="p", account="cv")
+    (wait,) = r.out.waits
+    assert wait.not_startable and not r.out.places
+    assert wait.reason == (
+        "Slurm never starts it where it asked: partition p allows account nlp not cv; "
+        "move it (scontrol update job 1 Partition=...) or cancel it"
+    )
+    r = decided(ctx, JobRequest(vc="cv", gpus=1), nodes_kw=caps, partition="p,gpu", account="cv")
+    assert [p.job.slurm_job_id for p in r.out.places] == [1]  # gpu lets it in

@@ -256,3 +256,18 @@ def test_a_partitions_cap_on_a_jobs_memory_per_node_is_read(slurm_fixture) -> No
     (p,) = parse_partitions(slurm_fixture("partition_max_mem.txt"))
     assert (p.name, p.max_mem_per_node_mb) == ("p", 30000)
     assert parse_partitions(slurm_fixture("partitions_down.txt"))[0].max_mem_per_node_mb is None  # UNLIMITED
+
+
+def test_who_a_partition_lets_in_is_read(slurm_fixture) -> None:
+    from hivebatch.slurm.parse import parse_partitions
+    from hivebatch.slurm.types import PartitionAccess
+
+    (p,) = parse_partitions(slurm_fixture("partition_access.txt"))
+    assert p.access == PartitionAccess(
+        allow_accounts=frozenset({"nlp", "hivebatch"}), deny_qos=frozenset({"opportunistic"})
+    )
+    # as squeue gives Slurm's own reasons for the recorded jobs
+    assert p.access.keeps_out("cv", "normal") == "allows account hivebatch,nlp not cv"
+    assert p.access.keeps_out("hivebatch", "opportunistic") == "denies QOS opportunistic"
+    assert p.access.keeps_out("nlp", "normal") is None
+    assert parse_partitions(slurm_fixture("partitions_down.txt"))[0].access == PartitionAccess()

@@ -7,6 +7,7 @@ from functools import partial
 from hivebatch.controller.decide.arrays import ArrayGate
 from hivebatch.controller.decide.checks import check_request
 from hivebatch.controller.decide.eligible import (
+    kept_out_of_partitions,
     not_eligible,
     over_partition_time,
     partition_stopped,
@@ -79,6 +80,7 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
     not_yet = (
         not_eligible(sj, r.now, first_start=first, others=r.listing, owner_begin=job.owner_begin)
         or partition_stopped(sj, r.stopped_partitions)
+        or kept_out_of_partitions(sj, r.partition_access)
         or over_partition_time(sj, r.partition_max_time)
         or outside_partition_nodes(sj, r.partition_node_limits)
         or limited_lately(job, r.now)

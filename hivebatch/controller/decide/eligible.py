@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from hivebatch.controller.decide.dependency import Listing, judge, shown
 from hivebatch.controller.decide.times import aware
 from hivebatch.request import admin_holds, begin_asked, owner_holds
-from hivebatch.slurm.types import SlurmJob
+from hivebatch.slurm.types import PartitionAccess, SlurmJob
 from hivebatch.submit.timefmt import format_duration
 
 OWNER_HELD = "held by its owner"
@@ -96,4 +96,21 @@ def over_partition_time(sj: SlurmJob, max_time: Mapping[str, int]) -> str | None
     return (
         f"its time limit ({limit}) is longer than Slurm allows: partition {where}; lower it "
         f"(scontrol update job {sj.display_id} TimeLimit={format_duration(longest)}) or cancel it"
+    )
+
+
+def kept_out_of_partitions(sj: SlurmJob, access: Mapping[str, PartitionAccess]) -> str | None:
+    """Why Slurm never starts the job: every partition it asked for keeps out its account or QOS
+    (``access``: partition -> who may run there; Slurm accepts such a job and leaves it pending,
+    tests/fixtures/slurm/partition_access.txt); None otherwise. Its owner may move it."""
+    asked = sj.partitions
+    whys = [
+        (p, why) for p in asked if (why := access.get(p, PartitionAccess()).keeps_out(sj.account, sj.qos))
+    ]
+    if not asked or len(whys) < len(asked):
+        return None
+    which = "; ".join(f"partition {p} {why}" for p, why in whys)
+    return (
+        f"Slurm never starts it where it asked: {which}; move it (scontrol update job {sj.display_id} "
+        "Partition=...) or cancel it"
     )

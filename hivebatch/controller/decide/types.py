@@ -21,7 +21,7 @@ from hivebatch.node_room import NodeNeeds, NodeRoom
 from hivebatch.qos import Task
 from hivebatch.request import JobRequest, kept_gpus, plugin_extras
 from hivebatch.slurm.parse import expand_hostlist
-from hivebatch.slurm.types import SlurmJob
+from hivebatch.slurm.types import PartitionAccess, SlurmJob
 
 GpuMap = dict[str, dict[int, GpuUse]]
 
@@ -143,6 +143,11 @@ class Round:
     def partition_max_time(self) -> dict[str, int]:
         """The partitions with a MaxTime (name -> seconds)."""
         return {p: s for n in self.ledger.nodes.values() for p, s in n.max_time_s.items()}
+
+    @functools.cached_property
+    def partition_access(self) -> dict[str, PartitionAccess]:
+        """The partitions that keep out some accounts or QOS (name -> who may run there)."""
+        return {p: a for n in self.ledger.nodes.values() for p, a in n.access.items()}
 
     @functools.cached_property
     def partition_node_limits(self) -> dict[str, tuple[int, int]]:
