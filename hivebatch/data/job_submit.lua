@@ -306,6 +306,7 @@ local function gpu_partitions(job_desc, part_list, current_partition)
           out[#out + 1] = {
             name = pname, whole = part.max_share == 0, total_cpus = part.total_cpus, nodes = part.nodes,
             max_cpus = (is_set(cap) and cap > 0) and cap or nil,
+            max_mem = tonumber(part.max_mem_per_node), -- MaxMemPerNode; nil when unset or per CPU
             min_nodes = math.max(tonumber(part.min_nodes) or 1, 1),
             max_nodes = (is_set(most) and most > 0) and most or nil,
           }
@@ -625,7 +626,7 @@ local function largest_in_partitions(data, req, parts)
   if type(nodes) ~= "table" then
     return nil
   end
-  local most, seen = {}, false
+  local most, seen = { job_mem_mb = 0 }, false
   for _, f in ipairs(SIZE_FIGURES) do
     most[f] = 0
   end
@@ -647,6 +648,13 @@ local function largest_in_partitions(data, req, parts)
           elseif not known then
             most[f] = nil
           end
+        end
+        -- the memory a job may use there, which Slurm spreads tasks by (partition_max_mem.txt)
+        local mem = tonumber(n.mem_mb)
+        if most.job_mem_mb ~= nil and mem ~= nil and mem > 0 then
+          most.job_mem_mb = math.max(most.job_mem_mb, math.min(mem, part.max_mem or mem))
+        else
+          most.job_mem_mb = nil
         end
       end
     end
@@ -844,7 +852,9 @@ local function check_spread(job_desc, req, largest, parts)
   if (is_set(max_nodes) and max_nodes > 0) or req.gpu_mem_mib ~= nil then
     return
   end
-  local need, why, fewer = M.tasks_nodes(job_desc, largest)
+  -- a partition's MaxMemPerNode bounds the memory of the tasks on a node, not the node's size
+  local sized = largest and { cpus = largest.cpus, mem_mb = largest.job_mem_mb or largest.mem_mb }
+  local need, why, fewer = M.tasks_nodes(job_desc, sized)
   local fewest, most, fewest_where, most_where = partition_node_range(parts)
   if most > 0 and need > most then
     fail(why .. ", and Slurm runs a job on at most " .. most .. " there (partition " .. most_where .. "): ask for " .. fewer)

@@ -294,6 +294,24 @@ describe("a GPU job whose tasks need more nodes than its VC's whole-node cells",
       .. "another partition (-p), or submit it with --qos=opportunistic to run on idle GPUs" }, slurm.user_msgs)
   end)
 
+  it("counts the nodes by the memory the job's partition lets it use of each", function()
+    -- plain Slurm ran `-n 16 --mem-per-cpu=3000` on two nodes with MaxMemPerNode=30000, and accepted
+    -- --mem=40000 there, pending for ever (tests/fixtures/slurm/partition_max_mem.txt)
+    sizes_with_nodes('{ any = { cpus = 16, mem_mb = 64000 }, v100 = { cpus = 16, mem_mb = 64000 } }', LAB_NODES)
+    local parts = {
+      gpu = { name = "gpu", nodes = "node[1-4]", flag_default = 1, total_cpus = 64 },
+      p = { name = "p", nodes = "node[3-4]", total_cpus = 32, max_mem_per_node = 30000 },
+    }
+    local tasks = { num_tasks = 16, min_cpus = 16, min_mem_per_cpu = 3000, partition = "p" }
+    assert.are.equal(slurm.ERROR, slurm_job_submit(job(tasks), parts, 1001))
+    assert.are.same({ "hivebatch: its 16 tasks of 3000 MB memory (--mem-per-cpu) need 2 nodes of at most 30000 MB each" .. ALSO
+      .. "fewer tasks or less memory per CPU (-n, --mem-per-cpu), or submit it with --qos=opportunistic to run on idle GPUs" },
+      slurm.user_msgs)
+    tasks.partition = "gpu"
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job(tasks), parts, 1001))
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(job({ min_mem_per_node = 40000, partition = "p" }), parts, 1001))
+  end)
+
   it("counts the nodes by the CPUs the job's partition lets it use of each", function()
     -- plain Slurm ran `srun -p small -n 16 --gres=gpu:2` on two nodes, 8 tasks on each, MaxCPUsPerNode=8
     -- (tests/fixtures/slurm/partition_max_cpus.txt)
