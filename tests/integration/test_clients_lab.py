@@ -806,6 +806,13 @@ def test_a_partitions_cap_on_memory_per_node_spreads_and_rejects_as_slurm_does(c
             in reason
         )
         assert ctl.events(big, "act_failed") == []
+        # in cv, whose one whole-node cell cannot hold the spread, the plugin refuses it at submit
+        refused = run_as("alice", ["sbatch", *ask[:-2], "-t", "5", "--wrap", "true"])
+        assert refused.returncode != 0
+        assert (
+            "sbatch: error: hivebatch: its 16 tasks of 3000 MB memory (--mem-per-cpu) need 2 nodes of at most 30000 MB"
+            " each" in refused.stderr
+        ), refused.stderr
 
 
 def _waits_until_changed(ctl: Ctl, user: str, opts: list[str], told: str, change: str) -> int:
