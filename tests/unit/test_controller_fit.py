@@ -730,3 +730,20 @@ def test_a_job_its_partition_keeps_out_holds_no_gpus_and_is_told_how_to_move(ctx
     )
     r = decided(ctx, JobRequest(vc="cv", gpus=1), nodes_kw=caps, partition="p,gpu", account="cv")
     assert [p.job.slurm_job_id for p in r.out.places] == [1]  # gpu lets it in
+
+
+def test_nodes_outside_the_jobs_partitions_are_named_last() -> None:
+    # seen on the lab: "can never run as asked: node1: not in partition p; node2: not in partition p;
+    # node3: has 64000 MB memory, the job needs 70000; and 1 more" hid node4 and led with what says nothing
+    from hivebatch.controller.decide.fit import unfit_text
+
+    unfit = {
+        "node1": "not in partition p",
+        "node2": "not in partition p",
+        "node3": "has 64000 MB memory, the job needs 70000",
+        "node4": "has 64000 MB memory, the job needs 70000",
+    }
+    assert unfit_text(unfit) == (
+        "node3: has 64000 MB memory, the job needs 70000; node4: has 64000 MB memory, the job needs 70000; "
+        "node1: not in partition p; and 1 more"
+    )

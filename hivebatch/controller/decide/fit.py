@@ -36,6 +36,7 @@ def features_met(expr: str, have: list[str]) -> bool:
 
 # the owner's own choices of nodes, which they may change while the job waits
 EXCLUDED = "excluded by the job"
+OUTSIDE = "not in partition"
 UNLISTED = "not in its --nodelist"
 
 
@@ -43,7 +44,7 @@ def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
     """Why Slurm could never start ``sj`` on ``node``, whatever else runs there (what the node is, not
     what it has free); None when it could some day."""
     if not in_partitions(sj, node):
-        return f"not in partition {sj.partition}"
+        return f"{OUTSIDE} {sj.partition}"
     if sj.reservation:
         return None  # a reservation's own nodes: Slurm places such jobs itself (the plugin passes them)
     if node.name in sj.excluded_nodes:
@@ -203,7 +204,8 @@ def unfit_nodes(
 
 
 def unfit_text(unfit: Mapping[str, str], limit: int = 3) -> str:
-    """``node1: 2 CPUs free, the job needs 8; node3: not in partition debug`` (the first few)."""
-    items = sorted(unfit.items())
+    """``node1: 2 CPUs free, the job needs 8; node3: not in partition debug`` (the first few). Nodes
+    outside the job's partitions come last: they say nothing of what keeps it from the nodes it may use."""
+    items = sorted(unfit.items(), key=lambda item: (item[1].startswith(OUTSIDE), item[0]))
     text = "; ".join(f"{n}: {why}" for n, why in items[:limit])
     return text + (f"; and {len(items) - limit} more" if len(items) > limit else "")
