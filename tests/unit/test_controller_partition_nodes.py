@@ -106,3 +106,12 @@ def test_a_job_waiting_on_its_partitions_node_limit_holds_no_gpus(ctx) -> None: 
     (wait,) = r.out.waits
     assert wait.not_startable and not wait.rejected
     assert wait.reason.startswith("it needs 2 nodes, more than Slurm allows: partition one's MaxNodes is 1")
+
+
+def test_spread_job_wider_than_its_partition_allows_is_rejected_as_slurm_never_runs_it(ctx) -> None:  # type: ignore[no-untyped-def]
+    # plain Slurm left `-n 4 --spread-job` pending for ever in MaxNodes=1 (PartitionNodeLimit)
+    req = JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1)
+    r = decided(ctx, req, nodes_kw=_limits("one"), partition="one", cpus_total=4, tasks=4, spread_job=True)
+    (wait,) = r.out.waits
+    assert wait.rejected and not r.out.places
+    assert "Slurm runs a job on at most 1 there (partition one's MaxNodes is 1)" in wait.reason
