@@ -335,7 +335,7 @@ function M.parse_node_sizes(text, model, partition)
   for name in string.gmatch(partition or "", "[^,]+") do
     asked[name] = true
   end
-  local cpus, mem, fewest, most = 0, 0, nil, nil
+  local cpus, mem, range = 0, 0, nil
   for line in string.gmatch(text or "", "[^\n]+") do
     local c, m, features, gres, part, cap, lo, hi =
       string.match(line, "^%S+%s+(%d+)%s+(%d+)%s+(%S+)%s+(%S+)%s+(%S+)%s+(%S+)%s+(%d+)%-?(%S*)")
@@ -345,12 +345,10 @@ function M.parse_node_sizes(text, model, partition)
     if c ~= nil and string.find("," .. gres, ",gpu:", 1, true) and of_model and in_partition then
       cpus, mem = math.max(cpus, math.min(tonumber(c), tonumber(cap) or math.huge)), math.max(mem, tonumber(m))
       -- "1" is a MaxNodes of 1, "2-infinite" a MinNodes of 2 with none
-      local top = hi == "" and tonumber(lo) or tonumber(hi) or 0
-      fewest = math.min(fewest or tonumber(lo), tonumber(lo))
-      most = (most == 0 or top == 0) and 0 or math.max(most or 0, top)
+      range = HIVEBATCH_SPREAD.looser(range, tonumber(lo), hi == "" and tonumber(lo) or tonumber(hi) or 0)
     end
   end
-  return cpus > 0 and { cpus = cpus, mem = mem, fewest = math.max(fewest, 1), most = most } or nil
+  return cpus > 0 and { cpus = cpus, mem = mem, fewest = math.max(range.fewest, 1), most = range.most } or nil
 end
 
 -- a fixed command: the partition asked is matched here, never handed to a shell

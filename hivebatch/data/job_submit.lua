@@ -828,10 +828,9 @@ end
 -- the fewest nodes Slurm runs a job of ``parts`` on and the most (0: any), the loosest of them
 -- (MinNodes, MaxNodes: tests/fixtures/slurm/partition_node_limits.txt), and the partitions that set them
 local function partition_node_range(parts)
-  local fewest, most, fewest_where, most_where = nil, 0, {}, {}
-  for i, part in ipairs(parts) do
-    fewest = math.min(fewest or part.min_nodes, part.min_nodes)
-    most = (part.max_nodes == nil or (i > 1 and most == 0)) and 0 or math.max(most, part.max_nodes)
+  local range, fewest_where, most_where = nil, {}, {}
+  for _, part in ipairs(parts) do
+    range = HIVEBATCH_SPREAD.looser(range, part.min_nodes, part.max_nodes or 0)
     if part.min_nodes > 1 then
       fewest_where[#fewest_where + 1] = part.name .. "'s MinNodes is " .. part.min_nodes
     end
@@ -839,7 +838,8 @@ local function partition_node_range(parts)
       most_where[#most_where + 1] = part.name .. "'s MaxNodes is " .. part.max_nodes
     end
   end
-  return fewest or 1, most, table.concat(fewest_where, ", "), table.concat(most_where, ", ")
+  range = range or HIVEBATCH_SPREAD.looser(nil, 1, 0)
+  return range.fewest, range.most, table.concat(fewest_where, ", "), table.concat(most_where, ", ")
 end
 
 -- Refused here, a job whose owner gave no node count and whose tasks need more nodes than its VC's

@@ -29,3 +29,13 @@ function HIVEBATCH_SPREAD.nodes(tasks, per_task, per_cpu, on_node, cpus, mem)
   end
   return need, rule
 end
+
+-- ``range`` ({fewest, most}; nil: none yet) widened by a partition that runs a job on ``fewest`` to
+-- ``most`` nodes (0: any): Slurm runs a job of several partitions in whichever takes it, so the loosest
+-- bounds count (MinNodes, MaxNodes: tests/fixtures/slurm/partition_node_limits.txt)
+function HIVEBATCH_SPREAD.looser(range, fewest, most)
+  if range == nil then
+    return { fewest = fewest, most = most }
+  end
+  return { fewest = math.min(range.fewest, fewest), most = (range.most == 0 or most == 0) and 0 or math.max(range.most, most) }
+end
