@@ -9,34 +9,62 @@ scheduler keeps a ``NodeRoom`` per node for the round and takes each placement's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class NodeNeeds:
-    """Per node: CPUs and MB of memory, or all of its memory (``--mem=0``)."""
+    """Per node: CPUs and MB of memory, or all of its memory (``--mem=0``); ``shares_in``: the partitions
+    in which its CPUs may be shared with other jobs (OverSubscribe, --oversubscribe)."""
 
     cpus: int = 0
     mem_mb: int = 0
     whole_memory: bool = False
+    shares_in: tuple[str, ...] = ()
 
 
 @dataclass
 class NodeRoom:
-    """A node's CPUs and memory, all and still free (0 in ``cpus`` or ``mem_mb``: not reported, no check)."""
+    """A node's CPUs and memory, all and still free (0 in ``cpus`` or ``mem_mb``: not reported, no check);
+    ``rows``: for each partition whose jobs may share CPUs there, the CPUs free in each of its rows."""
 
     cpus: int
     cpus_free: int
     mem_mb: int
     mem_free_mb: int
+    rows: dict[str, list[int]] = field(default_factory=dict)
+
+    def _row(self, needs: NodeNeeds) -> tuple[list[int], int] | None:
+        """The first row of the needs' sharing partitions with their CPUs free: its partition's rows and
+        its index."""
+        for p in needs.shares_in:
+            for i, free in enumerate(self.rows.get(p, ())):
+                if free >= needs.cpus:
+                    return self.rows[p], i
+        return None
+
+    def cpus_left(self, needs: NodeNeeds) -> int:
+        """The most CPUs a job of ``needs`` finds free: free ones, or free in one row it may share."""
+        shared = [free for p in needs.shares_in for free in self.rows.get(p, ())]
+        return max([self.cpus_free, *shared])
 
     def fits(self, needs: NodeNeeds) -> bool:
-        if self.cpus and needs.cpus > self.cpus_free:
+        if self.cpus and needs.cpus > self.cpus_left(needs):
             return False
         if self.mem_mb and needs.mem_mb > self.mem_free_mb:
             return False
         return not (needs.whole_memory and self.mem_mb and self.mem_free_mb < self.mem_mb)
 
     def take(self, needs: NodeNeeds) -> None:
-        self.cpus_free = max(0, self.cpus_free - needs.cpus)
+        # Slurm gives a job free CPUs first: those are free in every row, so a job that shares none
+        # takes them from every row; a sharing job placed beside others takes them from its row only
+        row = self._row(needs)
+        if needs.cpus <= self.cpus_free or row is None:
+            self.cpus_free = max(0, self.cpus_free - needs.cpus)
+            if row is None:
+                for frees in self.rows.values():
+                    frees[:] = [max(0, f - needs.cpus) for f in frees]
+        if row is not None:
+            frees, i = row
+            frees[i] = max(0, frees[i] - needs.cpus)
         self.mem_free_mb = 0 if needs.whole_memory else max(0, self.mem_free_mb - needs.mem_mb)

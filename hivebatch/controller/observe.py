@@ -88,20 +88,28 @@ def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
                 nodes[name].max_mem_mb[p.name] = p.max_mem_per_node_mb
             if p.min_nodes > 1 or p.max_nodes:
                 nodes[name].node_limits[p.name] = (p.min_nodes, p.max_nodes)
+            if p.cpu_rows > 1:
+                nodes[name].cpu_rows[p.name] = p.cpu_rows
     return nodes
 
 
 def count_partition_cpus(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode]) -> None:
-    """Add to each node the CPUs that jobs holding CPUs there hold in each of its partitions with a
-    MaxCPUsPerNode (a job on several nodes at its even share: squeue gives its total)."""
+    """Add to each node the CPUs its running jobs hold (a job on several nodes at its even share: squeue
+    gives its total): in all, in each of its partitions with a MaxCPUsPerNode, and job by job where they
+    share CPUs in a partition that lets them."""
     for job in jobs:
         if phase(job.state) != "running" or not job.nodes or not job.cpus_total:
             continue
         share = -(-job.cpus_total // len(job.nodes))
         for name in job.nodes:
             node = nodes.get(name)
-            if node is not None and job.partition in node.max_cpus:
+            if node is None:
+                continue
+            node.cpus_held += share
+            if job.partition in node.max_cpus:
                 node.cpus_in_partition[job.partition] = node.cpus_in_partition.get(job.partition, 0) + share
+            if job.shares_cpus and job.partition in node.cpu_rows:
+                node.shared_cpus.setdefault(job.partition, []).append(share)
 
 
 def observe(backend: SlurmBackend) -> Observation:

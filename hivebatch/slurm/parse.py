@@ -280,6 +280,7 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         batch=bool(job.get("batch_flag", True)),
         nice=_nice(job.get("nice")),
         spread_job="SPREAD_JOB" in (job.get("flags") or []),
+        shares_cpus=job.get("shared") == "shared",
         **_array_fields(job),
         **_node_needs(job),
     )
@@ -572,6 +573,13 @@ def _access(fields: dict[str, str]) -> PartitionAccess:
     )
 
 
+def _cpu_rows(value: str) -> int:
+    """How many jobs a partition's ``OverSubscribe`` (``NO``, ``EXCLUSIVE``, ``YES:4``, ``FORCE:3``) lets
+    share one CPU."""
+    mode, _, count = value.partition(":")
+    return int(count) if mode in ("YES", "FORCE") and count.isdigit() and int(count) > 1 else 1
+
+
 def parse_partitions(text: str) -> list[Partition]:
     """``scontrol show partition -o`` (tests/fixtures/slurm/partitions_down.txt); a partition of
     ``Nodes=ALL`` keeps that word as its one node."""
@@ -597,6 +605,7 @@ def parse_partitions(text: str) -> list[Partition]:
                 max_mem_per_node_mb=int(max_mem) if max_mem.isdigit() else None,
                 min_nodes=max(int(min_nodes), 1) if min_nodes.isdigit() else 1,
                 max_nodes=int(max_nodes) if max_nodes.isdigit() else 0,
+                cpu_rows=_cpu_rows(fields.get("OverSubscribe", "NO")),
                 access=_access(fields),
             )
         )

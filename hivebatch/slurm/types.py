@@ -173,6 +173,9 @@ class SlurmJob:
     nice: int = 0
     # --spread-job: Slurm spreads the job over as many nodes as it may (one task on each, up to -N)
     spread_job: bool = False
+    # squeue's shared "shared": it shares its CPUs with other such jobs of its partition, if the partition's
+    # OverSubscribe lets it (--oversubscribe, or OverSubscribe=FORCE): partition_oversubscribe.txt
+    shares_cpus: bool = False
     # an admin's scontrol suspend: when it was last suspended or resumed, and how long it ran before its
     # last suspension (tests/fixtures/slurm/squeue_resumed_twice.json); Slurm moves its end by the time
     # it was suspended
@@ -255,6 +258,12 @@ class SlurmNode:
     #: most)): Slurm runs their jobs on that many nodes, or leaves them pending, PartitionNodeLimit
     #: (tests/fixtures/slurm/partition_node_limits.txt)
     node_limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: the node's partitions whose OverSubscribe lets jobs share CPUs (name -> how many jobs may share one
+    #: CPU), the CPUs each running job sharing them holds here, and the CPUs all its running jobs hold
+    #: (tests/fixtures/slurm/partition_oversubscribe.txt)
+    cpu_rows: dict[str, int] = field(default_factory=dict)
+    shared_cpus: dict[str, list[int]] = field(default_factory=dict)
+    cpus_held: int = 0
 
     @property
     def responding(self) -> bool:
@@ -314,6 +323,7 @@ class Partition:
     max_mem_per_node_mb: int | None = None  # MaxMemPerNode (None: UNLIMITED, or a MaxMemPerCPU)
     min_nodes: int = 1  # MinNodes (0 reads as 1: a job runs on one node at least)
     max_nodes: int = 0  # MaxNodes (0: UNLIMITED)
+    cpu_rows: int = 1  # OverSubscribe=YES:N or FORCE:N: N jobs may share a CPU (1: NO or EXCLUSIVE)
     access: PartitionAccess = PartitionAccess()
 
 

@@ -838,3 +838,29 @@ def test_a_job_its_partition_keeps_out_holds_no_gpus_until_its_owner_moves_it(ct
             "move it (scontrol update job {jid} Partition=...) or cancel it"
         )
         _waits_until_changed(ctl, "alice", ["-p", nlponly, "--gres=gpu:1"], told, "Partition=gpu")
+
+
+def test_jobs_share_cpus_as_their_partitions_oversubscribe_lets_them(ctl: Ctl, loop: Loop) -> None:
+    # with OverSubscribe=FORCE:3 plain Slurm ran three 16-CPU GPU jobs on each 16-CPU node; through hivebatch
+    # one ran and the rest waited, "node3: 0 CPUs free, the job needs 16" (partition_oversubscribe.txt)
+    with lab_partition("shared", "Nodes=node3,node4", "OverSubscribe=FORCE:3") as shared:
+        ask = ["-p", shared, "-w", "node3", "-c", "16", "--mem=1000", "--gres=gpu:1", "-q", "opportunistic",
+               "-t", "5", "-o", "/dev/null", "--wrap", "sleep 120"]  # fmt: skip
+        jids = []
+        for _ in range(4):
+            proc = run_as("bob", ["sbatch", "--parsable", *ask])
+            assert proc.returncode == 0, proc.stderr
+            jids.append(int(proc.stdout.strip()))
+        ctl.mine.update(jids)
+        *three, fourth = jids
+        _seen(
+            ctl,
+            lambda: all(ctl.job(j).state == "running" for j in three),
+            what=lambda: ctl.job(three[-1]).reason,
+        )
+        want = (
+            "node3: 0 CPUs free, even with 3 jobs sharing a CPU as partition shared lets them (OverSubscribe)"
+        )
+        _seen(ctl, lambda: want in (ctl.job(fourth).reason or ""), what=lambda: ctl.job(fourth).reason)
+        assert not ctl.job(fourth).placement
+        assert all(ctl.events(j, "act_failed") == [] for j in jids)

@@ -14,6 +14,7 @@ import datetime as dt
 import re
 from collections.abc import Iterable, Mapping
 
+from hivebatch.controller.decide.cpu_sharing import cpus_short, node_rows
 from hivebatch.controller.decide.partition_caps import (
     in_partitions,
     over_partition_caps,
@@ -121,9 +122,7 @@ def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> 
     if blocked is not None:
         stop, name = blocked
         return f"reserved ({name}) until {stop:%Y-%m-%d %H:%M} UTC, which its time limit would run into"
-    if node.cpus and sj.cpus_per_node > node.cpus_free:
-        return f"{node.cpus_free} CPUs free, the job needs {sj.cpus_per_node}"
-    short = partition_cpus_short(sj, node)
+    short = cpus_short(sj, node) or partition_cpus_short(sj, node)
     if short is not None:
         return short
     if node.mem_mb and sj.mem_per_node_mb > node.mem_free_mb:
@@ -133,7 +132,7 @@ def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> 
     return None
 
 
-Needs = tuple[str, str, tuple[str, ...], str, int, int, bool]
+Needs = tuple[str, str, tuple[str, ...], str, int, int, bool, bool]
 
 
 def node_needs(sj: SlurmJob, nodes: int = 1) -> NodeNeeds:
@@ -143,7 +142,7 @@ def node_needs(sj: SlurmJob, nodes: int = 1) -> NodeNeeds:
     best evenly over more; their memory per CPU (--mem-per-cpu, DefMemPerCPU) with them."""
     cpus = max(sj.cpus_per_node, -(-sj.cpus_total // max(nodes, 1)))
     mem = max(sj.mem_per_node_mb, sj.mem_per_cpu_mb * cpus)
-    return NodeNeeds(cpus, mem, sj.whole_node_memory)
+    return NodeNeeds(cpus, mem, sj.whole_node_memory, tuple(sj.partitions) if sj.shares_cpus else ())
 
 
 def node_rooms(
@@ -151,7 +150,10 @@ def node_rooms(
 ) -> dict[str, NodeRoom]:
     """What each node has left for new pins: what Slurm reports free, less what ``pins`` (jobs pinned
     there that Slurm has not started: it counts a job's CPUs and memory only once it runs) will take."""
-    rooms = {name: NodeRoom(n.cpus, n.cpus_free, n.mem_mb, n.mem_free_mb) for name, n in nodes.items()}
+    rooms = {
+        name: NodeRoom(n.cpus, n.cpus_free, n.mem_mb, n.mem_free_mb, node_rows(n))
+        for name, n in nodes.items()
+    }
     for sj, names in pins:
         on = list(names)
         for name in on:
@@ -162,8 +164,8 @@ def node_rooms(
 
 def short_text(room: NodeRoom, needs: NodeNeeds) -> str:
     """Why a node's room left after the pins on it does not fit ``needs``."""
-    if room.cpus and needs.cpus > room.cpus_free:
-        return f"{room.cpus_free} CPUs left beside the jobs pinned there, the job needs {needs.cpus}"
+    if room.cpus and needs.cpus > room.cpus_left(needs):
+        return f"{room.cpus_left(needs)} CPUs left beside the jobs pinned there, the job needs {needs.cpus}"
     if room.mem_mb and needs.mem_mb > room.mem_free_mb:
         return f"{room.mem_free_mb} MB memory left beside the jobs pinned there, the job needs {needs.mem_mb}"
     return "memory taken by the jobs pinned there, the job needs all of it (--mem=0)"
@@ -177,7 +179,7 @@ def short_nodes(rooms: Mapping[str, NodeRoom], needs: NodeNeeds) -> dict[str, st
 def needs_of(sj: SlurmJob) -> Needs:
     """What ``why_unfit`` reads of a job: jobs with the same needs are unfit on the same nodes."""
     return (sj.partition, sj.reservation, tuple(sj.excluded_nodes), sj.features, sj.cpus_per_node,
-            sj.mem_per_node_mb, sj.whole_node_memory)  # fmt: skip
+            sj.mem_per_node_mb, sj.whole_node_memory, sj.shares_cpus)  # fmt: skip
 
 
 def unfit_nodes(
