@@ -747,3 +747,11 @@ def test_nodes_outside_the_jobs_partitions_are_named_last() -> None:
         "node3: has 64000 MB memory, the job needs 70000; node4: has 64000 MB memory, the job needs 70000; "
         "node1: not in partition p; and 1 more"
     )
+    # seen on the lab: a job of --nodelist node3 read "node1: not in its --nodelist node3; node2: not in its
+    # --nodelist node3; node3: 0 CPUs free, the job needs 16; and 1 more"
+    listed = {
+        "node1": "not in its --nodelist node3",
+        "node2": "excluded by the job",
+        "node3": "0 CPUs free, the job needs 16",
+    }
+    assert unfit_text(listed, limit=1) == "node3: 0 CPUs free, the job needs 16; and 2 more"

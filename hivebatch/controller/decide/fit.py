@@ -39,6 +39,7 @@ def features_met(expr: str, have: list[str]) -> bool:
 EXCLUDED = "excluded by the job"
 OUTSIDE = "not in partition"
 UNLISTED = "not in its --nodelist"
+_ELSEWHERE = (OUTSIDE, EXCLUDED, UNLISTED)
 
 
 def why_never(sj: SlurmJob, node: SlurmNode) -> str | None:
@@ -206,8 +207,9 @@ def unfit_nodes(
 
 
 def unfit_text(unfit: Mapping[str, str], limit: int = 3) -> str:
-    """``node1: 2 CPUs free, the job needs 8; node3: not in partition debug`` (the first few). Nodes
-    outside the job's partitions come last: they say nothing of what keeps it from the nodes it may use."""
-    items = sorted(unfit.items(), key=lambda item: (item[1].startswith(OUTSIDE), item[0]))
+    """``node1: 2 CPUs free, the job needs 8; node3: not in partition debug`` (the first few). Nodes the
+    job may not use (outside its partitions, excluded or not listed by it) come last: they say nothing of
+    what keeps it from the nodes it may use."""
+    items = sorted(unfit.items(), key=lambda item: (item[1].startswith(_ELSEWHERE), item[0]))
     text = "; ".join(f"{n}: {why}" for n, why in items[:limit])
     return text + (f"; and {len(items) - limit} more" if len(items) > limit else "")
