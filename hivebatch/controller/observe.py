@@ -93,7 +93,7 @@ def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
     return nodes
 
 
-def count_partition_cpus(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode]) -> None:
+def count_running_jobs(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode]) -> None:
     """Add to each node the CPUs its running jobs hold (a job on several nodes at its even share: squeue
     gives its total): in all, in each of its partitions with a MaxCPUsPerNode, and job by job where they
     share CPUs in a partition that lets them."""
@@ -127,7 +127,7 @@ def observe(backend: SlurmBackend) -> Observation:
     try:
         jobs = {int(j.job_id): j for j in backend.list_jobs()}
         nodes = list_nodes(backend)
-        count_partition_cpus(jobs.values(), nodes)
+        count_running_jobs(jobs.values(), nodes)
     except SlurmUnavailable:
         raise
     except SlurmError as exc:

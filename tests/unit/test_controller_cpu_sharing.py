@@ -11,7 +11,7 @@ from decide_support import context, decided
 
 from hivebatch.controller.decide.cpu_sharing import cpus_short, row_frees
 from hivebatch.controller.decide.fit import node_needs, node_rooms, why_unfit
-from hivebatch.controller.observe import count_partition_cpus
+from hivebatch.controller.observe import count_running_jobs
 from hivebatch.request import JobRequest
 from hivebatch.slurm.parse import parse_partitions, parse_squeue_json
 from hivebatch.slurm.types import SlurmJob, SlurmNode
@@ -102,7 +102,7 @@ def test_the_cpus_of_running_sharing_jobs_are_counted_job_by_job() -> None:
         _job(8, job_id=4, state="RUNNING", nodes=["node3"], partition="gpu"),
         _job(8, job_id=5, state="PENDING"),
     ]
-    count_partition_cpus(jobs, nodes)
+    count_running_jobs(jobs, nodes)
     assert (node3.shared_cpus, node3.cpus_held) == ({"p": [16, 16]}, 44)
     assert (node4.shared_cpus, node4.cpus_held) == ({"p": [16]}, 16)
 

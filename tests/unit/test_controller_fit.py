@@ -670,7 +670,7 @@ def test_a_job_is_not_pinned_where_its_partitions_cpus_are_held_by_its_other_job
 
 
 def test_the_cpus_a_partitions_running_jobs_hold_are_counted_on_each_node() -> None:
-    from hivebatch.controller.observe import count_partition_cpus
+    from hivebatch.controller.observe import count_running_jobs
 
     # the recorded 1170 (small, 16 CPUs on node[3-4]) running, 1171 waiting, a job of gpu beside them
     jobs = [
@@ -679,7 +679,7 @@ def test_the_cpus_a_partitions_running_jobs_hold_are_counted_on_each_node() -> N
         _job(job_id=1174, state="RUNNING", partition="gpu", nodes=["node3"], cpus_total=4),
     ]
     nodes = {n: _capped(n) for n in ("node3", "node4")} | {"node1": _node("node1")}
-    count_partition_cpus(jobs, nodes)
+    count_running_jobs(jobs, nodes)
     assert [nodes[n].cpus_in_partition for n in ("node1", "node3", "node4")] == [
         {},
         {"small": 8},
