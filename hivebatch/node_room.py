@@ -15,24 +15,49 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class NodeNeeds:
     """Per node: CPUs and MB of memory, or all of its memory (``--mem=0``); ``shares_in``: the partitions
-    in which its CPUs may be shared with other jobs (OverSubscribe, --oversubscribe)."""
+    in which its CPUs may be shared with other jobs (OverSubscribe, --oversubscribe); whose job it is and
+    its partitions, where a partition keeps a node to one user (ExclusiveUser)."""
 
     cpus: int = 0
     mem_mb: int = 0
     whole_memory: bool = False
     shares_in: tuple[str, ...] = ()
+    user: str = ""
+    partitions: tuple[str, ...] = ()
 
 
 @dataclass
 class NodeRoom:
     """A node's CPUs and memory, all and still free (0 in ``cpus`` or ``mem_mb``: not reported, no check);
-    ``rows``: for each partition whose jobs may share CPUs there, the CPUs free in each of its rows."""
+    ``rows``: for each partition whose jobs may share CPUs there, the CPUs free in each of its rows;
+    ``owner``: the user whose jobs alone may start there, ``users``: those whose jobs run or are pinned
+    there, ``partitions`` the node's, of which ``user_exclusive`` keep a node to one user."""
 
     cpus: int
     cpus_free: int
     mem_mb: int
     mem_free_mb: int
     rows: dict[str, list[int]] = field(default_factory=dict)
+    owner: str = ""
+    users: set[str] = field(default_factory=set)
+    partitions: tuple[str, ...] = ()
+    user_exclusive: frozenset[str] = frozenset()
+
+    def _keeps_to_one_user(self, needs: NodeNeeds) -> bool:
+        """Whether every partition of the job's that the node is in is ExclusiveUser (else Slurm may run
+        it in another)."""
+        here = [p for p in needs.partitions if p in self.partitions] if self.partitions else needs.partitions
+        return bool(self.user_exclusive and here) and all(p in self.user_exclusive for p in here)
+
+    def other_user(self, needs: NodeNeeds) -> str | None:
+        """Another user whose jobs keep the job off the node: the node's owner, or, where the job's
+        partition keeps a node to one user, a user whose job runs or is pinned there."""
+        if not needs.user:
+            return None
+        if self.owner and self.owner != needs.user:
+            return self.owner
+        others = sorted(self.users - {needs.user}) if self._keeps_to_one_user(needs) else []
+        return others[0] if others else None
 
     def _row(self, needs: NodeNeeds) -> tuple[list[int], int] | None:
         """The first row of the needs' sharing partitions with their CPUs free: its partition's rows and
@@ -49,6 +74,8 @@ class NodeRoom:
         return max([self.cpus_free, *shared])
 
     def fits(self, needs: NodeNeeds) -> bool:
+        if self.other_user(needs):
+            return False
         if self.cpus and needs.cpus > self.cpus_left(needs):
             return False
         if self.mem_mb and needs.mem_mb > self.mem_free_mb:
@@ -68,3 +95,7 @@ class NodeRoom:
             frees, i = row
             frees[i] = max(0, frees[i] - needs.cpus)
         self.mem_free_mb = 0 if needs.whole_memory else max(0, self.mem_free_mb - needs.mem_mb)
+        if needs.user:
+            self.users.add(needs.user)
+            if self._keeps_to_one_user(needs):
+                self.owner = needs.user

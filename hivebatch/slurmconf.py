@@ -431,8 +431,9 @@ def _keeps_users_apart(line: str, setting: tuple[str, str] | None, gpu_nodes: se
     if not reach:
         return None
     return (
-        f"PartitionName={keys['partitionname']}: ExclusiveUser=YES keeps other users off its GPU nodes, which"
-        " the cells do not model; a job there would hold GPUs of other VCs: drop it for partitions with GPU nodes"
+        f"PartitionName={keys['partitionname']}: ExclusiveUser=YES keeps other users off its GPU nodes: hivebatch"
+        " pins no job where Slurm would not start it, but a job there leaves the node's other GPUs to its user alone,"
+        " and other VCs' guaranteed jobs wait for them: drop it for partitions with GPU nodes"
     )
 
 

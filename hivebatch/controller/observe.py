@@ -90,15 +90,17 @@ def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
                 nodes[name].node_limits[p.name] = (p.min_nodes, p.max_nodes)
             if p.cpu_rows > 1:
                 nodes[name].cpu_rows[p.name] = p.cpu_rows
+            if p.exclusive_user:
+                nodes[name].user_exclusive.add(p.name)
     return nodes
 
 
 def count_running_jobs(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode]) -> None:
     """Add to each node the CPUs its running jobs hold (a job on several nodes at its even share: squeue
     gives its total): in all, in each of its partitions with a MaxCPUsPerNode, and job by job where they
-    share CPUs in a partition that lets them."""
+    share CPUs in a partition that lets them; and whose jobs run there."""
     for job in jobs:
-        if phase(job.state) != "running" or not job.nodes or not job.cpus_total:
+        if phase(job.state) != "running" or not job.nodes:
             continue
         share = -(-job.cpus_total // len(job.nodes))
         for name in job.nodes:
@@ -106,9 +108,10 @@ def count_running_jobs(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode])
             if node is None:
                 continue
             node.cpus_held += share
+            node.users.add(job.user)
             if job.partition in node.max_cpus:
                 node.cpus_in_partition[job.partition] = node.cpus_in_partition.get(job.partition, 0) + share
-            if job.shares_cpus and job.partition in node.cpu_rows:
+            if share and job.shares_cpus and job.partition in node.cpu_rows:
                 node.shared_cpus.setdefault(job.partition, []).append(share)
 
 

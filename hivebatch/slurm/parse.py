@@ -415,6 +415,7 @@ def node_from_json(node: Mapping[str, Any]) -> SlurmNode:
         sockets=_num(node.get("sockets")) or 0,
         cores_per_socket=_num(node.get("cores")) or 0,
         threads_per_core=_num(node.get("threads")) or 0,
+        owner=str(node.get("owner") or ""),
     )
 
 
@@ -606,6 +607,7 @@ def parse_partitions(text: str) -> list[Partition]:
                 min_nodes=max(int(min_nodes), 1) if min_nodes.isdigit() else 1,
                 max_nodes=int(max_nodes) if max_nodes.isdigit() else 0,
                 cpu_rows=_cpu_rows(fields.get("OverSubscribe", "NO")),
+                exclusive_user=fields.get("ExclusiveUser", "NO") == "YES",
                 access=_access(fields),
             )
         )

@@ -264,6 +264,12 @@ class SlurmNode:
     cpu_rows: dict[str, int] = field(default_factory=dict)
     shared_cpus: dict[str, list[int]] = field(default_factory=dict)
     cpus_held: int = 0
+    #: the user whose jobs alone Slurm starts there now (a job of an ExclusiveUser partition runs there: sinfo's
+    #: "owner"), the node's ExclusiveUser partitions, and the users of the jobs running there: Slurm starts a job
+    #: of such a partition only where no other user's job runs (tests/fixtures/slurm/partition_exclusive_user.txt)
+    owner: str = ""
+    user_exclusive: set[str] = field(default_factory=set)
+    users: set[str] = field(default_factory=set)
 
     @property
     def responding(self) -> bool:
@@ -324,6 +330,7 @@ class Partition:
     min_nodes: int = 1  # MinNodes (0 reads as 1: a job runs on one node at least)
     max_nodes: int = 0  # MaxNodes (0: UNLIMITED)
     cpu_rows: int = 1  # OverSubscribe=YES:N or FORCE:N: N jobs may share a CPU (1: NO or EXCLUSIVE)
+    exclusive_user: bool = False  # ExclusiveUser=YES: a node running one of its jobs is that user's alone
     access: PartitionAccess = PartitionAccess()
 
 

@@ -864,3 +864,32 @@ def test_jobs_share_cpus_as_their_partitions_oversubscribe_lets_them(ctl: Ctl, l
         _seen(ctl, lambda: want in (ctl.job(fourth).reason or ""), what=lambda: ctl.job(fourth).reason)
         assert not ctl.job(fourth).placement
         assert all(ctl.events(j, "act_failed") == [] for j in jids)
+
+
+def _sbatch_held(ctl: Ctl, user: str, *opts: str) -> int:
+    """``user``'s opportunistic one-GPU sleep, submitted: its id."""
+    proc = run_as(user, ["sbatch", "--parsable", *opts, "--gres=gpu:1", "-q", "opportunistic", "-t", "5",
+                         "-o", "/dev/null", "--wrap", "sleep 120"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    return jid
+
+
+def test_a_node_a_job_of_an_exclusive_user_partition_holds_is_left_to_its_user(ctl: Ctl, loop: Loop) -> None:
+    # plain Slurm kept other users' jobs off a node running a job of an ExclusiveUser=YES partition; through
+    # hivebatch bob's jobs were pinned beside alice's and waited there holding cells (partition_exclusive_user.txt)
+    with lab_partition("mine", "Nodes=node3,node4", "ExclusiveUser=YES") as mine:
+        alices = _sbatch_held(ctl, "alice", "-p", mine, "-w", "node3")
+        _seen(ctl, lambda: ctl.job(alices).state == "running", what=lambda: ctl.job(alices).reason)
+        bobs = _sbatch_held(ctl, "bob", "-p", mine, "-w", "node3")
+        want = "node3: user alice's alone while their job of an ExclusiveUser partition runs there"
+        _seen(ctl, lambda: want in (ctl.job(bobs).reason or ""), what=lambda: ctl.job(bobs).reason)
+        assert not ctl.job(bobs).placement
+        # on the other node bob's job runs, and then keeps alice's next job of the partition off it
+        other = _sbatch_held(ctl, "bob", "-p", mine, "-w", "node4")
+        _seen(ctl, lambda: ctl.job(other).state == "running", what=lambda: ctl.job(other).reason)
+        second = _sbatch_held(ctl, "alice", "-p", mine, "-w", "node4")
+        want = "node4: user bob's alone while their job of an ExclusiveUser partition runs there"
+        _seen(ctl, lambda: want in (ctl.job(second).reason or ""), what=lambda: ctl.job(second).reason)
+        assert all(ctl.events(j, "act_failed") == [] for j in (alices, bobs, other, second))

@@ -110,6 +110,17 @@ def _stopped_partition(sj: SlurmJob, node: SlurmNode) -> str | None:
     return None
 
 
+def _kept_to_other_user(sj: SlurmJob, node: SlurmNode) -> str | None:
+    """Why Slurm starts no job of the user's on ``node`` now: another user's job of an ExclusiveUser
+    partition holds it, or the job's partition is such and another user's job runs there."""
+    other = node_room(node).other_user(node_needs(sj))
+    if other is None:
+        return None
+    if other == node.owner:
+        return f"user {other}'s alone while their job of an ExclusiveUser partition runs there"
+    return f"user {other}'s job runs there, and partition {sj.partition} keeps a node to one user (ExclusiveUser)"
+
+
 def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> str | None:
     """Why Slurm would not start ``sj`` on ``node`` now (naive UTC; None: reservations are not judged),
     in a few words; None when it could."""
@@ -123,7 +134,7 @@ def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> 
     if blocked is not None:
         stop, name = blocked
         return f"reserved ({name}) until {stop:%Y-%m-%d %H:%M} UTC, which its time limit would run into"
-    short = cpus_short(sj, node) or partition_cpus_short(sj, node)
+    short = _kept_to_other_user(sj, node) or cpus_short(sj, node) or partition_cpus_short(sj, node)
     if short is not None:
         return short
     if node.mem_mb and sj.mem_per_node_mb > node.mem_free_mb:
@@ -133,7 +144,7 @@ def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> 
     return None
 
 
-Needs = tuple[str, str, tuple[str, ...], str, int, int, bool, bool]
+Needs = tuple[str, str, tuple[str, ...], str, int, int, bool, bool, str]
 
 
 def node_needs(sj: SlurmJob, nodes: int = 1) -> NodeNeeds:
@@ -143,7 +154,16 @@ def node_needs(sj: SlurmJob, nodes: int = 1) -> NodeNeeds:
     best evenly over more; their memory per CPU (--mem-per-cpu, DefMemPerCPU) with them."""
     cpus = max(sj.cpus_per_node, -(-sj.cpus_total // max(nodes, 1)))
     mem = max(sj.mem_per_node_mb, sj.mem_per_cpu_mb * cpus)
-    return NodeNeeds(cpus, mem, sj.whole_node_memory, tuple(sj.partitions) if sj.shares_cpus else ())
+    partitions = tuple(sj.partitions)
+    return NodeNeeds(
+        cpus, mem, sj.whole_node_memory, partitions if sj.shares_cpus else (), sj.user, partitions
+    )
+
+
+def node_room(node: SlurmNode) -> NodeRoom:
+    """What ``node`` has free now, as Slurm reports it."""
+    return NodeRoom(node.cpus, node.cpus_free, node.mem_mb, node.mem_free_mb, node_rows(node), node.owner,
+                    set(node.users), tuple(node.partitions), frozenset(node.user_exclusive))  # fmt: skip
 
 
 def node_rooms(
@@ -151,10 +171,7 @@ def node_rooms(
 ) -> dict[str, NodeRoom]:
     """What each node has left for new pins: what Slurm reports free, less what ``pins`` (jobs pinned
     there that Slurm has not started: it counts a job's CPUs and memory only once it runs) will take."""
-    rooms = {
-        name: NodeRoom(n.cpus, n.cpus_free, n.mem_mb, n.mem_free_mb, node_rows(n))
-        for name, n in nodes.items()
-    }
+    rooms = {name: node_room(n) for name, n in nodes.items()}
     for sj, names in pins:
         on = list(names)
         for name in on:
@@ -165,6 +182,9 @@ def node_rooms(
 
 def short_text(room: NodeRoom, needs: NodeNeeds) -> str:
     """Why a node's room left after the pins on it does not fit ``needs``."""
+    other = room.other_user(needs)
+    if other:
+        return f"user {other}'s job pinned there keeps the node to one user (ExclusiveUser)"
     if room.cpus and needs.cpus > room.cpus_left(needs):
         return f"{room.cpus_left(needs)} CPUs left beside the jobs pinned there, the job needs {needs.cpus}"
     if room.mem_mb and needs.mem_mb > room.mem_free_mb:
@@ -180,7 +200,7 @@ def short_nodes(rooms: Mapping[str, NodeRoom], needs: NodeNeeds) -> dict[str, st
 def needs_of(sj: SlurmJob) -> Needs:
     """What ``why_unfit`` reads of a job: jobs with the same needs are unfit on the same nodes."""
     return (sj.partition, sj.reservation, tuple(sj.excluded_nodes), sj.features, sj.cpus_per_node,
-            sj.mem_per_node_mb, sj.whole_node_memory, sj.shares_cpus)  # fmt: skip
+            sj.mem_per_node_mb, sj.whole_node_memory, sj.shares_cpus, sj.user)  # fmt: skip
 
 
 def unfit_nodes(
