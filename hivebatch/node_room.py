@@ -24,6 +24,7 @@ class NodeNeeds:
     shares_in: tuple[str, ...] = ()
     user: str = ""
     partitions: tuple[str, ...] = ()
+    preempts: bool = False  # Slurm requeues running opportunistic jobs for it (preempt/qos)
 
 
 @dataclass
@@ -31,7 +32,8 @@ class NodeRoom:
     """A node's CPUs and memory, all and still free (0 in ``cpus`` or ``mem_mb``: not reported, no check);
     ``rows``: for each partition whose jobs may share CPUs there, the CPUs free in each of its rows;
     ``owner``: the user whose jobs alone may start there, ``users``: those whose jobs run or are pinned
-    there, ``partitions`` the node's, of which ``user_exclusive`` keep a node to one user."""
+    there, ``partitions`` the node's, of which ``user_exclusive`` keep a node to one user; the CPUs and
+    memory of running opportunistic jobs, which a job that preempts them may have too."""
 
     cpus: int
     cpus_free: int
@@ -42,6 +44,8 @@ class NodeRoom:
     users: set[str] = field(default_factory=set)
     partitions: tuple[str, ...] = ()
     user_exclusive: frozenset[str] = frozenset()
+    preemptible_cpus: int = 0
+    preemptible_mem_mb: int = 0
 
     def _keeps_to_one_user(self, needs: NodeNeeds) -> bool:
         """Whether every partition of the job's that the node is in is ExclusiveUser (else Slurm may run
@@ -69,22 +73,32 @@ class NodeRoom:
         return None
 
     def cpus_left(self, needs: NodeNeeds) -> int:
-        """The most CPUs a job of ``needs`` finds free: free ones, or free in one row it may share."""
+        """The most CPUs a job of ``needs`` finds free: free ones (with those it preempts), or free in one
+        row it may share."""
         shared = [free for p in needs.shares_in for free in self.rows.get(p, ())]
-        return max([self.cpus_free, *shared])
+        return max([self.cpus_free + (self.preemptible_cpus if needs.preempts else 0), *shared])
+
+    def mem_left(self, needs: NodeNeeds) -> int:
+        """The memory (MB) a job of ``needs`` finds free, with that of the jobs it preempts."""
+        return self.mem_free_mb + (self.preemptible_mem_mb if needs.preempts else 0)
 
     def fits(self, needs: NodeNeeds) -> bool:
         if self.other_user(needs):
             return False
         if self.cpus and needs.cpus > self.cpus_left(needs):
             return False
-        if self.mem_mb and needs.mem_mb > self.mem_free_mb:
+        if self.mem_mb and needs.mem_mb > self.mem_left(needs):
             return False
-        return not (needs.whole_memory and self.mem_mb and self.mem_free_mb < self.mem_mb)
+        return not (needs.whole_memory and self.mem_mb and self.mem_left(needs) < self.mem_mb)
 
     def take(self, needs: NodeNeeds) -> None:
         # Slurm gives a job free CPUs first: those are free in every row, so a job that shares none
         # takes them from every row; a sharing job placed beside others takes them from its row only
+        if needs.preempts:
+            # what free CPUs and memory lack comes of the opportunistic jobs Slurm requeues for it
+            self.preemptible_cpus = max(0, self.preemptible_cpus - max(0, needs.cpus - self.cpus_free))
+            mem = self.mem_mb if needs.whole_memory else needs.mem_mb
+            self.preemptible_mem_mb = max(0, self.preemptible_mem_mb - max(0, mem - self.mem_free_mb))
         row = self._row(needs)
         if needs.cpus <= self.cpus_free or row is None:
             self.cpus_free = max(0, self.cpus_free - needs.cpus)

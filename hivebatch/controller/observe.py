@@ -16,6 +16,7 @@ from hivebatch.slurm.types import (
     SlurmNode,
     SlurmUnavailable,
 )
+from hivebatch.slurmconf import PREEMPTABLE_QOS
 
 # Slurm job states, grouped by what they mean for the GPUs a job holds.
 RUNNING_STATES = frozenset(
@@ -98,7 +99,8 @@ def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
 def count_running_jobs(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode]) -> None:
     """Add to each node the CPUs its running jobs hold (a job on several nodes at its even share: squeue
     gives its total): in all, in each of its partitions with a MaxCPUsPerNode, and job by job where they
-    share CPUs in a partition that lets them; and whose jobs run there."""
+    share CPUs in a partition that lets them; whose jobs run there, and what jobs Slurm may preempt for
+    others hold."""
     for job in jobs:
         if phase(job.state) != "running" or not job.nodes:
             continue
@@ -109,6 +111,9 @@ def count_running_jobs(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode])
                 continue
             node.cpus_held += share
             node.users.add(job.user)
+            if job.qos == PREEMPTABLE_QOS:
+                node.preemptible_cpus += share
+                node.preemptible_mem_mb += node.mem_mb if job.whole_node_memory else job.mem_on_node_mb(share)
             if job.partition in node.max_cpus:
                 node.cpus_in_partition[job.partition] = node.cpus_in_partition.get(job.partition, 0) + share
             if share and job.shares_cpus and job.partition in node.cpu_rows:

@@ -211,6 +211,10 @@ class SlurmJob:
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
 
+    def mem_on_node_mb(self, cpus: int) -> int:
+        """The memory (MB) it takes of a node where it has ``cpus`` CPUs (--mem, or --mem-per-cpu)."""
+        return max(self.mem_per_node_mb, self.mem_per_cpu_mb * cpus)
+
 
 @dataclass
 class SlurmNode:
@@ -270,6 +274,10 @@ class SlurmNode:
     owner: str = ""
     user_exclusive: set[str] = field(default_factory=set)
     users: set[str] = field(default_factory=set)
+    #: the CPUs and MB of memory held there by running jobs of the preemptable QOS: Slurm requeues those for a
+    #: released job of a QOS that preempts it (preempt/qos: tests/fixtures/slurm/preempt_qos_node_resources.txt)
+    preemptible_cpus: int = 0
+    preemptible_mem_mb: int = 0
 
     @property
     def responding(self) -> bool:

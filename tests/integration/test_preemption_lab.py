@@ -74,3 +74,22 @@ def test_victim_checkpoints_on_its_signal_is_requeued_held_and_the_owner_starts_
     started = ctl.job(owner).start_time
     assert started is not None and started >= dt.datetime.fromtimestamp(saved_at, dt.UTC).replace(tzinfo=None)
     assert ctl.job(owner).placement == ctl.job(victim).placement
+
+
+def test_a_guaranteed_job_goes_where_opportunistic_jobs_hold_the_cpus_and_slurm_requeues_them(
+    ctl: Ctl,
+) -> None:
+    # with every node's CPUs held by opportunistic jobs on few GPUs, alice's guaranteed job held no pin and
+    # waited "node1: 0 CPUs free, the job needs 4" until they ended; a job of a QOS that preempts
+    # opportunistic, released there, starts at once as Slurm requeues them (preempt_qos_node_resources.txt)
+    opp = [ctl.submit("carol", "sys", 1, qos="opportunistic", extra=["-c", "8"]) for _ in range(8)]
+    ctl.until(
+        lambda: all(ctl.job(j).state == "running" for j in opp), what=lambda: [ctl.job(j).reason for j in opp]
+    )
+    ran_on = {j: set(ctl.job(j).placement or {}) for j in opp}
+    owner = ctl.submit("alice", "cv", 1, extra=["-c", "4"])
+    ctl.until(lambda: ctl.job(owner).state == "running", timeout_s=60, what=lambda: ctl.job(owner).reason)
+    restarted = [j.job_id for j in ctl.backend.list_jobs(opp) if j.restarts]
+    assert len(restarted) == 1, restarted  # one job's CPUs were enough
+    assert ran_on[restarted[0]] == set(ctl.job(owner).placement or {})
+    assert ctl.events(owner, "act_failed") == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from hivebatch.controller.decide.cpu_sharing import cpus_short, node_rows
 from hivebatch.controller.decide.partition_caps import (
@@ -24,6 +25,7 @@ from hivebatch.controller.decide.partition_caps import (
 from hivebatch.node_room import NodeNeeds, NodeRoom
 from hivebatch.slurm.parse import expand_hostlist
 from hivebatch.slurm.types import SlurmJob, SlurmNode
+from hivebatch.slurmconf import PREEMPTABLE_QOS, QOS_PRIORITIES
 
 _SIMPLE_FEATURES = re.compile(r"^[\w.-]+([&,|][\w.-]+)*$")
 
@@ -121,6 +123,24 @@ def _kept_to_other_user(sj: SlurmJob, node: SlurmNode) -> str | None:
     return f"user {other}'s job runs there, and partition {sj.partition} keeps a node to one user (ExclusiveUser)"
 
 
+def preempts_opportunistic(sj: SlurmJob) -> bool:
+    """Whether Slurm requeues running opportunistic jobs to start ``sj`` (its QOS is a guaranteed class's,
+    each of which hadmin slurm-config gives Preempt=opportunistic)."""
+    return sj.qos in QOS_PRIORITIES and sj.qos != PREEMPTABLE_QOS
+
+
+def as_preemptor_finds(sj: SlurmJob, node: SlurmNode) -> SlurmNode:
+    """``node`` as Slurm sees it for ``sj``: the CPUs and memory of the opportunistic jobs running there
+    count as free when it would requeue them for ``sj`` (preempt_qos_node_resources.txt)."""
+    if not (node.preemptible_cpus or node.preemptible_mem_mb) or not preempts_opportunistic(sj):
+        return node
+    return replace(
+        node,
+        cpus_free=min(node.cpus, node.cpus_free + node.preemptible_cpus),
+        mem_free_mb=min(node.mem_mb, node.mem_free_mb + node.preemptible_mem_mb),
+    )
+
+
 def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> str | None:
     """Why Slurm would not start ``sj`` on ``node`` now (naive UTC; None: reservations are not judged),
     in a few words; None when it could."""
@@ -134,6 +154,7 @@ def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> 
     if blocked is not None:
         stop, name = blocked
         return f"reserved ({name}) until {stop:%Y-%m-%d %H:%M} UTC, which its time limit would run into"
+    node = as_preemptor_finds(sj, node)
     short = _kept_to_other_user(sj, node) or cpus_short(sj, node) or partition_cpus_short(sj, node)
     if short is not None:
         return short
@@ -144,7 +165,7 @@ def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> 
     return None
 
 
-Needs = tuple[str, str, tuple[str, ...], str, int, int, bool, bool, str]
+Needs = tuple[str, str, tuple[str, ...], str, int, int, bool, bool, str, str]
 
 
 def node_needs(sj: SlurmJob, nodes: int = 1) -> NodeNeeds:
@@ -153,17 +174,17 @@ def node_needs(sj: SlurmJob, nodes: int = 1) -> NodeNeeds:
     ``-B 2:8:1``, whose MinCPUsNode stays 1: tests/fixtures/slurm/held_job_sizes.txt), and spread at
     best evenly over more; their memory per CPU (--mem-per-cpu, DefMemPerCPU) with them."""
     cpus = max(sj.cpus_per_node, -(-sj.cpus_total // max(nodes, 1)))
-    mem = max(sj.mem_per_node_mb, sj.mem_per_cpu_mb * cpus)
+    mem = sj.mem_on_node_mb(cpus)
     partitions = tuple(sj.partitions)
-    return NodeNeeds(
-        cpus, mem, sj.whole_node_memory, partitions if sj.shares_cpus else (), sj.user, partitions
-    )
+    return NodeNeeds(cpus, mem, sj.whole_node_memory, partitions if sj.shares_cpus else (), sj.user, partitions,
+                     preempts_opportunistic(sj))  # fmt: skip
 
 
 def node_room(node: SlurmNode) -> NodeRoom:
     """What ``node`` has free now, as Slurm reports it."""
     return NodeRoom(node.cpus, node.cpus_free, node.mem_mb, node.mem_free_mb, node_rows(node), node.owner,
-                    set(node.users), tuple(node.partitions), frozenset(node.user_exclusive))  # fmt: skip
+                    set(node.users), tuple(node.partitions), frozenset(node.user_exclusive),
+                    node.preemptible_cpus, node.preemptible_mem_mb)  # fmt: skip
 
 
 def node_rooms(
@@ -187,8 +208,8 @@ def short_text(room: NodeRoom, needs: NodeNeeds) -> str:
         return f"user {other}'s job pinned there keeps the node to one user (ExclusiveUser)"
     if room.cpus and needs.cpus > room.cpus_left(needs):
         return f"{room.cpus_left(needs)} CPUs left beside the jobs pinned there, the job needs {needs.cpus}"
-    if room.mem_mb and needs.mem_mb > room.mem_free_mb:
-        return f"{room.mem_free_mb} MB memory left beside the jobs pinned there, the job needs {needs.mem_mb}"
+    if room.mem_mb and needs.mem_mb > room.mem_left(needs):
+        return f"{room.mem_left(needs)} MB memory left beside the jobs pinned there, the job needs {needs.mem_mb}"
     return "memory taken by the jobs pinned there, the job needs all of it (--mem=0)"
 
 
@@ -200,7 +221,7 @@ def short_nodes(rooms: Mapping[str, NodeRoom], needs: NodeNeeds) -> dict[str, st
 def needs_of(sj: SlurmJob) -> Needs:
     """What ``why_unfit`` reads of a job: jobs with the same needs are unfit on the same nodes."""
     return (sj.partition, sj.reservation, tuple(sj.excluded_nodes), sj.features, sj.cpus_per_node,
-            sj.mem_per_node_mb, sj.whole_node_memory, sj.shares_cpus, sj.user)  # fmt: skip
+            sj.mem_per_node_mb, sj.whole_node_memory, sj.shares_cpus, sj.user, sj.qos)  # fmt: skip
 
 
 def unfit_nodes(
