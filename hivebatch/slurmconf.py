@@ -270,6 +270,8 @@ def slurm_conf(
         "MinJobAge=300",
         # without a default, a job without --mem takes the whole node's memory and blocks its GPUs
         "DefMemPerCPU=2000",
+        # a counted license, as sites count their MATLAB seats: jobs ask for it with -L matlab:N
+        "Licenses=matlab:2",
         "InactiveLimit=0",
         "SlurmctldTimeout=30",
         "SlurmdTimeout=60",

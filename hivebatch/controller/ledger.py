@@ -26,6 +26,7 @@ class Ledger:
     redo_notice: list[Job] = field(default_factory=list)  # intent "notice", signal maybe not sent yet
     bad_nodes: set[str] = field(default_factory=set)
     nodes: dict[str, SlurmNode] = field(default_factory=dict)  # as Slurm listed them this cycle
+    licenses: dict[str, int] | None = None  # each license's free count (None: no job asks for one)
     # per Slurm job id: nodes where the job was pinned and Slurm did not start it (see take_back)
     avoided: dict[int, frozenset[str]] = field(default_factory=dict)
     sharing: SharingLedger | None = None  # GPU slices booked on top of ``alloc``

@@ -63,6 +63,8 @@ class Observation:
     nodes: dict[str, SlurmNode]
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
+    #: each license's free count, listed only when some job asks for one (None: not listed)
+    licenses: dict[str, int] | None = None
 
 
 def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
@@ -136,6 +138,7 @@ def observe(backend: SlurmBackend) -> Observation:
         jobs = {int(j.job_id): j for j in backend.list_jobs()}
         nodes = list_nodes(backend)
         count_running_jobs(jobs.values(), nodes)
+        licenses = backend.list_licenses() if any(j.licenses for j in jobs.values()) else None
     except SlurmUnavailable:
         raise
     except SlurmError as exc:
@@ -145,4 +148,4 @@ def observe(backend: SlurmBackend) -> Observation:
         raise SlurmUnavailable(
             ["sinfo", "--json"], "no node has registered with slurmctld (all UNKNOWN or NOT_RESPONDING)"
         )
-    return Observation(now=now, jobs=jobs, nodes=nodes, seconds=time.perf_counter() - t0)
+    return Observation(now=now, jobs=jobs, nodes=nodes, seconds=time.perf_counter() - t0, licenses=licenses)

@@ -114,6 +114,10 @@ class SlurmBackend(ABC):
         """Every partition with its state (none where the backend cannot tell)."""
         return []
 
+    def list_licenses(self) -> dict[str, int]:
+        """Each license the cluster counts, and how many are free (none where the backend cannot tell)."""
+        return {}
+
     @abstractmethod
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:
         """The GPU indices per node Slurm allocated a running job (``scontrol -d show job``, IDX)."""

@@ -15,6 +15,7 @@ from hivebatch.slurm.parse import (
     SACCT_FIELDS,
     parse_job_gpus,
     parse_job_id,
+    parse_licenses,
     parse_partitions,
     parse_reservations,
     parse_sacct,
@@ -239,6 +240,9 @@ class CliBackend(SlurmBackend):
 
     def list_partitions(self) -> list[Partition]:
         return parse_partitions(self._run(["scontrol", "show", "partition", "-o"]))
+
+    def list_licenses(self) -> dict[str, int]:
+        return parse_licenses(self._run(["scontrol", "show", "licenses", "-o"]))
 
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:
         return parse_job_gpus(self._run(["scontrol", "-d", "show", "job", self._name(job_id)]))

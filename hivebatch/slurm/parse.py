@@ -281,6 +281,7 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         nice=_nice(job.get("nice")),
         spread_job="SPREAD_JOB" in (job.get("flags") or []),
         shares_cpus=job.get("shared") == "shared",
+        licenses=str(job.get("licenses") or ""),
         **_array_fields(job),
         **_node_needs(job),
     )
@@ -526,6 +527,27 @@ def requeue_delay_s(config: Mapping[str, str]) -> int:
         if name.strip() == "cred_expire" and value.strip().isdigit():
             expire = int(value)
     return expire + 1
+
+
+def parse_licenses(text: str) -> dict[str, int]:
+    """``scontrol show licenses -o``: each license's free count (none: "No licenses configured in Slurm.")."""
+    return {
+        f["LicenseName"]: int(f["Free"])
+        for f in _key_values(text, "LicenseName")
+        if f.get("Free", "").isdigit()
+    }
+
+
+def license_asks(text: str) -> dict[str, int] | None:
+    """A job's licenses as squeue lists them (``matlab:1,ansys:2``; a name alone is one); None for a form
+    Slurm alone reads."""
+    asks: dict[str, int] = {}
+    for item in filter(None, text.split(",")):
+        name, _, count = item.partition(":")
+        if not name or "|" in item or (count and not count.isdigit()):
+            return None
+        asks[name] = asks.get(name, 0) + (int(count) if count else 1)
+    return asks
 
 
 def parse_reservations(text: str) -> list[Reservation]:

@@ -173,6 +173,9 @@ class SlurmJob:
     nice: int = 0
     # --spread-job: Slurm spreads the job over as many nodes as it may (one task on each, up to -N)
     spread_job: bool = False
+    # what it asks of the cluster's licenses (-L, squeue's "matlab:1,ansys:2"): Slurm starts it only when they
+    # are free (tests/fixtures/slurm/licenses.txt)
+    licenses: str = ""
     # squeue's shared "shared": it shares its CPUs with other such jobs of its partition, if the partition's
     # OverSubscribe lets it (--oversubscribe, or OverSubscribe=FORCE): partition_oversubscribe.txt
     shares_cpus: bool = False

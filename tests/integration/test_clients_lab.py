@@ -893,3 +893,28 @@ def test_a_node_a_job_of_an_exclusive_user_partition_holds_is_left_to_its_user(c
         want = "node4: user bob's alone while their job of an ExclusiveUser partition runs there"
         _seen(ctl, lambda: want in (ctl.job(second).reason or ""), what=lambda: ctl.job(second).reason)
         assert all(ctl.events(j, "act_failed") == [] for j in (alices, bobs, other, second))
+
+
+def test_jobs_asking_for_licenses_wait_for_them_without_gpus(ctl: Ctl, loop: Loop) -> None:
+    # the lab counts Licenses=matlab:2; through hivebatch a -L job pinned while another held the licenses
+    # waited on Licenses with its GPU held for as long as that one ran (licenses.txt)
+    jids = []
+    for _ in range(3):
+        proc = run_as("bob", ["sbatch", "--parsable", "-L", "matlab:2", "--gres=gpu:1", "-t", "5", "-o", "/dev/null",
+                              "--wrap", "sleep 6"])  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        jids.append(int(proc.stdout.strip()))
+    ctl.mine.update(jids)
+    most, told = 0, set()
+    deadline = time.monotonic() + 90
+    while not all(_holds(lambda j=j: ctl.job(j).state == "done") for j in jids):
+        assert time.monotonic() < deadline, [(ctl.job(j).state, ctl.job(j).reason) for j in jids]
+        rows = [ctl.job(j) for j in jids if _holds(lambda j=j: ctl.job(j))]
+        most = max(most, sum(r.state == "running" for r in rows))
+        for r in rows:
+            if (r.reason or "").startswith("waits for licenses: matlab ("):
+                told.add(r.slurm_job_id)
+                assert not r.placement
+        time.sleep(0.5)
+    assert most == 1 and len(told) >= 2, (most, told)
+    assert all(ctl.events(j, "act_failed") == [] for j in jids)

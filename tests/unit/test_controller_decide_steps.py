@@ -35,6 +35,7 @@ def test_steps_run_in_the_documented_order() -> None:
         "place_slices",
         "screen_hopeless",
         "run_policy_round",
+        "hold_back_licensed",
         "collect_notices",
         "settle_gres",
         "attach_notes",

@@ -12,6 +12,7 @@ the round's decisions:
 3. ``place_slices``   — GPU slices through the sharing ledger;
 4. ``screen_hopeless``— jobs that cannot start whatever the policy says wait without costing it;
 5. ``run_policy_round``— the rest through ``hivebatch.scheduler.schedule_round`` (the simulator's too);
+   ``hold_back_licensed``— placements beyond the licenses free wait instead;
    ``collect_notices``— the running victims the round told to leave (act signals them);
 6. ``settle_gres``    — each placement's Slurm GRES;
 7. ``attach_notes``   — what the profile store said about a job's model reaches its owner;
@@ -31,6 +32,7 @@ from hivebatch.controller.decide.checks import check_request
 from hivebatch.controller.decide.classify import classify
 from hivebatch.controller.decide.estimate import estimate_starts
 from hivebatch.controller.decide.gres import gres_for
+from hivebatch.controller.decide.licenses import hold_back_licensed
 from hivebatch.controller.decide.notice import collect_notices, prime_notices
 from hivebatch.controller.decide.opportunistic import suggest_opportunistic
 from hivebatch.controller.decide.policy_round import run_policy_round
@@ -53,6 +55,7 @@ STEPS: tuple[Step, ...] = (
     place_slices,
     screen_hopeless,
     run_policy_round,
+    hold_back_licensed,
     collect_notices,
     settle_gres,
     attach_notes,

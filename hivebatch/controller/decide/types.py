@@ -20,7 +20,7 @@ from hivebatch.db.models import Job
 from hivebatch.node_room import NodeNeeds, NodeRoom
 from hivebatch.qos import Task
 from hivebatch.request import JobRequest, kept_gpus, plugin_extras
-from hivebatch.slurm.parse import expand_hostlist
+from hivebatch.slurm.parse import expand_hostlist, license_asks
 from hivebatch.slurm.types import PartitionAccess, SlurmJob
 
 GpuMap = dict[str, dict[int, GpuUse]]
@@ -153,6 +153,23 @@ class Round:
     def partition_node_limits(self) -> dict[str, tuple[int, int]]:
         """The partitions with a MinNodes above 1 or a MaxNodes (name -> (MinNodes, MaxNodes; 0: none))."""
         return {p: lim for n in self.ledger.nodes.values() for p, lim in n.node_limits.items()}
+
+    @functools.cached_property
+    def licenses_left(self) -> dict[str, int] | None:
+        """Each license's free count, less what pins Slurm has not started yet ask: it counts a job's
+        licenses once it runs (None: not listed, no job asks for one)."""
+        if self.ledger.licenses is None:
+            return None
+        left = dict(self.ledger.licenses)
+        taken_back = {tb.job.slurm_job_id for tb in self.out.take_backs}
+        for job in self.ledger.jobs.values():
+            sj = self.ledger.slurm.get(job.slurm_job_id)
+            if job.state != "placed" or sj is None or not sj.licenses or job.slurm_job_id in taken_back:
+                continue
+            if phase(sj.state) == "pending":
+                for name, count in (license_asks(sj.licenses) or {}).items():
+                    left[name] = left.get(name, 0) - count
+        return left
 
     @functools.cached_property
     def reserved_nodes(self) -> bool:

@@ -58,6 +58,14 @@ def take_back_unstarted(r: Round) -> None:
             continue
         where = placement_text(job.placement)
         said = f"(Slurm's reason: {sj.reason or 'none'})"
+        if sj.reason == "Licenses":
+            # another job took them first: it waits for them without cells (licenses.short_of_licenses)
+            then = "it waits for them holding no GPUs, and is placed again once they are free"
+            r.out.take_backs.append(
+                TakeBack(job, f"licenses it needs were taken first {said}", avoid=False, then=then)
+            )
+            r.alloc.release(str(job.slurm_job_id))
+            continue
         if slurm_limit(sj.reason):
             then = f"hivebatch places it again within {LIMIT_RETRY_S:.0f} s, holding no GPUs meanwhile"
             if "PerJob" in sj.reason:  # QOSMaxWallDurationPerJobLimit …: it holds until the job is changed

@@ -154,6 +154,7 @@ def rebuild_allocator(
     _occupy_unseen(alloc, ledger, obs, used)
     ledger.bad_nodes = _mark_bad_nodes(session, rec, alloc, obs, spec)
     ledger.nodes = dict(obs.nodes)
+    ledger.licenses = obs.licenses
     ledger.alloc = alloc
     return alloc
 
