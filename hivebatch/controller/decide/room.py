@@ -132,11 +132,11 @@ def _screen_one(
     heads: dict[str, tuple[Job, JobRequest, SlurmJob]],
 ) -> None:
     unfit = r.unfit_for(job, sj)
-    of_type = [n.name for n in r.ctx.spec.nodes if req.gpu_type in (None, n.gpu_type)]
+    of_type = r.nodes_of_type(req.gpu_type)
     need = req.nodes or 1
-    if sum(n not in unfit for n in of_type) < need:
+    if len(of_type - unfit.keys()) < need:
         never = r.never_for(job, sj)
-        if sum(n not in never for n in of_type) < need:
+        if len(of_type - never.keys()) < need:
             # Slurm refuses such a job at submit, but not a held one, as the plugin's are
             # its node list and excluded nodes stay the owner's to change while it waits
             chosen = any(why == EXCLUDED or why.startswith(UNLISTED) for why in never.values())
@@ -149,7 +149,7 @@ def _screen_one(
             reason = f"can never run as asked: {unfit_text(never)}; {fix} with what the nodes have"
             r.out.waits.append(Wait(job, reason, rejected=True))
             return
-    if all(n in unfit for n in of_type):
+    if not of_type - unfit.keys():
         wait = hopeless_wait(r, room, job, req, sj)
         wait.reason = f"no node has what it needs besides GPUs now: {unfit_text(unfit)}"
         wait.not_before = min(filter(None, (_usable_at(r, sj, n) for n in of_type)), default=None)

@@ -133,6 +133,7 @@ class Round:
     # GPU type (None: any) -> the most CPUs and memory one of its nodes has, asked for each waiting job
     size_by_type: dict[tuple[str | None, str], NodeSize] = field(default_factory=dict)
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
+    type_nodes: dict[str | None, frozenset[str]] = field(default_factory=dict)  # see nodes_of_type
 
     @functools.cached_property
     def stopped_partitions(self) -> dict[str, str]:
@@ -227,6 +228,15 @@ class Round:
                 max((job_mem(sj, n) for n in seen), default=0),
             )
         return self.size_by_type[key]
+
+    def nodes_of_type(self, gpu_type: str | None) -> frozenset[str]:
+        """The cluster's nodes with GPUs of ``gpu_type`` (None: all), listed once per round: every waiting
+        job is screened against them."""
+        if gpu_type not in self.type_nodes:
+            self.type_nodes[gpu_type] = frozenset(
+                n.name for n in self.ctx.spec.nodes if gpu_type in (None, n.gpu_type)
+            )
+        return self.type_nodes[gpu_type]
 
     def unfit_for(self, job: Job, sj: SlurmJob) -> dict[str, str]:
         """The nodes ``job`` cannot use now (its needs besides GPUs, nodes Slurm did not start it on,
