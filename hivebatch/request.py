@@ -11,6 +11,7 @@ prediction for the user's own job, so a user who edits them changes nothing for 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass, fields, replace
@@ -150,6 +151,8 @@ def read_hints(comment: str | None) -> dict[str, Any]:
     return {k: v for k, v in raw.items() if k in HINT_FIELDS}
 
 
+# all scalars, frozen: a request read once is shared by every cycle that reads the same job again
+@functools.lru_cache(maxsize=65536)
 def request_from_slurm(
     admin_comment: str | None,
     comment: str | None,
@@ -209,10 +212,15 @@ def plugin_extras(job: Any) -> dict[str, Any]:
     """What the job_submit plugin recorded besides the request (``PLUGIN_EXTRAS``); empty when the job
     is not hivebatch's or its admin comment cannot be read."""
     text = str(getattr(job, "admin_comment", "") or "")
-    if not text.startswith(ADMIN_PREFIX):
-        return {}
+    return dict(_extras_in(text)) if text.startswith(ADMIN_PREFIX) else {}
+
+
+@functools.lru_cache(maxsize=65536)
+def _extras_in(admin_comment: str) -> dict[str, Any]:
+    # a cycle asks a job's extras several times, and every cycle asks every waiting job's again: the
+    # comment is parsed once (callers get a copy)
     try:
-        raw = _json_object(text[len(ADMIN_PREFIX) :], "admin comment")
+        raw = _json_object(admin_comment[len(ADMIN_PREFIX) :], "admin comment")
     except RequestError:
         return {}
     return {k: v for k, v in raw.items() if k in PLUGIN_EXTRAS}
