@@ -47,19 +47,15 @@ def sharing_partition(sj: SlurmJob, node: SlurmNode) -> tuple[str, int, int] | N
     return max(here, key=lambda item: item[2]) if here else None
 
 
-def cpus_free(sj: SlurmJob, node: SlurmNode) -> int:
-    """The CPUs of ``node`` free for ``sj`` now: those no job holds, or, for a job that shares them, the
-    most free in one row of its partition there."""
-    shared = sharing_partition(sj, node)
-    return node.cpus_free if shared is None else max(node.cpus_free, shared[2])
-
-
 def cpus_short(sj: SlurmJob, node: SlurmNode) -> str | None:
-    """Why ``node``'s CPUs free now are too few for ``sj``; None when they are not."""
-    free = cpus_free(sj, node)
-    if not node.cpus or sj.cpus_per_node <= free:
+    """Why ``node``'s CPUs free now are too few for ``sj``: those no job holds, or, for a job that shares
+    them, the most free in one row of its partition there; None when they are not."""
+    if not node.cpus:
         return None
     shared = sharing_partition(sj, node)
+    free = node.cpus_free if shared is None else max(node.cpus_free, shared[2])
+    if sj.cpus_per_node <= free:
+        return None
     if shared is None:
         return f"{free} CPUs free, the job needs {sj.cpus_per_node}"
     name, rows, _ = shared
