@@ -9,6 +9,7 @@ scheduler keeps a ``NodeRoom`` per node for the round and takes each placement's
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence, Set
 from dataclasses import dataclass, field
 
 
@@ -25,6 +26,35 @@ class NodeNeeds:
     user: str = ""
     partitions: tuple[str, ...] = ()
     preempts: bool = False  # Slurm requeues running opportunistic jobs for it (preempt/qos)
+
+
+def kept_to_one_user(
+    job_partitions: Sequence[str], node_partitions: Collection[str], user_exclusive: Collection[str]
+) -> bool:
+    """Whether every partition of the job's that the node is in is ExclusiveUser (else Slurm may run it in
+    another)."""
+    here = [p for p in job_partitions if p in node_partitions] if node_partitions else job_partitions
+    return bool(user_exclusive and here) and all(p in user_exclusive for p in here)
+
+
+def other_user(
+    user: str,
+    job_partitions: Sequence[str],
+    owner: str,
+    users: Set[str],
+    node_partitions: Collection[str],
+    user_exclusive: Collection[str],
+) -> str | None:
+    """Another user whose jobs keep ``user``'s job off a node: the node's owner, or, where the job's
+    partition keeps a node to one user, a user whose job runs or is pinned there."""
+    if not user:
+        return None
+    if owner and owner != user:
+        return owner
+    others = (
+        sorted(users - {user}) if kept_to_one_user(job_partitions, node_partitions, user_exclusive) else []
+    )
+    return others[0] if others else None
 
 
 @dataclass
@@ -47,21 +77,11 @@ class NodeRoom:
     preemptible_cpus: int = 0
     preemptible_mem_mb: int = 0
 
-    def _keeps_to_one_user(self, needs: NodeNeeds) -> bool:
-        """Whether every partition of the job's that the node is in is ExclusiveUser (else Slurm may run
-        it in another)."""
-        here = [p for p in needs.partitions if p in self.partitions] if self.partitions else needs.partitions
-        return bool(self.user_exclusive and here) and all(p in self.user_exclusive for p in here)
-
     def other_user(self, needs: NodeNeeds) -> str | None:
-        """Another user whose jobs keep the job off the node: the node's owner, or, where the job's
-        partition keeps a node to one user, a user whose job runs or is pinned there."""
-        if not needs.user:
-            return None
-        if self.owner and self.owner != needs.user:
-            return self.owner
-        others = sorted(self.users - {needs.user}) if self._keeps_to_one_user(needs) else []
-        return others[0] if others else None
+        """Another user whose jobs keep the job off the node, as ``other_user`` finds it."""
+        return other_user(
+            needs.user, needs.partitions, self.owner, self.users, self.partitions, self.user_exclusive
+        )
 
     def _row(self, needs: NodeNeeds) -> tuple[list[int], int] | None:
         """The first row of the needs' sharing partitions with their CPUs free: its partition's rows and
@@ -111,5 +131,5 @@ class NodeRoom:
         self.mem_free_mb = 0 if needs.whole_memory else max(0, self.mem_free_mb - needs.mem_mb)
         if needs.user:
             self.users.add(needs.user)
-            if self._keeps_to_one_user(needs):
+            if kept_to_one_user(needs.partitions, self.partitions, self.user_exclusive):
                 self.owner = needs.user

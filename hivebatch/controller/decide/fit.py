@@ -22,7 +22,7 @@ from hivebatch.controller.decide.partition_caps import (
     partition_cpus_short,
     partitions_here,
 )
-from hivebatch.node_room import NodeNeeds, NodeRoom
+from hivebatch.node_room import NodeNeeds, NodeRoom, other_user
 from hivebatch.slurm.parse import expand_hostlist
 from hivebatch.slurm.types import SlurmJob, SlurmNode
 from hivebatch.slurmconf import PREEMPTABLE_QOS, QOS_PRIORITIES
@@ -115,7 +115,7 @@ def _stopped_partition(sj: SlurmJob, node: SlurmNode) -> str | None:
 def _kept_to_other_user(sj: SlurmJob, node: SlurmNode) -> str | None:
     """Why Slurm starts no job of the user's on ``node`` now: another user's job of an ExclusiveUser
     partition holds it, or the job's partition is such and another user's job runs there."""
-    other = node_room(node).other_user(node_needs(sj))
+    other = other_user(sj.user, sj.partitions, node.owner, node.users, node.partitions, node.user_exclusive)
     if other is None:
         return None
     if other == node.owner:
