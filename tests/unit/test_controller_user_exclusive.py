@@ -101,3 +101,24 @@ def test_a_job_is_not_pinned_beside_the_job_that_keeps_a_node_to_its_user(ctx) -
     assert "node1: user alice's alone while their job of an ExclusiveUser partition runs there" in wait.reason
     r = decided(ctx, JobRequest(vc="nlp", gpus=1), nodes_kw=owned, partition="x", user="alice")
     assert [p.job.slurm_job_id for p in r.out.places] == [1]
+
+
+def test_jobs_of_two_users_with_the_same_needs_are_judged_each_for_its_user(ctx) -> None:  # type: ignore[no-untyped-def]
+    # one round judges jobs of the same needs once: where a node is kept to one user, the user is a need
+    from decide_support import NODES, make_round, row
+
+    from hivebatch.controller.decide.classify import classify
+    from hivebatch.controller.decide.policy_round import run_policy_round
+    from hivebatch.controller.decide.room import screen_hopeless
+
+    jobs = [row(1, JobRequest(vc="nlp", gpus=1)), row(2, JobRequest(vc="nlp", gpus=1))]
+    r = make_round(ctx, jobs)
+    for jid, user in ((1, "bob"), (2, "alice")):
+        r.ledger.slurm[jid] = replace(r.ledger.slurm[jid], user=user, partition="x")
+    r.ledger.nodes = {n: _node(n, cpus_free=16, owner="alice", users={"alice"}) for n in NODES}
+    classify(r)
+    screen_hopeless(r)
+    run_policy_round(r)
+    assert [p.job.slurm_job_id for p in r.out.places] == [2]
+    (wait,) = r.out.waits
+    assert wait.job.slurm_job_id == 1 and "user alice's alone" in wait.reason

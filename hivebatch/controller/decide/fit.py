@@ -165,7 +165,7 @@ def why_unfit(sj: SlurmJob, node: SlurmNode, now: dt.datetime | None = None) -> 
     return None
 
 
-Needs = tuple[str, str, tuple[str, ...], str, int, int, bool, bool, str, str]
+Needs = tuple[str, str, tuple[str, ...], str, int, int, bool, bool, str, bool]
 
 
 def node_needs(sj: SlurmJob, nodes: int = 1) -> NodeNeeds:
@@ -218,10 +218,13 @@ def short_nodes(rooms: Mapping[str, NodeRoom], needs: NodeNeeds) -> dict[str, st
     return {n: short_text(room, needs) for n, room in rooms.items() if not room.fits(needs)}
 
 
-def needs_of(sj: SlurmJob) -> Needs:
-    """What ``why_unfit`` reads of a job: jobs with the same needs are unfit on the same nodes."""
+def needs_of(sj: SlurmJob, by_user: bool = False) -> Needs:
+    """What ``why_unfit`` reads of a job: jobs with the same needs are unfit on the same nodes. Its user
+    only where ``by_user`` (some node is kept to one user), its QOS only as whether it preempts
+    opportunistic jobs: jobs of many users and classes then share one answer."""
     return (sj.partition, sj.reservation, tuple(sj.excluded_nodes), sj.features, sj.cpus_per_node,
-            sj.mem_per_node_mb, sj.whole_node_memory, sj.shares_cpus, sj.user, sj.qos)  # fmt: skip
+            sj.mem_per_node_mb, sj.whole_node_memory, sj.shares_cpus, sj.user if by_user else "",
+            preempts_opportunistic(sj))  # fmt: skip
 
 
 def unfit_nodes(

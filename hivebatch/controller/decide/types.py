@@ -173,6 +173,12 @@ class Round:
         return left
 
     @functools.cached_property
+    def users_kept_apart(self) -> bool:
+        """Some node is one user's alone, or in a partition that keeps a node to one user: whose job it is
+        then decides where it may start."""
+        return any(n.owner or n.user_exclusive for n in self.ledger.nodes.values())
+
+    @functools.cached_property
     def reserved_nodes(self) -> bool:
         """Some node has a reservation: jobs' time limits then decide where they may start."""
         return any(n.reserved for n in self.ledger.nodes.values())
@@ -244,7 +250,12 @@ class Round:
         if job.slurm_job_id not in self.unfit:
             avoided = self.ledger.avoided.get(job.slurm_job_id, frozenset())
             wanted = _nodelist(sj)
-            key = (needs_of(sj), avoided, wanted, sj.time_limit_s if self.reserved_nodes else None)
+            key = (
+                needs_of(sj, self.users_kept_apart),
+                avoided,
+                wanted,
+                sj.time_limit_s if self.reserved_nodes else None,
+            )
             if key not in self.unfit_by_needs:
                 self.unfit_by_needs[key] = unfit_nodes(sj, self.ledger.nodes, avoided, wanted, now=self.now)
             self.unfit[job.slurm_job_id] = self.unfit_by_needs[key]
