@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,6 +187,26 @@ def _check_empty_answer(session: Session, obs: Observation, backend: SlurmBacken
         backend.ping()
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a cycle runs, and one full collection after it.
+
+    A cycle at 10,000 waiting jobs makes a few hundred thousand objects (a ledger row and a Slurm record
+    per job, the round's plans); the collector's passes over them, triggered by allocation counts,
+    took about a quarter of the cycle. One collection at the end (~0.2 s there) frees the cycle's
+    cyclic garbage, so a loop's memory does not grow. A caller that turned the collector off keeps
+    it off."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect()
+
+
 def run_cycle(
     ctx: ControllerContext,
     session_factory: sessionmaker[Session],
@@ -194,8 +216,22 @@ def run_cycle(
     """Run one full cycle. Raises HivebatchError (or SlurmError) when Slurm or the DB cannot be used.
 
     ``guard`` runs before anything is decided or sent to Slurm (the lease's renewal: a controller
-    that lost its lease stops there)."""
+    that lost its lease stops there). Its timings include the garbage collection after it."""
     t0 = time.perf_counter()
+    with collector_paused():
+        report = _cycle(ctx, session_factory, backend, guard, t0)
+    report.timings["collect"] = time.perf_counter() - t0 - report.seconds
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _cycle(
+    ctx: ControllerContext,
+    session_factory: sessionmaker[Session],
+    backend: SlurmBackend,
+    guard: Callable[[], None] | None,
+    t0: float,
+) -> CycleReport:
     obs = observe(backend)
     report = CycleReport(started=obs.now, observe_s=obs.seconds, jobs_seen=len(obs.jobs))
     rec = Recorder(obs.now)

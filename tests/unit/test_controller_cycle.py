@@ -673,3 +673,36 @@ def test_a_start_time_its_owner_set_outlasts_their_hold_and_release(env: Env) ->
     env.cycle()
     assert env.job(sooner).placement and env.slurm.job(sooner).state == "RUNNING"
     assert len(env.events(later, kind="start_time")) == 1  # the controller's own begin time is no news
+
+
+def test_the_collector_is_off_during_a_cycle_and_collects_after(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    seen: list[bool] = []
+    ctl = env.ctl
+    listing = ctl.list_jobs
+
+    def list_jobs(*a: object, **kw: object) -> object:
+        seen.append(gc.isenabled())
+        return listing(*a, **kw)
+
+    monkeypatch.setattr(ctl, "list_jobs", list_jobs)
+    collected: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
+    env.submit("alice", "cv", 2, qos="prior")
+    report = env.cycle(ctl)
+    assert seen and not any(seen) and gc.isenabled() and collected == [1]
+    assert report.timings["collect"] >= 0 and report.seconds >= sum(report.timings.values()) - 1e-6
+
+
+def test_a_collector_turned_off_by_the_caller_stays_off(env: Env) -> None:
+    import gc
+
+    gc.disable()
+    try:
+        env.cycle()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
