@@ -87,6 +87,9 @@ class AccountingPlan:
     vcs: list[str]
     users: dict[str, list[str]] = field(default_factory=dict)
     operators: list[str] = field(default_factory=list)
+    #: the notice an opportunistic job gets when Slurm requeues it for a guaranteed job's CPUs or memory
+    #: (its QOS's GraceTime): the config's notice for that class (``preemption:``)
+    opportunistic_grace_s: int = 0
 
 
 # --- reading the cluster ---------------------------------------------------------------------------
@@ -220,6 +223,9 @@ def _settings(
             "PriorityWeightQOS=10000",
             "PreemptType=preempt/qos",
             "PreemptMode=REQUEUE",
+            # a preempted job's own --signal at the start of its QOS's GraceTime, not SIGTERM to its steps
+            # only (a batch shell without steps would hear nothing until it is killed: preempt_grace.txt)
+            "SlurmctldParameters=preempt_send_user_signal",
         ]
     return lines
 
@@ -315,8 +321,12 @@ def accounting_commands(plan: AccountingPlan) -> list[list[str]]:
     cmds.append([*sa, "add", "qos", *[q for q in QOS_PRIORITIES if q != DEFAULT_QOS]])
     for qos, prio in QOS_PRIORITIES.items():
         # the preemptable QOS is requeued when preempted; every other QOS may preempt it
-        preempt = "PreemptMode=requeue" if qos == PREEMPTABLE_QOS else f"Preempt={PREEMPTABLE_QOS}"
-        cmds.append([*sa, "modify", "qos", "where", f"name={qos}", "set", f"Priority={prio}", preempt])
+        preempt = (
+            ["PreemptMode=requeue", f"GraceTime={plan.opportunistic_grace_s}"]
+            if qos == PREEMPTABLE_QOS
+            else [f"Preempt={PREEMPTABLE_QOS}"]
+        )
+        cmds.append([*sa, "modify", "qos", "where", f"name={qos}", "set", f"Priority={prio}", *preempt])
     accounts = list(plan.vcs) + ([ADMIN_ACCOUNT] if plan.operators else [])
     for acct in accounts:
         what = "hivebatch administration" if acct == ADMIN_ACCOUNT else f"virtual cluster {acct}"
@@ -484,6 +494,12 @@ def merge_into(site: str, generated: str) -> tuple[str, list[str]]:
                 out.append(line)
             else:
                 out.append(f"CliFilterPlugins={','.join([*plugins, 'cli_filter/lua'])}")
+        elif setting and setting[0] == "slurmctldparameters" and setting[0] in settings:
+            # a list of flags: the site's stay, hivebatch's join them
+            seen_settings.add(setting[0])
+            flags = [f.strip() for f in setting[1].split(",") if f.strip()]
+            missing = [f for f in settings[setting[0]][1].split(",") if f not in flags]
+            out.append(f"SlurmctldParameters={','.join([*flags, *missing])}" if missing else line)
         elif setting and setting[0] in settings:
             seen_settings.add(setting[0])
             out.append(settings[setting[0]][0] if setting[1] != settings[setting[0]][1] else line)

@@ -160,7 +160,14 @@ def preempt(
         job,
         rec.now if running else None,
         "preempted",
-        f"requeued and held: {who} needs its GPUs {placement_text(job.placement)}",
+        # by is None where Slurm preempted it for CPUs or memory (slurm_grace), or for a notice written
+        # before its preemptor was kept: what it held is all that is known
+        f"requeued and held: {who} needs "
+        + (
+            f"its GPUs {placement_text(job.placement)}"
+            if by is not None
+            else f"what it holds on {placement_text(job.placement)}"
+        ),
         {"by": by, "placement": job.placement},
     )
     job.reason = resume_reason(job, who)

@@ -243,6 +243,7 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
             if s:
                 shards[node] = dict(s)
     finished = state in FINISHED_STATES
+    preempted_at = epoch(job.get("preempt_time")) if state != "PENDING" else None
     limit_min = _num(job.get("time_limit"))
     priority = _num(job.get("priority")) or 0
     return SlurmJob(
@@ -266,6 +267,8 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         end_time=epoch(job.get("end_time")) if finished else None,
         suspend_time=epoch(job.get("suspend_time")) if state != "PENDING" else None,
         pre_suspend_s=_num(job.get("pre_sus_time")) or 0,
+        preempt_time=preempted_at,
+        grace_end=epoch(job.get("end_time")) if preempted_at and not finished else None,
         time_limit_s=limit_min * 60 if limit_min else None,
         time_min_s=(_num(job.get("time_minimum")) or 0) * 60 or None,
         deadline=epoch(job.get("deadline")),

@@ -184,6 +184,10 @@ class SlurmJob:
     # it was suspended
     suspend_time: datetime | None = None
     pre_suspend_s: int = 0
+    # Slurm preempts it (preempt/qos) for another job: since when, and, while it runs out its QOS's
+    # GraceTime, when that ends (Slurm moved its end there): tests/fixtures/slurm/squeue_preempt_grace.json
+    preempt_time: datetime | None = None
+    grace_end: datetime | None = None
 
     @property
     def array_pending_meta(self) -> bool:

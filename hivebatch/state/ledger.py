@@ -25,7 +25,7 @@ JOB_COLUMNS = (
     "slurm_job_id", "name", "user", "account", "vc_name", "qos", "priority", "foreign", "request", "gpus",
     "gpu_type", "state", "reason", "placement", "predicted_start", "predicted_end", "expected_completion",
     "slack_s", "submit_time", "start_time", "end_time", "preemptions", "intent", "gres", "latency_s",
-    "shape_nodes", "shape_gpn", "placed_at", "segment_start",
+    "shape_nodes", "shape_gpn", "placed_at", "segment_start", "notice_until", "notice_by",
 )  # fmt: skip
 JSON_COLUMNS = ("request", "placement")
 TIME_COLUMNS = (
@@ -37,6 +37,7 @@ TIME_COLUMNS = (
     "end_time",
     "placed_at",
     "segment_start",
+    "notice_until",
 )
 
 

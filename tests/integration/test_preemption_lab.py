@@ -6,7 +6,9 @@ victim is requeued held, and the guaranteed job starts after it left."""
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
 import time
+from collections.abc import Iterator, Sequence
 
 import pytest
 import yaml
@@ -31,12 +33,12 @@ def _with_notice(ctl: Ctl, seconds: int) -> None:
     ctl.ctx = load_context(ctl.config)
 
 
-def _opportunistic(ctl: Ctl, n: int) -> list[int]:
+def _opportunistic(ctl: Ctl, n: int, asks: Sequence[str] = ("--gres=gpu:8",)) -> list[int]:
     script = render_job_script(USER_SCRIPT, [], "sys", "opportunistic", directives=["--signal=B:USR1@20"])
     ids = []
     for i in range(n):
         name = f"{ctl.tag}-opp{i}"
-        args = ["-A", "sys", "-q", "opportunistic", "-J", name, "-t", "10", "--gres=gpu:8", "--requeue",
+        args = ["-A", "sys", "-q", "opportunistic", "-J", name, "-t", "10", *asks, "--requeue",
                 "--chdir", str(ctl.jobs_dir), "-o", str(ctl.jobs_dir / f"{name}-%j.out"), "--open-mode=append"]  # fmt: skip
         jid = ctl.lab.backend("carol").submit(script, args)
         ctl.mine.add(jid)
@@ -76,20 +78,58 @@ def test_victim_checkpoints_on_its_signal_is_requeued_held_and_the_owner_starts_
     assert ctl.job(owner).placement == ctl.job(victim).placement
 
 
-def test_a_guaranteed_job_goes_where_opportunistic_jobs_hold_the_cpus_and_slurm_requeues_them(
-    ctl: Ctl,
+@pytest.fixture
+def short_grace(ctl: Ctl) -> Iterator[int]:
+    """The opportunistic QOS's GraceTime (hadmin slurm-config sets it to the notice) made short, as the
+    controller's notice: Slurm's preemption for CPUs and memory gives that notice too."""
+    seconds = 30
+    was = subprocess.run(["sacctmgr", "-n", "-P", "show", "qos", "opportunistic", "format=gracetime"],
+                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    _grace(seconds)
+    _with_notice(ctl, seconds)
+    try:
+        yield seconds
+    finally:
+        # sacctmgr shows HH:MM:SS and takes seconds
+        _grace(sum(int(p) * 60**i for i, p in enumerate(reversed(was.split(":")))) if was else 120)
+
+
+def _grace(seconds: int) -> None:
+    subprocess.run(["sacctmgr", "-i", "modify", "qos", "where", "name=opportunistic", "set", f"GraceTime={seconds}"],
+                   capture_output=True, check=True)  # fmt: skip
+
+
+def test_a_guaranteed_job_goes_where_opportunistic_jobs_hold_the_cpus_and_slurm_gives_them_notice(
+    ctl: Ctl, short_grace: int
 ) -> None:
     # with every node's CPUs held by opportunistic jobs on few GPUs, alice's guaranteed job held no pin and
     # waited "node1: 0 CPUs free, the job needs 4" until they ended; a job of a QOS that preempts
-    # opportunistic, released there, starts at once as Slurm requeues them (preempt_qos_node_resources.txt)
-    opp = [ctl.submit("carol", "sys", 1, qos="opportunistic", extra=["-c", "8"]) for _ in range(8)]
+    # opportunistic, released there, starts as Slurm preempts them (preempt_qos_node_resources.txt), which
+    # gives them their QOS's GraceTime and their own --signal first (preempt_grace.txt)
+    opp = _opportunistic(ctl, 8, ["-c", "8", "--gres=gpu:1"])
     ctl.until(
         lambda: all(ctl.job(j).state == "running" for j in opp), what=lambda: [ctl.job(j).reason for j in opp]
     )
+    time.sleep(2)  # the jobs' shells have set their traps
     ran_on = {j: set(ctl.job(j).placement or {}) for j in opp}
     owner = ctl.submit("alice", "cv", 1, extra=["-c", "4"])
     ctl.until(lambda: ctl.job(owner).state == "running", timeout_s=60, what=lambda: ctl.job(owner).reason)
-    restarted = [j.job_id for j in ctl.backend.list_jobs(opp) if j.restarts]
-    assert len(restarted) == 1, restarted  # one job's CPUs were enough
-    assert ran_on[restarted[0]] == set(ctl.job(owner).placement or {})
+    # one job's CPUs were enough: it got its USR1 from Slurm, saved and left at once, well within its grace
+    saved = [j for j in opp if (ctl.jobs_dir / f"ckpt-{j}").exists()]
+    assert len(saved) == 1, saved
+    (victim,) = saved
+    assert ran_on[victim] == set(ctl.job(owner).placement or {})
+    saved_at = int((ctl.jobs_dir / f"ckpt-{victim}").read_text().split()[-1])
+    started = ctl.job(owner).start_time
+    assert started is not None and started >= dt.datetime.fromtimestamp(saved_at, dt.UTC).replace(tzinfo=None)
+    assert (started - ctl.job(owner).placed_at).total_seconds() < short_grace  # type: ignore[operator]
+    # it exited 0 (COMPLETED, which Slurm does not requeue): the controller requeued it held, to resume
+    ctl.until(lambda: ctl.job(victim).state == "preempted", timeout_s=20, what=lambda: ctl.job(victim).reason)
+    (told,) = ctl.events(victim, "notice")
+    assert told.startswith("Slurm preempts it for a higher-priority job's CPUs or memory") and ctl.events(
+        victim, "preempted"
+    )
+    assert (
+        ctl.lab.wait_for(victim, {"PENDING"}, held=True, timeout_s=20).reason == "job_requeued_in_held_state"
+    )
     assert ctl.events(owner, "act_failed") == []

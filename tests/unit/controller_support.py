@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from hivebatch.controller import observe
 from hivebatch.controller.context import ControllerContext, load_context
 from hivebatch.controller.cycle import CycleReport, run_cycle
 from hivebatch.db import Base, Event, Job, open_database
@@ -124,3 +127,17 @@ def with_notes_file(env: Env, tmp_path: Path) -> Env:
     env.ctx = replace(env.ctx, refusals_path=notes)
     env.slurm.plugin_notes(notes)
     return env
+
+
+class Clock:
+    """Moves the controller's clock and the fake Slurm's together."""
+
+    def __init__(self, env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.env = env
+        self.offset = dt.timedelta()
+        real = observe.utcnow
+        monkeypatch.setattr(observe, "utcnow", lambda: real() + self.offset)
+
+    def advance(self, seconds: float) -> None:
+        self.offset += dt.timedelta(seconds=seconds)
+        self.env.slurm.advance(seconds)

@@ -4,31 +4,15 @@ preempting job starts after; a controller stopped mid-notice carries on."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from hivebatch.controller import observe
-from tests.unit.controller_support import NOTICE_CONFIG, Env, make_env
+from tests.unit.controller_support import NOTICE_CONFIG, Clock, Env, make_env
 
 CHECKPOINTING = "#!/bin/bash\n#SBATCH --signal=B:USR1@60\ntrap 'save' USR1\nsrun train.py & wait\n"
 PLAIN = "#!/bin/sh\ntrain.py\n"
-
-
-class Clock:
-    """Moves the controller's clock and the fake Slurm's together."""
-
-    def __init__(self, env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.env = env
-        self.offset = dt.timedelta()
-        real = observe.utcnow
-        monkeypatch.setattr(observe, "utcnow", lambda: real() + self.offset)
-
-    def advance(self, seconds: float) -> None:
-        self.offset += dt.timedelta(seconds=seconds)
-        self.env.slurm.advance(seconds)
 
 
 @pytest.fixture

@@ -3,13 +3,17 @@ them (preempt/qos), as recorded on the lab (tests/fixtures/slurm/preempt_qos_nod
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from decide_support import context, decided
+from controller_support import NOTICE_CONFIG
+from decide_support import NOW, context, decided, make_round, row
 
+from hivebatch.controller.context import load_context
 from hivebatch.controller.decide.fit import node_needs, node_rooms, why_unfit
+from hivebatch.controller.decide.unstarted import take_back_unstarted
 from hivebatch.controller.observe import count_running_jobs
 from hivebatch.request import JobRequest
 from hivebatch.slurm.types import SlurmJob, SlurmNode
@@ -91,3 +95,45 @@ def test_a_guaranteed_job_is_placed_where_opportunistic_jobs_hold_every_cpu(ctx)
     r = decided(ctx, JobRequest(vc="cv", gpus=1, qos="opportunistic"), nodes_kw=held, qos="opportunistic",
                 cpus_per_node=4)  # fmt: skip
     assert not r.out.places
+
+
+@pytest.fixture(scope="module")
+def notice_ctx(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    cfg = tmp_path_factory.mktemp("notice") / "hivebatch.yaml"
+    cfg.write_text(NOTICE_CONFIG)  # the default notice, 120 s
+    return load_context(cfg)
+
+
+def _pinned_round(ctx, qos: str, waited_s: float, **node_kw: object):  # type: ignore[no-untyped-def]
+    """Job 1 pinned to node3 ``waited_s`` ago and not started (Resources), node3 as ``node_kw`` says."""
+    pinned = row(1, JobRequest(vc="cv", gpus=1, qos=qos), state="placed", placement={"node3": [0]},
+                 gres="gpu:g0:1", placed_at=NOW - dt.timedelta(seconds=waited_s))  # fmt: skip
+    r = make_round(ctx, [pinned])
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], held=False, reason="Resources", qos=qos)
+    r.ledger.nodes = {"node3": _node(**node_kw)}
+    r.alloc.adopt("1", "cv", 0 if qos != "opportunistic" else -1, pinned.placement)
+    return r
+
+
+@pytest.mark.parametrize(
+    ("qos", "waited_s", "node_kw", "taken_back"),
+    [
+        # Slurm gives the opportunistic jobs their notice (GraceTime) before it starts the pin: the
+        # bound (300 s) is longer by that notice (120 s by default: preempt_grace.txt)
+        ("normal", 310, {}, False),
+        ("normal", 425, {}, True),
+        # no opportunistic job holds anything there: the plain bound
+        ("normal", 310, {"cpus_free": 16, "preemptible_cpus": 0, "mem_free_mb": 64000, "preemptible_mem_mb": 0}, True),
+        # an opportunistic pin preempts nobody
+        ("opportunistic", 310, {"cpus_free": 16, "mem_free_mb": 64000}, True),
+    ],
+)  # fmt: skip
+def test_a_pin_waits_out_the_notice_slurm_gives_the_opportunistic_jobs_it_requeues(
+    notice_ctx, qos: str, waited_s: float, node_kw: dict[str, object], taken_back: bool
+) -> None:  # type: ignore[no-untyped-def]
+    r = _pinned_round(notice_ctx, qos, waited_s, **node_kw)
+    take_back_unstarted(r)
+    assert bool(r.out.take_backs) == taken_back, [t.why for t in r.out.take_backs]
+    if taken_back:
+        within = "420 s (with 120 s of notice to opportunistic jobs there)" if not node_kw else "300 s"
+        assert r.out.take_backs[0].why.startswith(f"Slurm did not start it within {within} on node3")

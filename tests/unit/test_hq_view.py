@@ -39,7 +39,7 @@ def dbjob(job_id: int, state: str, **kw):
         slurm_job_id=job_id, name=f"job{job_id}", user="alice", account="cv", vc_name="cv", qos="normal",
         priority=0, foreign=False, request=None, gpus=2, gpu_type=None, state=state, reason=None, placement=None,
         predicted_start=None, predicted_end=None, expected_completion=None, slack_s=None, submit_time=None,
-        start_time=None, end_time=None, preemptions=0,
+        start_time=None, end_time=None, preemptions=0, notice_until=None, notice_by=None,
     )  # fmt: skip
     base.update(kw)
     return SimpleNamespace(**base)
@@ -210,6 +210,17 @@ def test_a_placed_job_slurm_has_not_started_and_plain_jobs_get_reasons_of_their_
     )
     assert rows[340].reason == "waiting for resources to be freed"
     assert rows[341].reason == "waiting for jobs of higher priority"
+    # an opportunistic job Slurm is preempting on node2 for 339 (in its grace): the controller allows that
+    # notice on top of the bound (decide.unstarted.grace_on)
+    leaving = dbjob(335, "running", qos="opportunistic", placement={"node2": [4]},
+                    notice_until=placed_at + dt.timedelta(seconds=120))  # fmt: skip
+    graced = {
+        r.job_id: r
+        for r in collect_rows(
+            jobs.values(), [*ledger, leaving], Filters(), start_timeout_s=300.0, grace_s=120.0
+        )
+    }
+    assert graced[339].reason.endswith("has not started by 13:46:54 UTC")
     # without the controller's bound (no config), the promise is left out
     bare = {r.job_id: r for r in collect_rows(jobs.values(), ledger, Filters())}
     assert bare[339].reason.endswith("or a job of higher priority it keeps the node for)")

@@ -105,12 +105,42 @@ def test_accounting_commands():
     cmds = [" ".join(c) for c in accounting_commands(plan)]
     assert cmds[0] == "sacctmgr -i add cluster hivebatch"
     assert "sacctmgr -i add qos urgent prior opportunistic" in cmds
-    assert "sacctmgr -i modify qos where name=opportunistic set Priority=0 PreemptMode=requeue" in cmds
+    assert (
+        "sacctmgr -i modify qos where name=opportunistic set Priority=0 PreemptMode=requeue GraceTime=0"
+        in cmds
+    )
     assert "sacctmgr -i modify qos where name=urgent set Priority=1000 Preempt=opportunistic" in cmds
     assert any(c.startswith("sacctmgr -i add account cv ") and "DefaultQOS=normal" in c for c in cmds)
     assert any(c.startswith("sacctmgr -i add user alice Account=cv") for c in cmds)
     assert "sacctmgr -i modify user where name=hbctl set AdminLevel=Operator" in cmds
     assert all(isinstance(a, str) for c in accounting_commands(plan) for a in c)
+
+
+def test_the_opportunistic_qos_grace_is_the_configs_notice_for_that_class():
+    from hivebatch.slurmconf_files import ConfigOptions, config_files
+
+    data = dict(CONFIG)
+    data["preemption"] = {"notice_s": 300, "notice_s_by_class": {"opportunistic": 45}}
+    script = config_files(data, ConfigOptions())["accounts.sh"][0]
+    assert "name=opportunistic set Priority=0 PreemptMode=requeue GraceTime=45" in script
+    data["preemption"] = {"notice_s": 90}
+    assert "GraceTime=90" in config_files(data, ConfigOptions())["accounts.sh"][0]
+    del data["preemption"]
+    assert "GraceTime=120" in config_files(data, ConfigOptions())["accounts.sh"][0]  # the default notice
+
+
+def test_preempted_jobs_get_their_own_signal_from_slurm_too():
+    from hivebatch.slurmconf import merge_into
+
+    generated = "PreemptType=preempt/qos\nSlurmctldParameters=preempt_send_user_signal\n"
+    merged, warnings = merge_into("SlurmctldParameters=enable_configless,idle_on_node_suspend\n", generated)
+    lines = merged.splitlines()
+    assert "SlurmctldParameters=enable_configless,idle_on_node_suspend,preempt_send_user_signal" in lines
+    assert warnings == []
+    merged, _ = merge_into("SlurmctldParameters=preempt_send_user_signal,enable_configless\n", generated)
+    assert "SlurmctldParameters=preempt_send_user_signal,enable_configless" in merged.splitlines()
+    merged, _ = merge_into("ClusterName=x\n", generated)
+    assert "SlurmctldParameters=preempt_send_user_signal" in merged.splitlines()
 
 
 def test_user_specs():

@@ -180,6 +180,7 @@ def _rows(args: Any, ids: list[int] | None) -> list[Any]:
         filters,
         ledger_found=config_path is not None,
         start_timeout_s=_start_timeout(config_path, config),
+        grace_s=_opportunistic_grace(config),
     )
     if ids is not None:  # squeue's selection and order; finished jobs from the ledger after them
         order = {j: i for i, j in enumerate(ids)}
@@ -235,6 +236,17 @@ def _start_timeout(config_path: Path | None, config: dict[str, Any]) -> float | 
     if config_path is None:
         return None
     return _controller_seconds(config, "start_timeout_s", DEFAULT_START_TIMEOUT_S)
+
+
+def _opportunistic_grace(config: dict[str, Any]) -> float:
+    """The notice of opportunistic jobs, which is also their QOS's GraceTime (hadmin slurm-config)."""
+    from hivebatch.notice import parse_notice
+    from hivebatch.slurmconf import PREEMPTABLE_QOS
+
+    try:
+        return float(parse_notice(config).for_class(PREEMPTABLE_QOS))
+    except ConfigError:
+        return 0.0
 
 
 def _controller_seconds(config: dict[str, Any], key: str, default: float) -> float | None:

@@ -323,10 +323,15 @@ def collect_rows(
     filters: Filters,
     ledger_found: bool = True,
     start_timeout_s: float | None = None,
+    grace_s: float = 0.0,
 ) -> list[JobRow]:
     """Slurm's rows with the ledger's view merged in; ``ledger_found`` False: there was no config to
     find a ledger by, so a held job's reason cannot be told. ``start_timeout_s``: the controller's
-    (``controller.start_timeout_s``), to say when a placed job Slurm has not started is placed again."""
+    (``controller.start_timeout_s``), to say when a placed job Slurm has not started is placed again;
+    ``grace_s``: the notice Slurm gives opportunistic jobs it preempts, which the controller adds to
+    that bound for a job pinned where one is leaving (decide.unstarted.grace_on)."""
+    db_jobs = list(db_jobs)
+    leaving = {n for d in db_jobs if _told_by_slurm(d) for n in (d.placement or {})}
     rows: dict[int, JobRow] = {}
     for job in slurm_jobs:
         row = row_from_slurm(job)
@@ -335,12 +340,20 @@ def collect_rows(
         rows[int(job.job_id)] = row
     for db_job in db_jobs:
         jid = int(db_job.slurm_job_id)
-        rows[jid] = merge_ledger(rows.get(jid), db_job, start_timeout_s)
+        bound = start_timeout_s
+        if bound and leaving & set(db_job.placement or {}):
+            bound += grace_s
+        rows[jid] = merge_ledger(rows.get(jid), db_job, bound)
     kept = [r for r in rows.values() if filters.keep(r)]
     # like squeue: running first, then pending by predicted start, then by id
     order = {"RUNNING": 0, "COMPLETING": 1, "PENDING": 2}
     far = dt.datetime.max
     return sorted(kept, key=lambda r: (order.get(r.state, 3), r.predicted_start or far, r.job_id))
+
+
+def _told_by_slurm(db_job: Any) -> bool:
+    """A running opportunistic job Slurm preempts, in its grace (controller.slurm_grace)."""
+    return db_job.state == "running" and db_job.notice_until is not None and db_job.notice_by is None
 
 
 def expand_arrays(rows: list[JobRow]) -> list[JobRow]:

@@ -9,19 +9,24 @@ not avoided: each cycle judges it by what it has free. So is a pin Slurm itself 
 past the bound (its backfill keeps the node for a job of higher priority, which hivebatch does not
 see): that node is avoided, as at the bound. Its gres stays as it is, so it is placed again
 the requeued jobs' way: a typed one on the same GPU indices, never re-typed (see ARCHITECTURE.md), an
-untyped one where Slurm has no choice (``untyped``).
+untyped one where Slurm has no choice (``untyped``). A pin that counted on the CPUs or memory of running
+opportunistic jobs gets the notice Slurm gives them before it requeues them (``grace_on``) on top of
+the bound.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 
-from hivebatch.controller.decide.fit import unfit_text
+from hivebatch.controller.decide.fit import preempts_opportunistic, unfit_text
 from hivebatch.controller.decide.times import aware
 from hivebatch.controller.decide.types import Round, TakeBack
 from hivebatch.controller.observe import phase
 from hivebatch.controller.record import placement_text
 from hivebatch.db.models import Job
+from hivebatch.slurm.types import SlurmJob
+from hivebatch.slurmconf import PREEMPTABLE_QOS
 
 # A limit of the job's QOS or association (per-user GPUs, the account's GPUs, running jobs …: Slurm's
 # reasons QOS* and Assoc*) keeps a released job from starting anywhere until other jobs of its user or
@@ -48,8 +53,19 @@ def limited_lately(job: Job, now: dt.datetime) -> str | None:
     return reason if reason.startswith(LIMITED) and waiting else None
 
 
+def grace_on(r: Round, sj: SlurmJob, nodes: Iterable[str]) -> float:
+    """Seconds Slurm may take to start ``sj`` on ``nodes`` besides its usual passes: the notice of the
+    opportunistic jobs it requeues there for their CPUs or memory (their QOS's GraceTime, which hadmin
+    slurm-config sets to the config's notice: preempt_grace.txt); 0 where none holds any."""
+    if not preempts_opportunistic(sj):
+        return 0.0
+    held = (r.ledger.nodes.get(n) for n in nodes)
+    if not any(n is not None and (n.preemptible_cpus or n.preemptible_mem_mb) for n in held):
+        return 0.0
+    return float(r.ctx.notice.for_class(PREEMPTABLE_QOS))
+
+
 def take_back_unstarted(r: Round) -> None:
-    bound = r.ctx.settings.start_timeout_s
     for job in r.ledger.jobs.values():
         if job.state != "placed" or job.intent is not None or job.placed_at is None or not job.placement:
             continue
@@ -74,6 +90,8 @@ def take_back_unstarted(r: Round) -> None:
             r.alloc.release(str(job.slurm_job_id))
             continue
         waited = (r.now - job.placed_at).total_seconds()
+        grace = grace_on(r, sj, job.placement)
+        bound = r.ctx.settings.start_timeout_s + grace
         if waited < min(bound, BLOCKED_AFTER_S):
             continue
         if blocked := {n: w for n, w in r.unfit_for(job, sj).items() if n in job.placement}:
@@ -82,7 +100,10 @@ def take_back_unstarted(r: Round) -> None:
             why = f"Slurm did not start it on {where}, where it no longer fits: {unfit_text(blocked)} {said}"
             avoid = False
         elif waited >= bound:
-            why = f"Slurm did not start it within {bound:.0f} s on {where} {said}"
+            within = f"{bound:.0f} s" + (
+                f" (with {grace:.0f} s of notice to opportunistic jobs there)" if grace else ""
+            )
+            why = f"Slurm did not start it within {within} on {where} {said}"
             avoid = True
         elif sj.expected_start is not None and sj.expected_start > aware(job.placed_at) + dt.timedelta(
             seconds=bound

@@ -23,6 +23,7 @@ from hivebatch.controller.observe import to_utc
 from hivebatch.controller.preemption import book_preemption
 from hivebatch.controller.reconcile.slurm_view import gpus_of
 from hivebatch.controller.record import Recorder, account_run, placement_text
+from hivebatch.controller.slurm_grace import follow_slurm_grace
 from hivebatch.db.models import Job
 from hivebatch.request import (
     CLASS_PRIORITY,
@@ -350,6 +351,7 @@ def follow(
     session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
 ) -> None:
     """One hsub job: ledger state × Slurm phase → new ledger state (see the table in the README section)."""
+    follow_slurm_grace(session, rec, job, sj, ph)
     if follow_notice(session, rec, ledger, job, sj, ph, backend):
         return
     if job.intent == "place":

@@ -156,9 +156,24 @@ class FakeSlurm(SlurmBackend):
         j.account = account
 
     def advance(self, seconds: float) -> None:
-        """Move the fake clock on (and let waiting jobs start, when auto_schedule)."""
+        """Move the fake clock on (and let waiting jobs start, when auto_schedule); jobs whose grace
+        ended are requeued first."""
         self._s._offset += timedelta(seconds=seconds)
+        now = self._s.now()
+        for j in self._s.jobs.values():
+            if j.state == "RUNNING" and j.grace_end is not None and j.grace_end <= now:
+                j.requeue(now, "BeginTime")
         self._maybe_schedule()
+
+    def preempt_with_grace(self, job_id: int, grace_s: float) -> None:
+        """Slurm preempts a running job (preempt/qos) for the CPUs or memory of another: it runs on for
+        its QOS's GraceTime, shown with its preempt_time, and is requeued when that ends
+        (tests/fixtures/slurm/preempt_grace.txt)."""
+        j = self._get(job_id, "preempt")
+        if j.state != "RUNNING":
+            raise SlurmError(["preempt", str(job_id)], 1, f"job {job_id} is {j.state}, not RUNNING")
+        j.preempt_time = self._s.now()
+        j.grace_end = j.preempt_time + timedelta(seconds=grace_s)
 
     def now(self) -> datetime:
         return self._s.now()
@@ -619,6 +634,10 @@ class FakeSlurm(SlurmBackend):
 
     def list_qos(self) -> list[str]:
         return sorted(QOS_NAMES)
+
+    def qos_grace_s(self, qos: str) -> int | None:
+        """GraceTime as hadmin slurm-config sets it: the default notice on the opportunistic QOS."""
+        return self._s.qos_grace.get(qos, 0) if qos in QOS_NAMES else None
 
     def history(
         self, job_ids: list[int] | None = None, since: datetime | None = None, runs: bool = False

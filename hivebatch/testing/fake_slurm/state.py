@@ -85,6 +85,10 @@ class Job:
     held_by_slurm: bool = (
         False  # BadConstraints with priority 0 (tests/fixtures/slurm/bad_constraints_held.txt)
     )
+    # Slurm preempts it for another job, letting it run out its QOS's GraceTime until grace_end
+    # (FakeSlurm.preempt_with_grace; tests/fixtures/slurm/squeue_preempt_grace.json)
+    preempt_time: datetime | None = None
+    grace_end: datetime | None = None
 
     def requeue(self, now: datetime, reason: str) -> None:
         """Back to PENDING without its allocation, as Slurm requeues, and eligible again only after a
@@ -101,6 +105,7 @@ class Job:
         self.submit_time = now
         self.state, self.reason = "PENDING", reason
         self.nodes, self.gpus, self.shards, self.start_time = [], {}, {}, None
+        self.preempt_time = self.grace_end = None
         self.restarts += 1
         self.eligible_at = now + timedelta(seconds=REQUEUE_DELAY_S)
 
@@ -150,6 +155,8 @@ class State:
         self.auto_schedule = auto_schedule
         self.calls: list[tuple[str, str, tuple[object, ...]]] = []
         self.controller_up = True  # False: slurmctld stopped (slurmdbd, hence history, still answers)
+        #: QOS -> GraceTime, as hadmin slurm-config sets it from the default notice (preempt_grace.txt)
+        self.qos_grace: dict[str, int] = {"opportunistic": 120}
         #: slurmctld's job_submit plugin (hivebatch's, run by Lua); None = no plugin configured
         self.job_submit: Any = None
         #: advance reservations (naive UTC, as parsed); no job here asks for one, so none may run into them

@@ -56,4 +56,6 @@ def squeue_view(state: State, j: Job) -> SlurmJob:
         array_pending=array_text(j.array_pending, j.array_max) if j.array_pending else "",
         array_max_tasks=j.array_max,
         batch=j.batch,
+        preempt_time=j.preempt_time if j.state != "PENDING" else None,
+        grace_end=j.grace_end if j.state not in FINISHED_STATES else None,
     )
