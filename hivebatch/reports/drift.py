@@ -167,6 +167,22 @@ def _accounting_findings(
     return out
 
 
+def grace_finding(notice_s: int, grace_s: int | None) -> Finding | None:
+    """The opportunistic QOS's GraceTime against the config's notice for that class, which hadmin
+    slurm-config makes it: the notice Slurm gives a job it preempts for a guaranteed job's CPUs or
+    memory (None: not known)."""
+    if grace_s is None:
+        return None
+    if grace_s == notice_s:
+        return Finding(OK, f"QOS {OPPORTUNISTIC} gives the config's notice as its GraceTime ({notice_s} s)")
+    return Finding(
+        WARNING,
+        f"QOS {OPPORTUNISTIC} has GraceTime {grace_s} s, but the config gives opportunistic jobs {notice_s} s "
+        f"of notice: a job Slurm preempts for a guaranteed job's CPUs or memory gets {grace_s} s",
+        f"sacctmgr -i modify qos where name={OPPORTUNISTIC} set GraceTime={notice_s}",
+    )
+
+
 def _missing_findings(missing: list[str], finding: Callable[[str], Finding], all_there: str) -> list[Finding]:
     """One finding per missing name, or a single OK saying `all_there` when none is missing."""
     return [finding(name) for name in missing] or [Finding(OK, all_there)]

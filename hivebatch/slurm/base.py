@@ -145,3 +145,8 @@ class SlurmBackend(ABC):
     @abstractmethod
     def list_qos(self) -> list[str]:
         """QOS names known to accounting (each job class needs one)."""
+
+    def qos_grace_s(self, qos: str) -> int | None:
+        """Seconds of GraceTime the QOS gives a job Slurm preempts (None: this backend cannot tell, or
+        there is no such QOS)."""
+        return None

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from hivebatch.errors import HivebatchError
 from hivebatch.request import CONTROLLER_HOLD_AT, HELD_BEGIN_AT, OWNER_HOLD_SITE
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.parse import (
@@ -33,6 +34,7 @@ from hivebatch.slurm.types import (
     SlurmNode,
     SlurmUnavailable,
 )
+from hivebatch.submit.timefmt import parse_time_limit
 
 #: Fixed environment for every command: epoch times, and nothing from the user's SQUEUE_FORMAT etc.
 FIXED_ENV = {"SLURM_TIME_FORMAT": "%s"}
@@ -292,6 +294,21 @@ class CliBackend(SlurmBackend):
 
     def list_qos(self) -> list[str]:
         return _names(self._run(["sacctmgr", "--noheader", "--parsable2", "show", "qos", "format=Name"]))
+
+    def qos_grace_s(self, qos: str) -> int | None:
+        out = self._run(["sacctmgr", "--noheader", "--parsable2", "show", "qos", qos, "format=GraceTime"])
+        lines = [ln.strip().rstrip("|") for ln in out.splitlines() if ln.strip()]
+        return grace_seconds(lines[0]) if lines else None
+
+
+def grace_seconds(text: str) -> int | None:
+    """sacctmgr's GraceTime ([D-]HH:MM:SS; 00:00:00 when none) in seconds; None when unreadable."""
+    if text.strip(" 0:-") == "":
+        return 0
+    try:
+        return parse_time_limit(text)
+    except HivebatchError:
+        return None
 
 
 def _names(out: str) -> list[str]:

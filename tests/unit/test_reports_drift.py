@@ -80,3 +80,30 @@ def test_matching_slurm_is_all_ok_and_unknown_accounting_is_a_warning() -> None:
     )
     assert [f.severity for f in findings] == [WARNING, WARNING]
     assert "sinfo failed" in findings[0].what
+
+
+def test_the_opportunistic_grace_is_checked_against_the_configs_notice() -> None:
+    from hivebatch.reports.drift import grace_finding
+
+    assert grace_finding(120, None) is None  # not known: nothing said
+    ok = grace_finding(120, 120)
+    assert ok is not None and ok.severity == OK
+    drift = grace_finding(120, 0)
+    assert drift is not None and drift.severity == WARNING
+    assert drift.what.startswith(
+        "QOS opportunistic has GraceTime 0 s, but the config gives opportunistic jobs 120 s"
+    )
+    assert drift.fix == "sacctmgr -i modify qos where name=opportunistic set GraceTime=120"
+
+
+def test_sacctmgr_grace_times_are_read_as_seconds() -> None:
+    from hivebatch.slurm.cli import grace_seconds
+
+    # sacctmgr -n -P show qos opportunistic format=GraceTime, recorded on the lab (preempt_grace.txt)
+    assert [grace_seconds(t) for t in ("00:00:00", "00:02:00", "00:00:30", "1-00:00:00")] == [
+        0,
+        120,
+        30,
+        86400,
+    ]
+    assert grace_seconds("soon") is None

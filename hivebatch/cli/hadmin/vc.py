@@ -28,8 +28,10 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
     """
     from hivebatch.config import load_config
     from hivebatch.errors import HivebatchError
-    from hivebatch.reports.drift import ERROR, config_findings, drift_findings, qos_classes
+    from hivebatch.notice import parse_notice
+    from hivebatch.reports.drift import ERROR, config_findings, drift_findings, grace_finding, qos_classes
     from hivebatch.reports.load import short_error
+    from hivebatch.reports.rows import OPPORTUNISTIC
     from hivebatch.reports.topology import node_layouts, vc_infos
 
     path, data = load_config(config)
@@ -65,6 +67,9 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
             findings += drift_findings(
                 layouts, vcs, qos_classes(data), nodes, accounts, qos, why_nodes, why_acct
             )
+            if qos is not None and OPPORTUNISTIC in qos:
+                grace = grace_finding(parse_notice(data).for_class(OPPORTUNISTIC), _grace_of(backend))
+                findings += [grace] if grace is not None else []
     errors = sum(1 for f in findings if f.severity == ERROR)
     if fmt == "json":
         click.echo(
@@ -83,3 +88,14 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
         )
     if errors:
         raise click.exceptions.Exit(1)
+
+
+def _grace_of(backend: object) -> int | None:
+    """The opportunistic QOS's GraceTime as Slurm has it; None when it cannot be read."""
+    from hivebatch.errors import HivebatchError
+    from hivebatch.reports.rows import OPPORTUNISTIC
+
+    try:
+        return backend.qos_grace_s(OPPORTUNISTIC)  # type: ignore[attr-defined,no-any-return]
+    except (AttributeError, HivebatchError):
+        return None
