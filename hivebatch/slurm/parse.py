@@ -553,6 +553,13 @@ def license_asks(text: str) -> dict[str, int] | None:
     return asks
 
 
+def take_licenses(left: dict[str, int], licenses: str) -> None:
+    """Take a job's licenses (squeue's text) off the free counts ``left``; a form Slurm alone reads
+    takes nothing."""
+    for name, count in (license_asks(licenses) or {}).items():
+        left[name] = left.get(name, 0) - count
+
+
 def parse_reservations(text: str) -> list[Reservation]:
     """``scontrol show reservation -o`` with ``SLURM_TIME_FORMAT=%s``: one ``Key=value`` line per
     reservation, or "No reservations in the system" (tests/fixtures/slurm/reservations.txt)."""

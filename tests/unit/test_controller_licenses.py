@@ -82,7 +82,7 @@ def _round(ctx, jobs, free: int):  # type: ignore[no-untyped-def]
 def test_of_the_jobs_one_round_places_those_beyond_the_free_licenses_wait(ctx) -> None:  # type: ignore[no-untyped-def]
     # through hivebatch three -L matlab:1 jobs were pinned in one cycle with one license free: two waited on
     # Licenses holding their GPUs
-    jobs = [row(i, JobRequest(vc="nlp", gpus=1)) for i in (1, 2, 3)]
+    jobs = [row(i, JobRequest(vc="nlp", gpus=1, time_limit_s=1800)) for i in (1, 2, 3)]
     r = _round(ctx, jobs, free=1)
     classify(r)
     screen_hopeless(r)
@@ -91,6 +91,8 @@ def test_of_the_jobs_one_round_places_those_beyond_the_free_licenses_wait(ctx) -
     (placed,) = r.out.places
     waiting = [w for w in r.out.waits if w.reason.startswith("waits for licenses: matlab (0 free")]
     assert len(waiting) == 2 and set(r.alloc.jobs()) == {str(placed.job.slurm_job_id)}
+    # they are predicted to start when the one placed ends
+    assert placed.predicted_end is not None and {w.predicted_start for w in waiting} == {placed.predicted_end}
 
 
 def test_licenses_asked_by_pins_slurm_has_not_started_are_not_free(ctx) -> None:  # type: ignore[no-untyped-def]
@@ -116,3 +118,37 @@ def test_a_pin_waiting_for_licenses_another_job_took_is_taken_back_at_once(ctx) 
     (back,) = r.out.take_backs
     assert back.why == "licenses it needs were taken first (Slurm's reason: Licenses)" and not back.avoid
     assert "1" not in r.alloc.jobs()
+
+
+def _holding(sid: int, licenses: str, limit_s: int, started_ago_s: int, **kw: object) -> SlurmJob:
+    """A running job (a plain one: not in the ledger) holding ``licenses`` until its time limit."""
+    return SlurmJob(job_id=sid, name="j", user="carol", account="sys", qos="normal", state="RUNNING", reason="",
+                    licenses=licenses, time_limit_s=limit_s, start_time=NOW - dt.timedelta(seconds=started_ago_s),
+                    **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_a_job_waiting_for_licenses_is_predicted_to_start_when_their_holders_end(ctx) -> None:  # type: ignore[no-untyped-def]
+    waiting = row(1, JobRequest(vc="nlp", gpus=1))
+    r = _round(ctx, [waiting], free=0)
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], licenses="matlab:2")
+    # two holders of one license each: one ends in 10 min, one in 40 (their time limits)
+    r.ledger.slurm[7] = _holding(7, "matlab:1", 3600, 3000)
+    r.ledger.slurm[8] = _holding(8, "matlab:1", 3600, 1200)
+    classify(r)
+    (w,) = r.out.waits
+    assert w.reason.startswith("waits for licenses: matlab (0 free, it needs 2)")
+    assert w.predicted_start == NOW + dt.timedelta(minutes=40)  # both must end
+
+
+def test_no_start_is_predicted_where_a_holder_has_no_known_end(ctx) -> None:  # type: ignore[no-untyped-def]
+    waiting = row(1, JobRequest(vc="nlp", gpus=1))
+    r = _round(ctx, [waiting], free=0)
+    r.ledger.slurm[7] = replace(_holding(7, "matlab:1", 3600, 0), time_limit_s=None)
+    classify(r)
+    assert r.out.waits[0].predicted_start is None
+    # nor where the cluster has fewer than it asks
+    r = _round(ctx, [row(1, JobRequest(vc="nlp", gpus=1))], free=0)
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], licenses="matlab:3")
+    r.ledger.slurm[7] = _holding(7, "matlab:1", 3600, 0)
+    classify(r)
+    assert r.out.waits[0].predicted_start is None

@@ -14,7 +14,7 @@ from hivebatch.controller.decide.eligible import (
     past_deadline,
 )
 from hivebatch.controller.decide.isolate import isolated
-from hivebatch.controller.decide.licenses import short_of_licenses
+from hivebatch.controller.decide.licenses import licenses_wait, short_of_licenses
 from hivebatch.controller.decide.limits import within_limits
 from hivebatch.controller.decide.partition_nodes import outside_partition_nodes, partition_node_range
 from hivebatch.controller.decide.spread import PerGpu, spread_over_nodes
@@ -85,10 +85,13 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
         or over_partition_time(sj, r.partition_max_time)
         or outside_partition_nodes(sj, r.partition_node_limits)
         or limited_lately(job, r.now)
-        or short_of_licenses(sj, r.licenses_left)
     )
     if not_yet:
         r.out.waits.append(Wait(job, not_yet, not_startable=True))
+        return
+    short = short_of_licenses(sj, r.licenses_left)
+    if short:
+        r.out.waits.append(licenses_wait(r, job, sj, short))
         return
     late = past_deadline(sj, r.now)
     if late:

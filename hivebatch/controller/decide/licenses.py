@@ -1,15 +1,21 @@
 """Licenses (-L): Slurm starts a job only once the licenses it asks are free, counting a job's licenses
 from its start. A GPU job pinned while they are taken waits on ``Licenses`` holding its GPUs for nothing
 (recorded: tests/fixtures/slurm/licenses.txt), so such a job waits without cells, and of the jobs one
-round would pin, those beyond the free licenses wait too.
+round would pin, those beyond the free licenses wait too. Its predicted start is when the jobs holding
+them end (``licenses_free_at``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime as dt
+import math
+from collections.abc import Iterator, Mapping
 
-from hivebatch.controller.decide.types import Round, Wait
-from hivebatch.slurm.parse import license_asks
+from hivebatch.controller.decide.times import epoch, from_epoch
+from hivebatch.controller.decide.types import Place, Round, Wait
+from hivebatch.controller.observe import phase
+from hivebatch.db.models import Job
+from hivebatch.slurm.parse import license_asks, take_licenses
 from hivebatch.slurm.types import SlurmJob
 
 
@@ -28,6 +34,68 @@ def short_of_licenses(sj: SlurmJob, left: Mapping[str, int] | None) -> str | Non
     return f"waits for licenses: {', '.join(short)}; it holds no GPUs meanwhile" if short else None
 
 
+def licenses_wait(r: Round, job: Job, sj: SlurmJob, reason: str) -> Wait:
+    """The wait of a job short of licenses, with its predicted start when they are free."""
+    return Wait(job, reason, not_startable=True, predicted_start=licenses_free_at(r, sj))
+
+
+def licenses_free_at(r: Round, sj: SlurmJob) -> dt.datetime | None:
+    """When as many of each license ``sj`` asks are free as it asks: the jobs holding them (running ones,
+    pins Slurm has not started, this round's placements) end in order, at their predicted ends or time
+    limits. None where an end on the way is unknown, or the cluster has fewer than it asks."""
+    asks = license_asks(sj.licenses)
+    if r.licenses_left is None or not asks:
+        return None
+    left = dict(r.licenses_left)
+    for place in r.out.places:  # this round's placements take theirs before any job waiting for them
+        placed = r.ledger.slurm.get(place.job.slurm_job_id)
+        take_licenses(left, placed.licenses if placed is not None else "")
+    frees: dict[str, list[tuple[float, int]]] = {}
+    for end, held in _holders(r, sj.job_id):
+        for name, count in held.items():
+            frees.setdefault(name, []).append((end, count))
+    at = epoch(r.now)
+    for name, need in asks.items():
+        have = left.get(name)
+        if have is None:
+            continue  # Slurm does not list it: Slurm's to judge
+        for end, count in sorted(frees.get(name, [])):
+            if have >= need:
+                break
+            have, at = have + count, max(at, end)
+        if have < need or not math.isfinite(at):
+            return None
+    return from_epoch(at)
+
+
+def _holders(r: Round, own_id: int) -> Iterator[tuple[float, dict[str, int]]]:
+    """Each job holding licenses, or about to (a pin, a placement of this round): its end (inf when
+    unknown) and what it holds."""
+    placed_now = {p.job.slurm_job_id: p for p in r.out.places}
+    taken_back = {tb.job.slurm_job_id for tb in r.out.take_backs}
+    for sid, other in r.ledger.slurm.items():
+        if sid == own_id or not other.licenses:
+            continue
+        job = r.ledger.jobs.get(sid)
+        ph = phase(other.state)
+        pinned = job is not None and job.state == "placed" and sid not in taken_back
+        if ph != "running" and not (ph == "pending" and (pinned or sid in placed_now)):
+            continue
+        held = license_asks(other.licenses)
+        if held:
+            yield _end(r, other, job, placed_now.get(sid)), held
+
+
+def _end(r: Round, sj: SlurmJob, job: Job | None, place: Place | None) -> float:
+    predicted = (place.predicted_end if place is not None else None) or (job.predicted_end if job else None)
+    if predicted is not None:
+        return max(epoch(predicted), epoch(r.now))
+    if sj.time_limit_s:
+        start = epoch(sj.start_time) if sj.start_time is not None else epoch(r.now)
+        return max(start + sj.time_limit_s, epoch(r.now))
+    return math.inf
+
+
 def hold_back_licensed(r: Round) -> None:
     """Of the round's placements, in the order made, those whose licenses earlier ones took wait
     instead, their cells given back. One that preempts others stays: its victims are told already, and
@@ -42,10 +110,9 @@ def hold_back_licensed(r: Round) -> None:
         jid = str(place.job.slurm_job_id)
         short = short_of_licenses(sj, left)
         if short is None or place.preempts or jid not in r.alloc.jobs():
-            for name, count in (license_asks(sj.licenses) or {}).items():
-                left[name] = left.get(name, 0) - count
+            take_licenses(left, sj.licenses)
             continue
         r.out.places.remove(place)
         r.placed_now.pop(place.job.slurm_job_id, None)
         r.alloc.release(jid)
-        r.out.waits.append(Wait(place.job, short, not_startable=True))
+        r.out.waits.append(licenses_wait(r, place.job, sj, short))

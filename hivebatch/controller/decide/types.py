@@ -20,7 +20,7 @@ from hivebatch.db.models import Job
 from hivebatch.node_room import NodeNeeds, NodeRoom
 from hivebatch.qos import Task
 from hivebatch.request import JobRequest, kept_gpus, plugin_extras
-from hivebatch.slurm.parse import expand_hostlist, license_asks
+from hivebatch.slurm.parse import expand_hostlist, take_licenses
 from hivebatch.slurm.types import PartitionAccess, SlurmJob
 
 GpuMap = dict[str, dict[int, GpuUse]]
@@ -168,8 +168,7 @@ class Round:
             if job.state != "placed" or sj is None or not sj.licenses or job.slurm_job_id in taken_back:
                 continue
             if phase(sj.state) == "pending":
-                for name, count in (license_asks(sj.licenses) or {}).items():
-                    left[name] = left.get(name, 0) - count
+                take_licenses(left, sj.licenses)
         return left
 
     @functools.cached_property
