@@ -6,13 +6,13 @@ victim is requeued held, and the guaranteed job starts after it left."""
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
 import time
 from collections.abc import Iterator, Sequence
 
 import pytest
 import yaml
 from lab_controller import Ctl
+from lab_qos import opportunistic_grace
 
 from hivebatch.controller.context import load_context
 from hivebatch.submit.script import render_job_script
@@ -80,23 +80,11 @@ def test_victim_checkpoints_on_its_signal_is_requeued_held_and_the_owner_starts_
 
 @pytest.fixture
 def short_grace(ctl: Ctl) -> Iterator[int]:
-    """The opportunistic QOS's GraceTime (hadmin slurm-config sets it to the notice) made short, as the
-    controller's notice: Slurm's preemption for CPUs and memory gives that notice too."""
-    seconds = 30
-    was = subprocess.run(["sacctmgr", "-n", "-P", "show", "qos", "opportunistic", "format=gracetime"],
-                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    _grace(seconds)
-    _with_notice(ctl, seconds)
-    try:
+    """The opportunistic QOS's GraceTime made short, as the controller's notice: Slurm's preemption for
+    CPUs and memory gives that notice too."""
+    with opportunistic_grace(30) as seconds:
+        _with_notice(ctl, seconds)
         yield seconds
-    finally:
-        # sacctmgr shows HH:MM:SS and takes seconds
-        _grace(sum(int(p) * 60**i for i, p in enumerate(reversed(was.split(":")))) if was else 120)
-
-
-def _grace(seconds: int) -> None:
-    subprocess.run(["sacctmgr", "-i", "modify", "qos", "where", "name=opportunistic", "set", f"GraceTime={seconds}"],
-                   capture_output=True, check=True)  # fmt: skip
 
 
 def test_a_guaranteed_job_goes_where_opportunistic_jobs_hold_the_cpus_and_slurm_gives_them_notice(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import pytest
+from lab_qos import opportunistic_grace
 
 from hivebatch.slurm.types import SlurmError
 
@@ -244,19 +246,27 @@ def test_fake_backend_observes_what_the_lab_observes(slurm_lab, lab_jobs, fake_s
     assert on_lab[1] == ("refused", True, False) and on_lab[-1] == ("refused", False, True)
 
 
-def test_opportunistic_job_is_requeued_by_an_urgent_one(slurm_lab, lab_jobs):
+def test_opportunistic_job_is_requeued_by_an_urgent_one_after_its_grace(slurm_lab, lab_jobs):
     # Slurm's own preemption between two users' pinned jobs; root submits them (as the controller pins),
     # since GPUs asked by a user go through hivebatch's job_submit plugin instead
     root = slurm_lab.backend()
     common = ["--chdir", str(slurm_lab.jobs_dir), "-o", "/dev/null", "-w", "node4", "--gres=gpu:g2:1"]
-    opp = root.submit(PROBE, ["--uid=bob", "--account=nlp", "--qos=opportunistic", *common])
-    lab_jobs.append(opp)
-    slurm_lab.wait_for(opp, {"RUNNING"})
-    urgent = root.submit(PROBE, ["--uid=alice", "--account=cv", "--qos=urgent", *common])
-    lab_jobs.append(urgent)
-    assert slurm_lab.wait_for(urgent, {"RUNNING"}).gpus == {"node4": [2]}
-    j = slurm_lab.wait_for(opp, {"PENDING"})
-    assert j.reason == "BeginTime" and not j.held and j.gpus == {}
+    with opportunistic_grace(5):
+        opp = root.submit(PROBE, ["--uid=bob", "--account=nlp", "--qos=opportunistic", *common])
+        lab_jobs.append(opp)
+        slurm_lab.wait_for(opp, {"RUNNING"})
+        urgent = root.submit(PROBE, ["--uid=alice", "--account=cv", "--qos=urgent", *common])
+        lab_jobs.append(urgent)
+        # the victim runs out its QOS's GraceTime, squeue showing since when (squeue_preempt_grace.json)
+        told = slurm_lab.wait_for(opp, {"RUNNING"})
+        deadline = time.monotonic() + 20
+        while told.preempt_time is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            (told,) = root.list_jobs([opp])
+        assert told.preempt_time is not None and told.grace_end == told.preempt_time + dt.timedelta(seconds=5)
+        assert slurm_lab.wait_for(urgent, {"RUNNING"}).gpus == {"node4": [2]}
+        j = slurm_lab.wait_for(opp, {"PENDING"})
+        assert j.reason == "BeginTime" and not j.held and j.gpus == {}
 
 
 def test_accounts_and_qos_of_the_lab_match_the_config(slurm_lab):
