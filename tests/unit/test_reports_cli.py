@@ -238,6 +238,9 @@ class _Backend:
     def list_qos(self) -> list[str]:
         return ["normal", "urgent", "prior", "opportunistic"]
 
+    def qos_grace_s(self, qos: str) -> int | None:
+        return 0 if qos == "opportunistic" else None  # as before hadmin slurm-config set it
+
 
 def test_vc_check_against_slurm_prints_fixes_and_fails(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("hivebatch.slurm.get_backend", lambda *a, **k: _Backend())
@@ -253,7 +256,9 @@ def test_vc_check_against_slurm_prints_fixes_and_fails(config: Path, monkeypatch
     )
     assert lines[i + 1] == "       fix: sacctmgr -i add account sys && sacctmgr -i add user USER account=sys"
     assert "ok     every class is a Slurm QOS (urgent, prior, normal, opportunistic)" in lines
-    assert lines[-1].startswith("1 error(s), 1 warning(s) in ")
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("WARN   QOS opportunistic has GraceTime 0 s"))
+    assert lines[i + 1] == "       fix: sacctmgr -i modify qos where name=opportunistic set GraceTime=120"
+    assert lines[-1].startswith("1 error(s), 2 warning(s) in ")
 
 
 def test_bad_gpus_or_a_starved_vc_never_show_green() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
@@ -230,6 +231,23 @@ def test_opportunistic_jobs_are_requeued_by_other_qos(fake_slurm):
     assert fake_slurm.job(opp).state == "PENDING"
     fake_slurm.advance(1)
     assert fake_slurm.job(opp).state == "RUNNING"
+
+
+def test_an_opportunistic_job_runs_out_its_qos_grace_before_it_is_requeued(fake_slurm):
+    # as the lab test of Slurm's own preemption with GraceTime=5 (test_slurm_backend.py; preempt_grace.txt)
+    fake_slurm.set_qos_grace("opportunistic", 5)
+    assert fake_slurm.qos_grace_s("opportunistic") == 5 and fake_slurm.qos_grace_s("nope") is None
+    opp = fake_slurm.as_user("bob").submit(SCRIPT, ["--qos=opportunistic", "-w", "node4", "--gres=gpu:g2:1"])
+    urgent = fake_slurm.as_user("alice").submit(SCRIPT, ["--qos=urgent", "-w", "node4", "--gres=gpu:g2:1"])
+    assert fake_slurm.job(urgent).reason == "Resources"
+    told = fake_slurm.job(opp)
+    assert told.state == "RUNNING" and told.grace_end == told.preempt_time + dt.timedelta(seconds=5)  # type: ignore[operator]
+    fake_slurm.advance(4)
+    assert fake_slurm.job(opp).state == "RUNNING" and fake_slurm.job(urgent).state == "PENDING"
+    fake_slurm.advance(1)
+    assert fake_slurm.job(urgent).state == "RUNNING" and fake_slurm.job(urgent).gpus == {"node4": [2]}
+    j = fake_slurm.job(opp)
+    assert (j.state, j.reason, j.preempt_time, j.grace_end) == ("PENDING", "BeginTime", None, None)
 
 
 def test_finished_jobs_leave_squeue_after_min_job_age(fake_slurm):

@@ -68,7 +68,9 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
                 layouts, vcs, qos_classes(data), nodes, accounts, qos, why_nodes, why_acct
             )
             if qos is not None and OPPORTUNISTIC in qos:
-                grace = grace_finding(parse_notice(data).for_class(OPPORTUNISTIC), _grace_of(backend))
+                grace = grace_finding(
+                    parse_notice(data).for_class(OPPORTUNISTIC), _grace_of(backend, OPPORTUNISTIC)
+                )
                 findings += [grace] if grace is not None else []
     errors = sum(1 for f in findings if f.severity == ERROR)
     if fmt == "json":
@@ -90,12 +92,11 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
         raise click.exceptions.Exit(1)
 
 
-def _grace_of(backend: object) -> int | None:
-    """The opportunistic QOS's GraceTime as Slurm has it; None when it cannot be read."""
+def _grace_of(backend: object, qos: str) -> int | None:
+    """The QOS's GraceTime as Slurm has it; None when it cannot be read."""
     from hivebatch.errors import HivebatchError
-    from hivebatch.reports.rows import OPPORTUNISTIC
 
     try:
-        return backend.qos_grace_s(OPPORTUNISTIC)  # type: ignore[attr-defined,no-any-return]
+        return backend.qos_grace_s(qos)  # type: ignore[attr-defined,no-any-return]
     except (AttributeError, HivebatchError):
         return None

@@ -165,15 +165,20 @@ class FakeSlurm(SlurmBackend):
                 j.requeue(now, "BeginTime")
         self._maybe_schedule()
 
-    def preempt_with_grace(self, job_id: int, grace_s: float) -> None:
-        """Slurm preempts a running job (preempt/qos) for the CPUs or memory of another: it runs on for
-        its QOS's GraceTime, shown with its preempt_time, and is requeued when that ends
-        (tests/fixtures/slurm/preempt_grace.txt)."""
+    def set_qos_grace(self, qos: str, seconds: int) -> None:
+        """``sacctmgr modify qos … set GraceTime=seconds`` (hadmin slurm-config: the config's notice)."""
+        self._s.qos_grace[qos] = seconds
+
+    def preempt_with_grace(self, job_id: int, grace_s: float | None = None) -> None:
+        """Slurm preempts a running job (preempt/qos) for the CPUs or memory of another, which the fake
+        does not schedule by: it runs on for its QOS's GraceTime (or ``grace_s``), shown with its
+        preempt_time, and is requeued when that ends (tests/fixtures/slurm/preempt_grace.txt)."""
         j = self._get(job_id, "preempt")
         if j.state != "RUNNING":
             raise SlurmError(["preempt", str(job_id)], 1, f"job {job_id} is {j.state}, not RUNNING")
         j.preempt_time = self._s.now()
-        j.grace_end = j.preempt_time + timedelta(seconds=grace_s)
+        seconds = self._s.qos_grace.get(j.qos, 0) if grace_s is None else grace_s
+        j.grace_end = j.preempt_time + timedelta(seconds=seconds)
 
     def now(self) -> datetime:
         return self._s.now()
@@ -636,7 +641,6 @@ class FakeSlurm(SlurmBackend):
         return sorted(QOS_NAMES)
 
     def qos_grace_s(self, qos: str) -> int | None:
-        """GraceTime as hadmin slurm-config sets it: the default notice on the opportunistic QOS."""
         return self._s.qos_grace.get(qos, 0) if qos in QOS_NAMES else None
 
     def history(

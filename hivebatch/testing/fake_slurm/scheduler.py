@@ -144,10 +144,11 @@ def try_start(state: State, j: Job) -> bool:
             return False
     chosen = placement(state, j)
     if chosen is None and j.qos != PREEMPTABLE_QOS:
-        # preempt/qos with PreemptMode=REQUEUE: opportunistic jobs in the way go back to the queue
+        # preempt/qos with PreemptMode=REQUEUE: opportunistic jobs in the way go back to the queue, at
+        # once or when their QOS's GraceTime ends (FakeSlurm.advance)
         chosen = placement(state, j, skip_qos=PREEMPTABLE_QOS)
-        if chosen is not None:
-            requeue_in_the_way(state, chosen)
+        if chosen is not None and not requeue_in_the_way(state, chosen):
+            chosen = None
     if chosen is None:
         j.reason = "Resources"
         return False
@@ -159,7 +160,10 @@ def try_start(state: State, j: Job) -> bool:
     return True
 
 
-def requeue_in_the_way(state: State, chosen: dict[str, tuple[list[int], dict[int, int]]]) -> None:
+def requeue_in_the_way(state: State, chosen: dict[str, tuple[list[int], dict[int, int]]]) -> bool:
+    """Preempt the opportunistic jobs on ``chosen``'s GPUs: requeued now, or given their QOS's GraceTime
+    first (preempt_grace.txt). True when none is left in the way."""
+    cleared = True
     for other in state.jobs.values():
         if other.state != "RUNNING" or other.qos != PREEMPTABLE_QOS:
             continue
@@ -168,8 +172,17 @@ def requeue_in_the_way(state: State, chosen: dict[str, tuple[list[int], dict[int
             or set(other.shards.get(node, {})) & (set(g) | set(s))
             for node, (g, s) in chosen.items()
         )
-        if clash:
+        grace = state.qos_grace.get(other.qos, 0)
+        if not clash:
+            continue
+        if not grace:
             other.requeue(state.now(), "BeginTime")
+            continue
+        if other.preempt_time is None:
+            other.preempt_time = state.now()
+            other.grace_end = other.preempt_time + timedelta(seconds=grace)
+        cleared = False
+    return cleared
 
 
 def dependency_status(state: State, dependency: str) -> str:

@@ -155,8 +155,8 @@ class State:
         self.auto_schedule = auto_schedule
         self.calls: list[tuple[str, str, tuple[object, ...]]] = []
         self.controller_up = True  # False: slurmctld stopped (slurmdbd, hence history, still answers)
-        #: QOS -> GraceTime, as hadmin slurm-config sets it from the default notice (preempt_grace.txt)
-        self.qos_grace: dict[str, int] = {"opportunistic": 120}
+        #: QOS -> GraceTime in seconds (none: 0, requeued at once): FakeSlurm.set_qos_grace
+        self.qos_grace: dict[str, int] = {}
         #: slurmctld's job_submit plugin (hivebatch's, run by Lua); None = no plugin configured
         self.job_submit: Any = None
         #: advance reservations (naive UTC, as parsed); no job here asks for one, so none may run into them
