@@ -220,7 +220,9 @@ def test_a_placed_job_slurm_has_not_started_and_plain_jobs_get_reasons_of_their_
             jobs.values(), [*ledger, leaving], Filters(), start_timeout_s=300.0, grace_s=120.0
         )
     }
-    assert graced[339].reason.endswith("has not started by 13:46:54 UTC")
+    assert graced[339].reason.endswith(
+        "has not started by 13:46:54 UTC; job 335 leaves by 13:41:54 UTC at the latest (Slurm's notice to it)"
+    )
     # without the controller's bound (no config), the promise is left out
     bare = {r.job_id: r for r in collect_rows(jobs.values(), ledger, Filters())}
     assert bare[339].reason.endswith("or a job of higher priority it keeps the node for)")

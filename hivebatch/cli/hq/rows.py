@@ -331,7 +331,11 @@ def collect_rows(
     ``grace_s``: the notice Slurm gives opportunistic jobs it preempts, which the controller adds to
     that bound for a job pinned where one is leaving (decide.unstarted.grace_on)."""
     db_jobs = list(db_jobs)
-    leaving = {n for d in db_jobs if _told_by_slurm(d) for n in (d.placement or {})}
+    leaving: dict[str, list[Any]] = {}
+    for d in db_jobs:
+        if _told_by_slurm(d):
+            for n in d.placement or {}:
+                leaving.setdefault(n, []).append(d)
     rows: dict[int, JobRow] = {}
     for job in slurm_jobs:
         row = row_from_slurm(job)
@@ -341,9 +345,12 @@ def collect_rows(
     for db_job in db_jobs:
         jid = int(db_job.slurm_job_id)
         bound = start_timeout_s
-        if bound and leaving & set(db_job.placement or {}):
+        if bound and leaving.keys() & set(db_job.placement or {}):
             bound += grace_s
-        rows[jid] = merge_ledger(rows.get(jid), db_job, bound)
+        row = rows[jid] = merge_ledger(rows.get(jid), db_job, bound)
+        told = _leaving_first(db_job, leaving)
+        if told and row.slurm_reason == "Resources":
+            row.reason = f"{row.reason}; {told}"
     kept = [r for r in rows.values() if filters.keep(r)]
     # like squeue: running first, then pending by predicted start, then by id
     order = {"RUNNING": 0, "COMPLETING": 1, "PENDING": 2}
@@ -354,6 +361,17 @@ def collect_rows(
 def _told_by_slurm(db_job: Any) -> bool:
     """A running opportunistic job Slurm preempts, in its grace (controller.slurm_grace)."""
     return db_job.state == "running" and db_job.notice_until is not None and db_job.notice_by is None
+
+
+def _leaving_first(db_job: Any, leaving: dict[str, list[Any]]) -> str:
+    """For a placed job, the opportunistic jobs on its nodes Slurm lets run out their notice first."""
+    if db_job.state != "placed":
+        return ""
+    told = {d.slurm_job_id: d.notice_until for n in db_job.placement or {} for d in leaving.get(n, [])}
+    return "; ".join(
+        f"job {sid} leaves by {_naive_utc(until):%H:%M:%S} UTC at the latest (Slurm's notice to it)"
+        for sid, until in sorted(told.items())
+    )
 
 
 def expand_arrays(rows: list[JobRow]) -> list[JobRow]:
