@@ -39,6 +39,14 @@ class NoticeSettings:
     def for_class(self, qos: str | None) -> int:
         return int(self.by_class.get(qos or "", self.notice_s))
 
+    @property
+    def slurm_grace_s(self) -> int:
+        """The opportunistic QOS's GraceTime as hadmin slurm-config sets it: the notice Slurm gives an
+        opportunistic job it preempts for a guaranteed job's CPUs or memory (preempt_grace.txt)."""
+        from hivebatch.slurmconf import PREEMPTABLE_QOS
+
+        return self.for_class(PREEMPTABLE_QOS)
+
 
 def _seconds(where: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -19,7 +19,6 @@ from typing import Any
 from hivebatch.jobsubmit import cli_filter_lua, job_submit_lua, slurm_conf_dir
 from hivebatch.notice import parse_notice
 from hivebatch.slurmconf import (
-    PREEMPTABLE_QOS,
     AccountingPlan,
     LabOptions,
     NodeHardware,
@@ -83,7 +82,7 @@ def config_files(data: Mapping[str, Any], opts: ConfigOptions) -> dict[str, tupl
         vcs=layout.vcs,
         users=parse_user_specs(opts.users, layout.vcs),
         operators=list(opts.operators),
-        opportunistic_grace_s=parse_notice(data).for_class(PREEMPTABLE_QOS),
+        opportunistic_grace_s=parse_notice(data).slurm_grace_s,
     )
     files: dict[str, tuple[str, int]] = {
         "slurm.conf": (

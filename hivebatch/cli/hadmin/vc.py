@@ -68,9 +68,7 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
                 layouts, vcs, qos_classes(data), nodes, accounts, qos, why_nodes, why_acct
             )
             if qos is not None and OPPORTUNISTIC in qos:
-                grace = grace_finding(
-                    parse_notice(data).for_class(OPPORTUNISTIC), _grace_of(backend, OPPORTUNISTIC)
-                )
+                grace = grace_finding(parse_notice(data).slurm_grace_s, _grace_of(backend, OPPORTUNISTIC))
                 findings += [grace] if grace is not None else []
     errors = sum(1 for f in findings if f.severity == ERROR)
     if fmt == "json":

@@ -241,10 +241,9 @@ def _start_timeout(config_path: Path | None, config: dict[str, Any]) -> float | 
 def _opportunistic_grace(config: dict[str, Any]) -> float:
     """The notice of opportunistic jobs, which is also their QOS's GraceTime (hadmin slurm-config)."""
     from hivebatch.notice import parse_notice
-    from hivebatch.slurmconf import PREEMPTABLE_QOS
 
     try:
-        return float(parse_notice(config).for_class(PREEMPTABLE_QOS))
+        return float(parse_notice(config).slurm_grace_s)
     except ConfigError:
         return 0.0
 

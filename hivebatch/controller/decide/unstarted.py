@@ -26,7 +26,6 @@ from hivebatch.controller.observe import phase
 from hivebatch.controller.record import placement_text
 from hivebatch.db.models import Job
 from hivebatch.slurm.types import SlurmJob
-from hivebatch.slurmconf import PREEMPTABLE_QOS
 
 # A limit of the job's QOS or association (per-user GPUs, the account's GPUs, running jobs …: Slurm's
 # reasons QOS* and Assoc*) keeps a released job from starting anywhere until other jobs of its user or
@@ -62,7 +61,7 @@ def grace_on(r: Round, sj: SlurmJob, nodes: Iterable[str]) -> float:
     held = (r.ledger.nodes.get(n) for n in nodes)
     if not any(n is not None and (n.preemptible_cpus or n.preemptible_mem_mb) for n in held):
         return 0.0
-    return float(r.ctx.notice.for_class(PREEMPTABLE_QOS))
+    return float(r.ctx.notice.slurm_grace_s)
 
 
 def take_back_unstarted(r: Round) -> None:
