@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from hivebatch.controller.decide.times import epoch, from_epoch
 from hivebatch.controller.decide.types import Place, Round, Wait
@@ -47,11 +47,17 @@ def licenses_free_at(r: Round, sj: SlurmJob) -> dt.datetime | None:
     if r.licenses_left is None or not asks:
         return None
     left = dict(r.licenses_left)
-    for place in r.out.places:  # this round's placements take theirs before any job waiting for them
+    holders = [(end, held) for sid, end, held in held_licenses(r) if sid != sj.job_id]
+    for place in r.out.places:  # this round's placements take theirs now and give them back at their ends
         placed = r.ledger.slurm.get(place.job.slurm_job_id)
-        take_licenses(left, placed.licenses if placed is not None else "")
+        if placed is None or not placed.licenses:
+            continue
+        take_licenses(left, placed.licenses)
+        took = license_asks(placed.licenses)
+        if took and place.job.slurm_job_id != sj.job_id:
+            holders.append((_end(r, placed, place.job, place), took))
     frees: dict[str, list[tuple[float, int]]] = {}
-    for end, held in _holders(r, sj.job_id):
+    for end, held in holders:
         for name, count in held.items():
             frees.setdefault(name, []).append((end, count))
     at = epoch(r.now)
@@ -68,22 +74,19 @@ def licenses_free_at(r: Round, sj: SlurmJob) -> dt.datetime | None:
     return from_epoch(at)
 
 
-def _holders(r: Round, own_id: int) -> Iterator[tuple[float, dict[str, int]]]:
-    """Each job holding licenses, or about to (a pin, a placement of this round): its end (inf when
-    unknown) and what it holds."""
-    placed_now = {p.job.slurm_job_id: p for p in r.out.places}
-    taken_back = {tb.job.slurm_job_id for tb in r.out.take_backs}
-    for sid, other in r.ledger.slurm.items():
-        if sid == own_id or not other.licenses:
-            continue
-        job = r.ledger.jobs.get(sid)
-        ph = phase(other.state)
-        pinned = job is not None and job.state == "placed" and sid not in taken_back
-        if ph != "running" and not (ph == "pending" and (pinned or sid in placed_now)):
-            continue
-        held = license_asks(other.licenses)
-        if held:
-            yield _end(r, other, job, placed_now.get(sid)), held
+def held_licenses(r: Round) -> list[tuple[int, float, dict[str, int]]]:
+    """The jobs holding licenses before this round places any: running ones and ``Round.license_pins``,
+    each with its Slurm id, its end (inf when unknown) and what it holds. Listed once a round: every job
+    waiting for licenses walks them."""
+    if r.license_holders is None:
+        r.license_holders = []
+        for sid, other in r.ledger.slurm.items():
+            if not other.licenses or (phase(other.state) != "running" and sid not in r.license_pins):
+                continue
+            held = license_asks(other.licenses)
+            if held:
+                r.license_holders.append((sid, _end(r, other, r.ledger.jobs.get(sid), None), held))
+    return r.license_holders
 
 
 def _end(r: Round, sj: SlurmJob, job: Job | None, place: Place | None) -> float:

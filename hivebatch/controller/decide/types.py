@@ -134,6 +134,8 @@ class Round:
     size_by_type: dict[tuple[str | None, str], NodeSize] = field(default_factory=dict)
     found: CellAllocator | None = None  # the cells before the cycle's first resume attempt (None: no attempt)
     type_nodes: dict[str | None, frozenset[str]] = field(default_factory=dict)  # see nodes_of_type
+    # the jobs holding licenses (Slurm id, end, what it holds): licenses.held_licenses, once a round
+    license_holders: list[tuple[int, float, dict[str, int]]] | None = None
 
     @functools.cached_property
     def stopped_partitions(self) -> dict[str, str]:
@@ -156,19 +158,29 @@ class Round:
         return {p: lim for n in self.ledger.nodes.values() for p, lim in n.node_limits.items()}
 
     @functools.cached_property
+    def license_pins(self) -> frozenset[int]:
+        """The pins Slurm has not started yet that ask for licenses (Slurm ids): it counts a job's licenses
+        once it runs, so they are theirs meanwhile."""
+        taken_back = {tb.job.slurm_job_id for tb in self.out.take_backs}
+        return frozenset(
+            job.slurm_job_id
+            for job in self.ledger.jobs.values()
+            if job.state == "placed"
+            and job.slurm_job_id not in taken_back
+            and (sj := self.ledger.slurm.get(job.slurm_job_id)) is not None
+            and sj.licenses
+            and phase(sj.state) == "pending"
+        )
+
+    @functools.cached_property
     def licenses_left(self) -> dict[str, int] | None:
-        """Each license's free count, less what pins Slurm has not started yet ask: it counts a job's
-        licenses once it runs (None: not listed, no job asks for one)."""
+        """Each license's free count, less what ``license_pins`` ask (None: not listed, no job asks for
+        one)."""
         if self.ledger.licenses is None:
             return None
         left = dict(self.ledger.licenses)
-        taken_back = {tb.job.slurm_job_id for tb in self.out.take_backs}
-        for job in self.ledger.jobs.values():
-            sj = self.ledger.slurm.get(job.slurm_job_id)
-            if job.state != "placed" or sj is None or not sj.licenses or job.slurm_job_id in taken_back:
-                continue
-            if phase(sj.state) == "pending":
-                take_licenses(left, sj.licenses)
+        for sid in self.license_pins:
+            take_licenses(left, self.ledger.slurm[sid].licenses)
         return left
 
     @functools.cached_property
