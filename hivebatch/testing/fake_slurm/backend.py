@@ -176,9 +176,7 @@ class FakeSlurm(SlurmBackend):
         j = self._get(job_id, "preempt")
         if j.state != "RUNNING":
             raise SlurmError(["preempt", str(job_id)], 1, f"job {job_id} is {j.state}, not RUNNING")
-        j.preempt_time = self._s.now()
-        seconds = self._s.qos_grace.get(j.qos, 0) if grace_s is None else grace_s
-        j.grace_end = j.preempt_time + timedelta(seconds=seconds)
+        j.start_grace(self._s.now(), self._s.qos_grace.get(j.qos, 0) if grace_s is None else grace_s)
 
     def now(self) -> datetime:
         return self._s.now()

@@ -172,15 +172,14 @@ def requeue_in_the_way(state: State, chosen: dict[str, tuple[list[int], dict[int
             or set(other.shards.get(node, {})) & (set(g) | set(s))
             for node, (g, s) in chosen.items()
         )
-        grace = state.qos_grace.get(other.qos, 0)
         if not clash:
             continue
+        grace = state.qos_grace.get(other.qos, 0)
         if not grace:
             other.requeue(state.now(), "BeginTime")
             continue
         if other.preempt_time is None:
-            other.preempt_time = state.now()
-            other.grace_end = other.preempt_time + timedelta(seconds=grace)
+            other.start_grace(state.now(), grace)
         cleared = False
     return cleared
 

@@ -90,6 +90,12 @@ class Job:
     preempt_time: datetime | None = None
     grace_end: datetime | None = None
 
+    def start_grace(self, now: datetime, seconds: float) -> None:
+        """Slurm preempts it (preempt/qos): it runs on until its QOS's GraceTime ends, squeue showing
+        since when (tests/fixtures/slurm/preempt_grace.txt)."""
+        self.preempt_time = now
+        self.grace_end = now + timedelta(seconds=seconds)
+
     def requeue(self, now: datetime, reason: str) -> None:
         """Back to PENDING without its allocation, as Slurm requeues, and eligible again only after a
         delay (the lab: AuthInfo=cred_expire=10). The run so far stays in accounting, and the job counts
