@@ -107,6 +107,11 @@ class Profile:
     extra: dict[str, Any] = field(default_factory=dict)
     # measured per-shape and per-batch factors on the form's step time (physical default form only)
     correction: Correction | None = None
+    # step times asked one at a time, by (local batch, d_node, d_gpn), and what they were computed with
+    _step_memo: dict[tuple[float, int, int], float] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _memo_of: tuple[Any, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:
@@ -325,14 +330,33 @@ def step_time(profile: Profile, batch: float, shape: Shape) -> float:
     return batch / predict_throughput(profile, batch, shape)
 
 
+_STEPS_KEPT = 4096
+
+
+def _one_step_time(profile: Profile, w: float, shape: Shape) -> float:
+    # a controller round asks the same few (batch, shape) pairs of a model for each of its thousands
+    # of waiting jobs, cycle after cycle; numpy's cost on one-element arrays is most of an answer
+    coeffs = tuple(profile.coefficients.values())
+    if not profile._memo_of or profile._memo_of[0] is not profile.correction or profile._memo_of[1] != coeffs:
+        profile._step_memo.clear()
+        profile._memo_of = (profile.correction, coeffs)
+    key = (w, shape.d_node, shape.d_gpn)
+    t = profile._step_memo.get(key)
+    if t is None:
+        one = (np.array([w]), np.array([shape.d_node]), np.array([shape.d_gpn]))
+        t = float(profile_step_times(profile, *one)[0])
+        if len(profile._step_memo) >= _STEPS_KEPT:
+            profile._step_memo.clear()
+        profile._step_memo[key] = t
+    return t
+
+
 def predict_throughput(profile: Profile, batch: float, shape: Shape) -> float:
     """PR(t, s) in samples/s for global batch ``batch`` on ``shape``; raises ModelRangeError if <= 0."""
     w = local_batch(batch, shape)
     c = profile.coefficients
     if profile.form == "default":
-        t = float(
-            profile_step_times(profile, np.array([w]), np.array([shape.d_node]), np.array([shape.d_gpn]))[0]
-        )
+        t = _one_step_time(profile, w, shape)
         if not t > 0:
             raise ModelRangeError(
                 f"profile {profile.name}/{profile.gpu_type} predicts a non-positive step time for "

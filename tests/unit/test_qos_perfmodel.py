@@ -16,6 +16,7 @@ from hivebatch.qos import (
     predict_throughput,
     single_gpu_throughput,
 )
+from hivebatch.qos.correction import Correction
 from hivebatch.qos.perfmodel import ModelRangeError, forecast, predict_with_range, step_time
 
 
@@ -150,3 +151,13 @@ def test_forecast_has_latency_only_with_iterations() -> None:
     fc = forecast(prof, 80, shape, 100, 30.0)
     assert fc.latency_s == pytest.approx(latency(prof, 80, 100, shape, 30.0))
     assert (fc.iters, fc.overhead_s, fc.batch, fc.shape) == (100, 30.0, 80, shape)
+
+
+def test_repeated_questions_follow_a_changed_profile() -> None:
+    prof = simple_profile(t0=0.1, t_w=0.01, s_multi=0.1, overlap=0.0)
+    assert step_time(prof, 40, Shape(1, 2)) == pytest.approx(0.1 + 0.2 + 0.1)
+    assert step_time(prof, 40, Shape(1, 2)) == pytest.approx(0.4)  # the same answer a second time
+    prof.coefficients["t0"] = 0.5
+    assert step_time(prof, 40, Shape(1, 2)) == pytest.approx(0.8)
+    prof.correction = Correction({(1, 2): 2.0}, ())  # measured twice as slow on 1x2
+    assert step_time(prof, 40, Shape(1, 2)) == pytest.approx(1.6)
