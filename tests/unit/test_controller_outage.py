@@ -3,6 +3,7 @@ positive evidence; a job closed by mistake is reopened; the loop survives any fa
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,16 @@ def test_the_loop_survives_any_failed_cycle_and_backs_off(env: Env, tmp_path: Pa
 def test_backoff_doubles_up_to_its_cap() -> None:
     assert [backoff(60, n) for n in range(0, 5)] == [60, 60, 120, 240, 300]
     assert backoff(1, 30) == 300 and backoff(600, 3) == 600
+
+
+def test_the_loop_spares_its_collections_what_it_held_before_its_first_cycle(env: Env) -> None:
+    engine = env.factory.kw["bind"]
+    Base.metadata.create_all(engine)
+    lease = ControllerLease(engine)
+    lease.acquire()
+    gc.unfreeze()
+    try:
+        run_loop(env.ctx, env.factory, env.slurm, lease, 1.0, sleep=lambda _s: None, cycles=1)
+        assert gc.get_freeze_count() > 0  # the context and the modules are no longer walked
+    finally:
+        gc.unfreeze()
