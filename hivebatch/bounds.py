@@ -43,6 +43,8 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+# every waiting job's request is checked every cycle; dataclasses.fields() each time cost more than the check
+_BOUNDED = tuple(f.name for f in fields(Limits))
 
 #: how each bounded field is named on the hsub command line, and its unit in messages
 _OPTION = {
@@ -61,7 +63,7 @@ def parse_limits(data: Mapping[str, Any]) -> Limits:
     section = data.get("limits") or {}
     if not isinstance(section, Mapping):
         raise ConfigError("limits: must be a mapping, e.g. {time_limit_s: 2592000, iters: 1000000000}")
-    known = {f.name for f in fields(Limits)}
+    known = set(_BOUNDED)
     values: dict[str, int] = {}
     for key, value in section.items():
         if key not in known:
@@ -86,11 +88,9 @@ def request_problem(
     req: JobRequest, limits: Limits = DEFAULT_LIMITS, partition_max_s: int | None = None
 ) -> str | None:
     """The first number of ``req`` past its bound, in one line; None when all are within."""
-    for f in fields(Limits):
-        limit = (
-            limits.time_limit_for(partition_max_s) if f.name == "time_limit_s" else getattr(limits, f.name)
-        )
-        problem = number_problem(f.name, getattr(req, f.name, None), limit)
+    for name in _BOUNDED:
+        limit = limits.time_limit_for(partition_max_s) if name == "time_limit_s" else getattr(limits, name)
+        problem = number_problem(name, getattr(req, name, None), limit)
         if problem:
             return problem
     return None
