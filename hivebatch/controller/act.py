@@ -267,6 +267,8 @@ def act(
         take_back(session, rec, backend, tb, result)
     for job, why in decisions.past_deadline:
         end_past_deadline(session, rec, backend, job, why, result)
+    for job, why in decisions.doomed:
+        end_doomed(session, rec, backend, job, why, result)
     for p in decisions.places:
         if p.job.intent == "place":
             place(session, rec, backend, p.job, result, sj=slurm.get(p.job.slurm_job_id))
@@ -307,18 +309,43 @@ def end_past_deadline(
 ) -> None:
     """Release a job that can no longer meet its --deadline: Slurm's scheduler ends it as DEADLINE at its
     next pass, as it ends a late job of its own (it holds no cells and no placement meanwhile)."""
+    # after the release: the job_submit plugin parks an unpinned job an Operator releases behind a
+    # far begin time, and a requeued job has its short delay (cred_expire + 1 s: 121 s at Slurm's
+    # default); Slurm tests the deadline only of jobs it may start now
+    _release_to_end(session, rec, backend, job, why, result, "past_deadline", clear_begin=True)
+
+
+def end_doomed(
+    session: Session, rec: Recorder, backend: SlurmBackend, job: Job, why: str, result: ActResult
+) -> None:
+    """Release a job whose dependency can never be met and that asked to be cancelled then: Slurm
+    cancels it at its next pass, as it does a job of its own, instead of at its re-test of held jobs a
+    minute later. The plugin's far begin time stays: Slurm tests the dependency first, and were it to
+    judge it otherwise, the job would still not start without cells (kill_invalid_dep.txt)."""
+    _release_to_end(session, rec, backend, job, why, result, "dependency_never", clear_begin=False)
+
+
+def _release_to_end(
+    session: Session,
+    rec: Recorder,
+    backend: SlurmBackend,
+    job: Job,
+    why: str,
+    result: ActResult,
+    kind: str,
+    *,
+    clear_begin: bool,
+) -> None:
     try:
         backend.release(job.slurm_job_id)
-        # after the release: the job_submit plugin parks an unpinned job an Operator releases behind a
-        # far begin time, and a requeued job has its short delay (cred_expire + 1 s: 121 s at Slurm's
-        # default); Slurm tests the deadline only of jobs it may start now
-        backend.clear_begin_time(job.slurm_job_id)
+        if clear_begin:
+            backend.clear_begin_time(job.slurm_job_id)
     except SlurmError as exc:
         if _still_pending(backend, job.slurm_job_id) is not False:
-            result.failed.append(f"release of job {job.slurm_job_id} past its deadline: {exc}")
+            result.failed.append(f"release of job {job.slurm_job_id} for Slurm to end: {exc}")
         return
     job.reason = why
-    rec.event(session, job, "past_deadline", why)
+    rec.event(session, job, kind, why)
     session.commit()
 
 

@@ -283,11 +283,18 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         batch=bool(job.get("batch_flag", True)),
         nice=_nice(job.get("nice")),
         spread_job="SPREAD_JOB" in (job.get("flags") or []),
+        kill_invalid_dep=_kill_invalid_dep(job.get("flags") or []),
         shares_cpus=job.get("shared") == "shared",
         licenses=str(job.get("licenses") or ""),
         **_array_fields(job),
         **_node_needs(job),
     )
+
+
+def _kill_invalid_dep(flags: list[str]) -> bool | None:
+    if "KILL_INV_DEP" in flags:
+        return True
+    return False if "NO_KILL_INV_DEP" in flags else None
 
 
 def _nice(value: Any) -> int:

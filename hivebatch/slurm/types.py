@@ -173,6 +173,9 @@ class SlurmJob:
     nice: int = 0
     # --spread-job: Slurm spreads the job over as many nodes as it may (one task on each, up to -N)
     spread_job: bool = False
+    # --kill-on-invalid-dep: yes (True), no (False) or left to the site's DependencyParameters (None);
+    # squeue's flags KILL_INV_DEP and NO_KILL_INV_DEP (tests/fixtures/slurm/kill_invalid_dep.txt)
+    kill_invalid_dep: bool | None = None
     # what it asks of the cluster's licenses (-L, squeue's "matlab:1,ansys:2"): Slurm starts it only when they
     # are free (tests/fixtures/slurm/licenses.txt)
     licenses: str = ""

@@ -45,6 +45,24 @@ def test_dependency_and_begin_hold_no_cells_until_slurm_would_start_them(ctl: Ct
     assert ctl.job(later).state == "queued" and not ctl.job(later).placement
 
 
+def test_a_job_that_asked_to_be_cancelled_is_when_its_dependency_fails(ctl: Ctl) -> None:
+    # plain Slurm cancels such a job at once; a held one only in its purge pass, a minute later
+    # (tests/fixtures/slurm/kill_invalid_dep.txt)
+    first = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-fails", "--wrap", "sleep 3; exit 3")
+    after = [f"--dependency=afterok:{first}", "--gres=gpu:1", "--wrap", "true"]
+    doomed = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-doomed", "--kill-on-invalid-dep=yes", *after)
+    kept = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-kept", *after)
+    ctl.cycle()
+    ctl.lab.wait_for(first, {"FAILED"}, timeout_s=60)
+    ctl.until(lambda: ctl.job(doomed).state == "cancelled", timeout_s=30, what=lambda: ctl.job(doomed).reason)
+    failed, cancelled = sorted(ctl.backend.history(job_ids=[first, doomed]), key=lambda a: a.job_id)
+    assert cancelled.state.startswith("CANCELLED")
+    assert failed.end_time is not None and cancelled.end_time is not None
+    assert (cancelled.end_time - failed.end_time).total_seconds() < 20  # not Slurm's minute
+    assert ctl.events(doomed, "dependency_never")
+    assert ctl.job(kept).state == "queued" and "can never be met: cancel it" in ctl.job(kept).reason
+
+
 def test_an_array_dependency_and_a_singleton_are_judged_without_waiting_for_slurms_re_test(ctl: Ctl) -> None:
     # Slurm re-tests these for a held job once a minute (tests/fixtures/slurm/dependency_held_retest.txt)
     array = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-arr", "--array=0-2", "--gres=gpu:1", "--wrap", "sleep 2")

@@ -8,6 +8,7 @@ from hivebatch.controller.decide.arrays import ArrayGate
 from hivebatch.controller.decide.checks import check_request
 from hivebatch.controller.decide.eligible import (
     kept_out_of_partitions,
+    killed_for_dependency,
     not_eligible,
     over_partition_time,
     partition_stopped,
@@ -77,6 +78,11 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
             r.out.waits.append(Wait(job, held, not_startable=True))
         else:
             gate.hold_back(r, job, sj)
+        return
+    doomed = killed_for_dependency(sj, r.now, r.listing) if sj.kill_invalid_dep else None
+    if doomed:
+        r.out.waits.append(Wait(job, doomed, not_startable=True))
+        r.out.doomed.append((job, doomed))
         return
     not_yet = (
         not_eligible(sj, r.now, first_start=first, others=r.listing, owner_begin=job.owner_begin)

@@ -45,6 +45,24 @@ def not_eligible(
     return None
 
 
+def killed_for_dependency(
+    sj: SlurmJob, now: dt.datetime, others: Mapping[int, SlurmJob] | Listing
+) -> str | None:
+    """Why Slurm cancels the job, once released, or None: it asked ``--kill-on-invalid-dep=yes`` and its
+    dependency can never be met. slurmctld tests a held job's dependency only once a minute, a released
+    one at its next pass, and before its begin time, so the plugin's parking of an unpinned job does not
+    keep it (tests/fixtures/slurm/kill_invalid_dep.txt). A job its owner or an admin holds keeps its
+    hold until Slurm's own re-test, as on plain Slurm."""
+    if sj.kill_invalid_dep is not True or owner_holds(sj) or admin_holds(sj):
+        return None
+    if judge(sj, others, now) != "never":
+        return None
+    return (
+        f"its dependency {shown(sj.dependency)} can never be met: Slurm cancels it, "
+        "as it asked with --kill-on-invalid-dep=yes"
+    )
+
+
 # slurmctld judges a deadline by its own clock: a job released a moment too early would pass its
 # check and start without the GPUs the plugin keeps off it
 DEADLINE_MARGIN = dt.timedelta(seconds=2)

@@ -93,6 +93,8 @@ class Decisions:
     take_backs: list[TakeBack] = field(default_factory=list)
     # waiting jobs past their --deadline: released for Slurm to end them as DEADLINE (job, why)
     past_deadline: list[tuple[Job, str]] = field(default_factory=list)
+    # waiting jobs whose dependency can never be met, that asked Slurm to cancel them then (job, why)
+    doomed: list[tuple[Job, str]] = field(default_factory=list)
     #: the class each waiting job was decided in (its Slurm QOS, or lower when its owner is over a limit)
     classes: dict[int, str] = field(default_factory=dict)
 

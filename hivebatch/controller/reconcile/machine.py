@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from hivebatch.controller import owner_start
 from hivebatch.controller.avoid import avoid_nodes
-from hivebatch.controller.decide.eligible import OWNER_HELD
+from hivebatch.controller.decide.eligible import OWNER_HELD, killed_for_dependency
 from hivebatch.controller.decide.gres import untyped_count
 from hivebatch.controller.decide.times import aware
 from hivebatch.controller.ledger import Ledger
@@ -198,11 +198,13 @@ def _follow_account(session: Session, rec: Recorder, job: Job, sj: SlurmJob) -> 
 
 
 def _follow_waiting(
-    session: Session, rec: Recorder, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
+    session: Session, rec: Recorder, ledger: Ledger, job: Job, sj: SlurmJob, ph: str, backend: SlurmBackend
 ) -> None:
     if ph == "running":
         rec.event(session, job, "started_unplaced", "Slurm started it although hivebatch had not placed it")
         start(session, rec, job, sj)
+    elif not sj.held and sj.kill_invalid_dep and killed_for_dependency(sj, rec.now, ledger.slurm):
+        pass  # released for Slurm to cancel (act.end_doomed): held again, it would wait for Slurm's re-test
     elif not sj.held:
         # the owner released their own hold: it would run without GPUs chosen by the cells
         rec.event(session, job, "held", "released without a placement; held again until hivebatch places it")
@@ -364,7 +366,7 @@ def follow(
         )
     elif job.state in ("queued", "preempted", "rejected"):
         _follow_account(session, rec, job, sj)
-        _follow_waiting(session, rec, job, sj, ph, backend)
+        _follow_waiting(session, rec, ledger, job, sj, ph, backend)
         _follow_start_time(session, rec, job, sj)
     elif job.state == "placed":
         _follow_placed(session, rec, ledger, job, sj, ph, backend)

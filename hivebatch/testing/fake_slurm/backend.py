@@ -337,6 +337,7 @@ class FakeSlurm(SlurmBackend):
             tres_per_node=tres_per_node,
             admin_comment=admin_comment,
             dependency=opts.get("dependency") or "",
+            kill_invalid_dep=_yes_no(opts.get("kill_invalid_dep")),
             required_nodes=nodelist,
             time_limit_s=time_limit(opts.get("time")),
             submit_time=self._s.now(),
@@ -749,3 +750,12 @@ class FakeSlurm(SlurmBackend):
             raise SlurmError(["end", str(job_id)], 1, f"job {job_id} is {j.state}, not RUNNING")
         j.state, j.reason, j.exit_code, j.end_time = state, reason, exit_code, self._s.now()
         self._maybe_schedule()
+
+
+def _yes_no(value: str | None) -> bool | None:
+    """--kill-on-invalid-dep as sbatch reads it (slurm_opt.c: yes or no, in any case)."""
+    if value is None:
+        return None
+    if value.lower() in ("yes", "no"):
+        return value.lower() == "yes"
+    raise SlurmError(["sbatch"], 1, "sbatch: error: Invalid --kill-on-invalid-dep specification")

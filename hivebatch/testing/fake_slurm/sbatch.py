@@ -51,6 +51,7 @@ OPTS_WITH_VALUE = {
     "--time-min": "time_min",
     "--dependency": "dependency",
     "-d": "dependency",
+    "--kill-on-invalid-dep": "kill_invalid_dep",
     "--wckey": None,
     "--gpus": "gpus",
     "-G": "gpus",

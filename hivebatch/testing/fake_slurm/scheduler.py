@@ -120,6 +120,11 @@ def try_start(state: State, j: Job) -> bool:
         # (tests/fixtures/slurm/bad_constraints_held.txt)
         j.reason, j.held_by_slurm = "BadConstraints", True
         return False
+    if j.kill_invalid_dep and dependency_status(state, j.dependency) == "failed":
+        # job_independent tests the dependency before the begin time (kill_invalid_dep.txt)
+        j.state, j.reason, j.exit_code = "CANCELLED", "DependencyNeverSatisfied", "0:0"
+        j.end_time = state.now()
+        return False
     if j.eligible_at and j.eligible_at > state.now():
         j.reason = "BeginTime"
         return False

@@ -62,6 +62,7 @@ class Job:
     admin_comment: str = ""
     site_factor: int = 0  # as the job_submit plugin reads it: Slurm's SiteFactor less its offset
     dependency: str = ""  # as given: afterok:ID[:ID...] or afterany:ID[:ID...]
+    kill_invalid_dep: bool | None = None  # --kill-on-invalid-dep=yes/no, or not given
     array_job_id: int | None = None
     array_task_id: int | None = None
     array_pending: list[int] = field(default_factory=list)  # tasks this record still stands for

@@ -29,6 +29,7 @@ def squeue_view(state: State, j: Job) -> SlurmJob:
         comment=j.comment,
         admin_comment=j.admin_comment,
         dependency=dependency_text(state, j),
+        kill_invalid_dep=j.kill_invalid_dep,
         eligible_time=j.eligible_at if j.state == "PENDING" else None,
         restarts=j.restarts,
         submit_time=j.submit_time,
