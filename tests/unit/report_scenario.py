@@ -211,5 +211,6 @@ if (
 
     where = Path(sys.argv[1])
     where.mkdir(parents=True, exist_ok=True)
+    (where / "hivebatch.db").unlink(missing_ok=True)  # run again, it writes the same day, not a second one
     make_db(where / "hivebatch.db")
     print(write_config(where))

@@ -65,6 +65,14 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(
         ROOT / "tests" / "unit" / "report_scenario.py", where / "tests" / "unit"
     )  # the hadmin page's ledger
+    # the hadmin page's first command writes the ledger its others read; any of them may run first
+    # when the tests are spread over workers, each with a sandbox of its own
+    subprocess.run(
+        [sys.executable, "tests/unit/report_scenario.py", "example"],
+        cwd=where,
+        check=True,
+        capture_output=True,
+    )
     # `cat FILE` of a file the sandbox lacks shows a file the page has the reader write
     for _, command, shown, _ in CASES:
         name = shown_file(command)
