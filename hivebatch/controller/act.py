@@ -195,7 +195,9 @@ def place(
             backend.update_pending(
                 job.slurm_job_id,
                 nodelist=nodes,
-                num_nodes=len(nodes),
+                # NumNodes makes Slurm count an overcommitted job's tasks' CPUs again, and it never runs
+                # (BadConstraints); the node list alone holds it to those nodes (overcommit.txt)
+                num_nodes=None if sj is not None and sj.overcommitted else len(nodes),
                 gres=gres,
                 min_cpus_per_node=share.cpus,
                 min_mem_per_node_mb=share.mem_mb,

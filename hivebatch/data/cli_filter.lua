@@ -374,6 +374,9 @@ end
 -- how many nodes Slurm spreads a new job's tasks over when it has no node count, on nodes of ``size``
 -- (HIVEBATCH_SPREAD, written above this file)
 function M.tasks_nodes(get, size)
+  if get("overcommit") == "set" then
+    return 1 -- Slurm allocates as if one task ran on each node (tests/fixtures/slurm/overcommit.txt)
+  end
   local on_node = tonumber(get("ntasks-per-node") or "") or -2 -- srun lists it unset as -2
   return (HIVEBATCH_SPREAD.nodes(
     tonumber(get("ntasks") or "") or 1,

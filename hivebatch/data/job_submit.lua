@@ -804,6 +804,15 @@ end
 
 local FEWER_TASKS = "fewer tasks or CPUs (-n, -c, --ntasks-per-node)"
 
+-- --overcommit (-O): Slurm allocates as if one task ran on each node, with a task's CPUs there, and
+-- runs `-n 64 -O` on one node (tests/fixtures/slurm/overcommit.txt). 22.05 shows the plugin no
+-- overcommit field, but sbatch, srun and salloc then set min_cpus to the node count instead of the
+-- tasks' CPUs (slurm_opt_create_job_desc), which is never less than the tasks otherwise
+function M.overcommitted(job_desc)
+  local tasks, min_cpus = get(job_desc, "num_tasks"), get(job_desc, "min_cpus")
+  return is_set(tasks) and is_set(min_cpus) and tasks > 1 and min_cpus < tasks
+end
+
 -- how many nodes Slurm spreads a job with no node count over (HIVEBATCH_SPREAD, written above this
 -- file), on nodes of ``largest`` (nil: not known, so only --ntasks-per-node counts), why, and what
 -- its owner can ask less of
@@ -811,6 +820,9 @@ function M.tasks_nodes(job_desc, largest)
   local tasks, per_task = get(job_desc, "num_tasks"), get(job_desc, "cpus_per_task")
   local per_cpu, on_node = get(job_desc, "min_mem_per_cpu"), get(job_desc, "ntasks_per_node")
   tasks, per_task = is_set(tasks) and tasks or 1, is_set(per_task) and per_task or 1
+  if M.overcommitted(job_desc) then
+    return 1, nil, nil
+  end
   per_cpu = (type(per_cpu) == "number" and is_set(per_cpu)) and per_cpu or 0
   local cpus, mem = tonumber(field(largest, "cpus")) or 0, tonumber(field(largest, "mem_mb")) or 0
   local need, rule = HIVEBATCH_SPREAD.nodes(tasks, per_task, per_cpu, is_set(on_node) and on_node or 0, cpus, mem)

@@ -198,6 +198,14 @@ class SlurmJob:
         return bool(self.array_pending)
 
     @property
+    def overcommitted(self) -> bool:
+        """--overcommit (-O): Slurm allocates as if one task ran on each node, with a task's CPUs there,
+        and ran `-n 64 -O` on one node (tests/fixtures/slurm/overcommit.txt). squeue names no such
+        flag, but its ``cpus`` is then the node count, fewer than the tasks, which each hold a CPU at
+        least otherwise."""
+        return self.tasks > 1 and 0 < self.cpus_total < self.tasks
+
+    @property
     def partitions(self) -> list[str]:
         """The partitions it asked for (``-p a,b``; none when Slurm lists none)."""
         return [p for p in self.partition.split(",") if p]

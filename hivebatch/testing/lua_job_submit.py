@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hivebatch.jobsubmit import job_submit_lua, lua_literal
-from hivebatch.testing.fake_slurm.sbatch import size_mb
+from hivebatch.testing.fake_slurm.sbatch import min_cpus, size_mb
 
 NO_VAL = 4294967294
 NO_VAL16 = 65534
@@ -96,6 +96,7 @@ def job_desc(
         "min_nodes": int(lo) if lo else NO_VAL,
         "max_nodes": int(hi or lo) if lo else NO_VAL,
         "num_tasks": int(opts["ntasks"]) if opts.get("ntasks") else NO_VAL,
+        "min_cpus": min_cpus(opts),
         "ntasks_per_node": int(opts["ntasks_per_node"]) if opts.get("ntasks_per_node") else NO_VAL16,
         "ntasks_per_tres": NO_VAL16,
         "sockets_per_node": NO_VAL16,

@@ -297,6 +297,30 @@ def test_a_job_one_node_cannot_hold_is_spread_over_nodes_as_slurm_does(
     assert f"runs on 2 nodes with 1 GPU(s) each: {why}" in ctl.placed_event(jid)
 
 
+@pytest.mark.parametrize("client", ["sbatch", "srun"])
+def test_an_overcommitted_job_runs_all_its_tasks_on_one_node_as_slurm_does(
+    ctl: Ctl, loop: Loop, client: str
+) -> None:
+    # plain Slurm ran `-n 64 -O` on one node with one CPU (tests/fixtures/slurm/overcommit.txt); the plugin
+    # refused it, as if its 64 tasks needed 4 nodes of cv's one whole-node cell
+    ask = ("-n", "64", "--overcommit", "--gres=gpu:1")
+    if client == "sbatch":
+        jid, tasks = _sbatch_steps(ctl, "alice", f"{ctl.tag}-over", *ask)
+    else:
+        name = f"{ctl.tag}-overrun"
+        proc = popen_as("alice", ["srun", "-J", name, *ask, "-t", "5",
+                                  "bash", "-c", 'echo "task $SLURM_PROCID $(hostname) $CUDA_VISIBLE_DEVICES"'])  # fmt: skip
+        jid = _adopt(ctl, name)
+        out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+        tasks = [ln for ln in out.splitlines() if ln.startswith("task ")]
+    placed = _placed(ctl, jid)
+    assert len(placed) == 1 and all(len(g) == 1 for g in placed.values())
+    assert len(tasks) == 64
+    seen = {(ln.split()[2], ln.split()[3]) for ln in tasks}
+    assert _by_host((h, [int(c)]) for h, c in seen) == placed
+
+
 def test_a_gpu_total_its_tasks_nodes_do_not_split_evenly_runs_on_the_same_gpus_on_each(
     ctl: Ctl, loop: Loop
 ) -> None:

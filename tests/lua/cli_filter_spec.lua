@@ -155,6 +155,9 @@ describe("srun's own GPU ask", function()
     assert.are.same({ gres = "gpu:0", gpus = "4", nodes = "2" },
                     (rewrite({ gres = "gres:gpu:2", ntasks = "16", partition = "small" })))
     assert.are.same({ gres = "gpu:0", gpus = "2" }, (rewrite({ gres = "gres:gpu:2", ntasks = "16" })))
+    -- overcommitted, Slurm allocates as if one task ran on each node: one node (overcommit.txt)
+    assert.are.same({ gres = "gpu:0", gpus = "2" },
+                    (rewrite({ gres = "gres:gpu:2", ntasks = "16", partition = "small", overcommit = "set" })))
   end)
 
   it("says when Slurm did not list its nodes and a per-node ask of several tasks became a total", function()

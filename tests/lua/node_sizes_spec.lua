@@ -259,6 +259,9 @@ describe("a GPU job whose tasks need more nodes than its VC's whole-node cells",
     { "as opportunistic work on idle GPUs", { qos = "opportunistic", num_tasks = 32, min_cpus = 32 } },
     { "with tasks one node holds", { num_tasks = 16, min_cpus = 16 } },
     { "with a node range (the controller says what its range allows)", { num_tasks = 32, min_cpus = 32, min_nodes = 1, max_nodes = 2 } },
+    -- Slurm ran `-n 64 -O` on one node with one CPU, `-n 64 -c 2 -O` with two (overcommit.txt)
+    { "-n 64 -O, overcommitted (one task's CPUs on its one node)", { num_tasks = 64, min_cpus = 1, tres_per_node = "gres:gpu:1" } },
+    { "-n 64 -c 2 --mem-per-cpu=5000 -O", { num_tasks = 64, cpus_per_task = 2, pn_min_cpus = 2, min_cpus = 1, min_mem_per_cpu = 5000 } },
   }
   for _, case in ipairs(accepted) do
     it("accepts it " .. case[1], function()

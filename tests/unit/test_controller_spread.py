@@ -73,6 +73,29 @@ def test_memory_per_cpu_spreads_the_tasks_as_slurm_does(ctx) -> None:  # type: i
     assert place.shape == (1, 1)
 
 
+def test_an_overcommitted_job_runs_as_if_one_task_ran_on_each_node(ctx) -> None:  # type: ignore[no-untyped-def]
+    # `-n 64 -c 2 --mem-per-cpu=5000 -O --gres=gpu:1`: plain Slurm ran all 64 tasks on one node with
+    # two CPUs (tests/fixtures/slurm/overcommit.txt); squeue's cpus is then the node count
+    asks = {
+        "cpus_total": 1,
+        "tasks": 64,
+        "cpus_per_node": 2,
+        "mem_per_node_mb": 10000,
+        "mem_per_cpu_mb": 5000,
+    }
+    assert SlurmJob(1, "j", "alice", "nlp", "normal", "PENDING", "None", **asks).overcommitted
+    r = decided(ctx, JobRequest(vc="nlp", gpus=1, gpus_per_node=1, nodes=1), **asks)
+    (place,) = r.out.places
+    assert place.shape == (1, 1) and not place.note
+    # without -O each of its 64 tasks holds two CPUs and their 10000 MB: 6 tasks on a node, 11 nodes
+    plain = {**asks, "cpus_total": 128}
+    assert not SlurmJob(1, "j", "alice", "nlp", "normal", "PENDING", "None", **plain).overcommitted
+    assert (
+        nodes_for_tasks(SlurmJob(1, "j", "alice", "nlp", "normal", "PENDING", "None", **plain), SIXTEEN)[0]
+        == 11
+    )
+
+
 def test_a_per_job_count_is_split_evenly_over_the_nodes(ctx) -> None:  # type: ignore[no-untyped-def]
     r = decided(ctx, JobRequest(vc="nlp", gpus=4), cpus_total=32, tasks=32)
     (place,) = r.out.places
@@ -319,3 +342,23 @@ def test_tasks_are_spread_by_the_memory_their_partition_lets_a_job_use(ctx) -> N
     assert "its 16 tasks of 3000 MB memory (--mem-per-cpu) need 2 nodes of at most 30000 MB each" in (
         place.note or ""
     )
+
+
+def test_an_overcommitted_job_is_pinned_by_its_nodes_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # NumNodes made Slurm count its 64 tasks' CPUs again and it never ran (tests/fixtures/slurm/overcommit.txt)
+    from controller_support import make_env
+
+    env = make_env(tmp_path)
+    jid = env.submit("alice", "cv", 1, extra=["-n", "64", "--overcommit"])
+    env.cycle()
+    env.cycle()
+    assert env.slurm.job(jid).state == "RUNNING" and env.job(jid).state == "running"
+    assert env.slurm.job(jid).cpus_total == 1
+    (pin,) = [args for _user, kind, args in env.slurm.calls if kind == "update_pending"]
+    assert pin[2] is None  # no NumNodes
+
+
+def test_squeue_tells_an_overcommitted_job_by_its_cpus(slurm_fixture) -> None:  # type: ignore[no-untyped-def]
+    jobs = {j.job_id: j for j in parse_squeue_json(slurm_fixture("squeue_overcommit.json"))}
+    assert jobs[1706].overcommitted and jobs[1707].overcommitted  # -n 64 -O, -n 64 -c 2 -O
+    assert not jobs[1708].overcommitted  # -n 16

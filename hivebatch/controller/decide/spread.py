@@ -78,6 +78,8 @@ def nodes_for_tasks(
     tasks' CPUs, ``--ntasks-per-node``, and the CPUs and memory of ``gpus`` GPUs asked per GPU. With
     ``even_tasks`` (the pin sets TasksPerNode) each node must hold the CPUs of its share of tasks."""
     need, why, fewer = 1, "", FEWER_TASKS
+    if sj.overcommitted:
+        sj = replace(sj, tasks=1, cpus_total=max(sj.cpus_per_node, 1), tasks_per_node=0)
     per_task_cpus = sj.cpus_total // sj.tasks if sj.tasks else 0
     # a task runs on one node: one larger than any node is never spread (-c 500 waits for ever under
     # plain Slurm; the node check says so)

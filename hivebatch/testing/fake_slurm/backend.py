@@ -38,6 +38,7 @@ from hivebatch.testing.fake_slurm.plugin import (
 )
 from hivebatch.testing.fake_slurm.sbatch import (
     begin_offset_s,
+    min_cpus,
     parse_sbatch,
     sbatch_lines,
     size_mb,
@@ -352,7 +353,7 @@ class FakeSlurm(SlurmBackend):
             j.tmp_disk_mb = size_mb(opts["tmp"])
         if opts.get("ntasks"):  # squeue's tasks and cpus
             j.tasks = int(opts["ntasks"])
-            j.cpus_total = j.tasks * int(opts.get("cpus_per_task") or 1)
+            j.cpus_total = min_cpus(opts)
         if opts.get("array"):
             make_array(j, opts["array"])
         if begin_at is not None:
@@ -391,6 +392,13 @@ class FakeSlurm(SlurmBackend):
             j.required_nodes = list(nodelist)
         if num_nodes is not None:
             j.num_nodes = int(num_nodes)
+            if j.tasks > j.cpus_total > 0:
+                # an overcommitted job's CPUs counted again, task by task: where they do not fit, Slurm
+                # finds it can never run (BadConstraints: overcommit.txt)
+                j.cpus_total = j.tasks * max(j.cpus_per_node, 1)
+                room = sum(self._s.nodes[n].cpus for n in j.required_nodes if n in self._s.nodes)
+                if j.required_nodes and j.cpus_total > room:
+                    j.never_on = frozenset(j.required_nodes)
         if min_cpus_per_node is not None:
             j.cpus_per_node = int(min_cpus_per_node)
         if min_mem_per_node_mb is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 
 from hivebatch.cells.config import parse_memory_mib
 from hivebatch.errors import ConfigError
@@ -65,6 +66,8 @@ FLAGS = {
     "--requeue": None,
     "--no-requeue": None,
     "--exclusive": "exclusive",
+    "-O": "overcommit",
+    "--overcommit": "overcommit",
     "--test-only": "test_only",
     "-Q": None,
     "--quiet": None,
@@ -133,3 +136,12 @@ def begin_offset_s(text: str) -> int:
     if not digits or unit not in scale:
         raise SlurmError(["sbatch"], 1, f"sbatch: error: Invalid time specification {text}")
     return int(digits) * scale[unit]
+
+
+def min_cpus(opts: Mapping[str, str]) -> int:
+    """What sbatch sends as the job's min_cpus (slurm_opt_create_job_desc): with --overcommit the node
+    count, else all its tasks' CPUs (tests/fixtures/slurm/overcommit.txt); squeue shows it as ``cpus``."""
+    nodes = int(str(opts.get("nodes") or "1").partition("-")[0] or 1)
+    if opts.get("overcommit"):
+        return max(nodes, 1)
+    return int(opts.get("ntasks") or 1) * int(opts.get("cpus_per_task") or 1)
