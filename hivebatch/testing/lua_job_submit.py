@@ -96,7 +96,7 @@ def job_desc(
         "min_nodes": int(lo) if lo else NO_VAL,
         "max_nodes": int(hi or lo) if lo else NO_VAL,
         "num_tasks": int(opts["ntasks"]) if opts.get("ntasks") else NO_VAL,
-        "min_cpus": min_cpus(opts),
+        "min_cpus": min_cpus(opts, int(lo) if lo else 1),
         "ntasks_per_node": int(opts["ntasks_per_node"]) if opts.get("ntasks_per_node") else NO_VAL16,
         "ntasks_per_tres": NO_VAL16,
         "sockets_per_node": NO_VAL16,

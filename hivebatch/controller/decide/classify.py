@@ -79,7 +79,7 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
         else:
             gate.hold_back(r, job, sj)
         return
-    doomed = killed_for_dependency(sj, r.now, r.listing) if sj.kill_invalid_dep else None
+    doomed = killed_for_dependency(sj, r.now, r.listing)
     if doomed:
         r.out.waits.append(Wait(job, doomed, not_startable=True))
         r.out.doomed.append((job, doomed))

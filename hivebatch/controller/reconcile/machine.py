@@ -203,7 +203,7 @@ def _follow_waiting(
     if ph == "running":
         rec.event(session, job, "started_unplaced", "Slurm started it although hivebatch had not placed it")
         start(session, rec, job, sj)
-    elif not sj.held and sj.kill_invalid_dep and killed_for_dependency(sj, rec.now, ledger.slurm):
+    elif not sj.held and killed_for_dependency(sj, rec.now, ledger.slurm):
         pass  # released for Slurm to cancel (act.end_doomed): held again, it would wait for Slurm's re-test
     elif not sj.held:
         # the owner released their own hold: it would run without GPUs chosen by the cells

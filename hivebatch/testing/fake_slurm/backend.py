@@ -353,7 +353,7 @@ class FakeSlurm(SlurmBackend):
             j.tmp_disk_mb = size_mb(opts["tmp"])
         if opts.get("ntasks"):  # squeue's tasks and cpus
             j.tasks = int(opts["ntasks"])
-            j.cpus_total = min_cpus(opts)
+            j.cpus_total = min_cpus(opts, num_nodes)
         if opts.get("array"):
             make_array(j, opts["array"])
         if begin_at is not None:

@@ -138,10 +138,9 @@ def begin_offset_s(text: str) -> int:
     return int(digits) * scale[unit]
 
 
-def min_cpus(opts: Mapping[str, str]) -> int:
-    """What sbatch sends as the job's min_cpus (slurm_opt_create_job_desc): with --overcommit the node
-    count, else all its tasks' CPUs (tests/fixtures/slurm/overcommit.txt); squeue shows it as ``cpus``."""
-    nodes = int(str(opts.get("nodes") or "1").partition("-")[0] or 1)
+def min_cpus(opts: Mapping[str, str], nodes: int) -> int:
+    """What sbatch sends as the job's min_cpus (slurm_opt_create_job_desc): with --overcommit its fewest
+    ``nodes``, else all its tasks' CPUs (tests/fixtures/slurm/overcommit.txt); squeue shows it as ``cpus``."""
     if opts.get("overcommit"):
         return max(nodes, 1)
     return int(opts.get("ntasks") or 1) * int(opts.get("cpus_per_task") or 1)
