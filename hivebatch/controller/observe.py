@@ -122,6 +122,15 @@ def count_running_jobs(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode])
                 node.shared_cpus.setdefault(job.partition, []).append(share)
 
 
+def _follow_site_kill_of_invalid_dependencies(backend: SlurmBackend, jobs: Iterable[SlurmJob]) -> None:
+    """Mark the jobs the cluster's DependencyParameters=kill_invalid_depend decides for; Slurm's
+    configuration is asked only while a job waits on a dependency and asked neither way."""
+    undecided = [j for j in jobs if j.dependency and j.kill_invalid_dep is None]
+    if undecided and backend.kills_invalid_dependencies():
+        for j in undecided:
+            j.site_kills_invalid_dep = True
+
+
 def observe(backend: SlurmBackend) -> Observation:
     """List every job and node once (one squeue-like and one sinfo-like call, never one per job), and
     the reservations on the nodes.
@@ -139,6 +148,7 @@ def observe(backend: SlurmBackend) -> Observation:
         nodes = list_nodes(backend)
         count_running_jobs(jobs.values(), nodes)
         licenses = backend.list_licenses() if any(j.licenses for j in jobs.values()) else None
+        _follow_site_kill_of_invalid_dependencies(backend, jobs.values())
     except SlurmUnavailable:
         raise
     except SlurmError as exc:

@@ -118,6 +118,12 @@ class SlurmBackend(ABC):
         """Each license the cluster counts, and how many are free (none where the backend cannot tell)."""
         return {}
 
+    def kills_invalid_dependencies(self) -> bool:
+        """Whether Slurm cancels a job whose dependency can never be met when the job asked neither way
+        with --kill-on-invalid-dep (slurm.conf ``DependencyParameters=kill_invalid_depend``); False
+        where the backend cannot tell."""
+        return False
+
     @abstractmethod
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:
         """The GPU indices per node Slurm allocated a running job (``scontrol -d show job``, IDX)."""

@@ -246,6 +246,11 @@ class CliBackend(SlurmBackend):
     def list_licenses(self) -> dict[str, int]:
         return parse_licenses(self._run(["scontrol", "show", "licenses", "-o"]))
 
+    def kills_invalid_dependencies(self) -> bool:
+        # slurmctld looks for the word anywhere in the setting, in any case (tests/fixtures/slurm/
+        # kill_invalid_depend_site.txt)
+        return "kill_invalid_depend" in self.config().get("DependencyParameters", "").lower()
+
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:
         return parse_job_gpus(self._run(["scontrol", "-d", "show", "job", self._name(job_id)]))
 

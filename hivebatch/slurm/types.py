@@ -176,6 +176,9 @@ class SlurmJob:
     # --kill-on-invalid-dep: yes (True), no (False) or left to the site's DependencyParameters (None);
     # squeue's flags KILL_INV_DEP and NO_KILL_INV_DEP (tests/fixtures/slurm/kill_invalid_dep.txt)
     kill_invalid_dep: bool | None = None
+    # the cluster's DependencyParameters=kill_invalid_depend, which decides when the job asked neither way
+    # (kill_invalid_depend_site.txt); set by the controller's look at Slurm, not by squeue
+    site_kills_invalid_dep: bool = False
     # what it asks of the cluster's licenses (-L, squeue's "matlab:1,ansys:2"): Slurm starts it only when they
     # are free (tests/fixtures/slurm/licenses.txt)
     licenses: str = ""
@@ -196,6 +199,14 @@ class SlurmJob:
     def array_pending_meta(self) -> bool:
         """A record standing for pending array tasks not yet split off: never placed as one job."""
         return bool(self.array_pending)
+
+    @property
+    def cancelled_on_invalid_dep(self) -> bool:
+        """Whether Slurm cancels the job once its dependency can never be met: its own yes or no, else
+        the cluster's setting (handle_invalid_dependency in slurmctld's job_mgr.c)."""
+        if self.kill_invalid_dep is not None:
+            return self.kill_invalid_dep
+        return self.site_kills_invalid_dep
 
     @property
     def overcommitted(self) -> bool:

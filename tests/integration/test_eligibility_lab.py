@@ -3,6 +3,9 @@ waiting for its dependency or its begin time holds no cells until Slurm would st
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -61,6 +64,42 @@ def test_a_job_that_asked_to_be_cancelled_is_when_its_dependency_fails(ctl: Ctl)
     assert (cancelled.end_time - failed.end_time).total_seconds() < 20  # not Slurm's minute
     assert ctl.events(doomed, "dependency_never")
     assert ctl.job(kept).state == "queued" and "can never be met: cancel it" in ctl.job(kept).reason
+
+
+@contextmanager
+def _slurm_conf_line(ctl: Ctl, line: str) -> Iterator[None]:
+    """``line`` added to the lab's slurm.conf for slurmctld (scontrol reconfigure), taken out again
+    afterwards, whatever happened."""
+    conf = ctl.lab.conf
+    original = conf.read_text()
+    conf.write_text(original + line + "\n")
+    try:
+        subprocess.run(["scontrol", "reconfigure"], check=True, timeout=60)
+        yield
+    finally:
+        conf.write_text(original)
+        subprocess.run(["scontrol", "reconfigure"], check=True, timeout=60)
+
+
+def test_the_clusters_kill_invalid_depend_is_followed_for_jobs_that_asked_neither_way(ctl: Ctl) -> None:
+    # with DependencyParameters=kill_invalid_depend plain Slurm cancels such a job at once; held for
+    # hivebatch it was cancelled 37 s later, in Slurm's purge pass (kill_invalid_depend_site.txt)
+    with _slurm_conf_line(ctl, "DependencyParameters=kill_invalid_depend"):
+        first = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-fails", "--wrap", "sleep 3; exit 3")
+        after = [f"--dependency=afterok:{first}", "--gres=gpu:1", "--wrap", "true"]
+        doomed = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-doomed", *after)
+        kept = _sbatch(ctl, "alice", "-J", f"{ctl.tag}-kept", "--kill-on-invalid-dep=no", *after)
+        ctl.cycle()
+        ctl.lab.wait_for(first, {"FAILED"}, timeout_s=60)
+        ctl.until(
+            lambda: ctl.job(doomed).state == "cancelled", timeout_s=30, what=lambda: ctl.job(doomed).reason
+        )
+        failed, cancelled = sorted(ctl.backend.history(job_ids=[first, doomed]), key=lambda a: a.job_id)
+        assert failed.end_time is not None and cancelled.end_time is not None
+        assert (cancelled.end_time - failed.end_time).total_seconds() < 20  # not Slurm's purge pass
+        [said] = ctl.events(doomed, "dependency_never")
+        assert "DependencyParameters=kill_invalid_depend" in said
+        assert ctl.job(kept).state == "queued" and "can never be met: cancel it" in ctl.job(kept).reason
 
 
 def test_an_array_dependency_and_a_singleton_are_judged_without_waiting_for_slurms_re_test(ctl: Ctl) -> None:

@@ -78,3 +78,47 @@ def test_sbatch_refuses_what_it_cannot_read(env: Env) -> None:
 
     with pytest.raises(SlurmError, match="Invalid --kill-on-invalid-dep specification"):
         env.submit("alice", "cv", 1, extra=["--kill-on-invalid-dep=maybe"])
+
+
+def test_the_clusters_setting_decides_for_a_job_that_asked_neither_way(env: Env) -> None:
+    # DependencyParameters=kill_invalid_depend (tests/fixtures/slurm/kill_invalid_depend_site.txt)
+    env.slurm.set_dependency_params("kill_invalid_depend")
+    first, (unsaid, kept) = _chain(env, "", "--kill-on-invalid-dep=no")
+    env.slurm.fail(first)
+    env.cycle()
+    assert env.slurm.job(unsaid).state == "CANCELLED"
+    assert env.slurm.job(unsaid).reason == "DependencyNeverSatisfied"
+    [event] = env.events(unsaid, kind="dependency_never")
+    assert "the cluster's DependencyParameters=kill_invalid_depend" in event.message
+    assert env.slurm.job(kept).state == "PENDING"  # its own no outweighs the cluster's setting
+    assert env.job(kept).reason.startswith(f"its dependency afterok:{first} can never be met: cancel it")
+
+
+def test_slurms_configuration_is_asked_only_while_a_job_leaves_it_the_choice(env: Env) -> None:
+    from hivebatch.controller.observe import observe
+
+    asked: list[bool] = []
+    real = env.slurm.kills_invalid_dependencies
+    env.slurm.kills_invalid_dependencies = lambda: asked.append(True) or real()  # type: ignore[method-assign]
+    first = env.submit("alice", "cv", 1)
+    env.submit("alice", "cv", 1, extra=[f"--dependency=afterok:{first}", "--kill-on-invalid-dep=no"])
+    observe(env.slurm)
+    assert not asked
+    env.submit("alice", "cv", 1, extra=[f"--dependency=afterok:{first}"])
+    observe(env.slurm)
+    assert asked == [True]
+
+
+def test_the_cli_backend_reads_the_setting_as_slurmctld_does(slurm_fixture) -> None:  # type: ignore[no-untyped-def]
+    from hivebatch.slurm.cli import CliBackend, Completed
+
+    lab = slurm_fixture("scontrol_show_config.txt")
+    unset = "DependencyParameters    = (null)"
+    assert unset in lab
+    site = lab.replace(unset, "DependencyParameters    = max_depend_depth=5,Kill_Invalid_Depend")
+
+    def backend(text: str) -> CliBackend:
+        return CliBackend(lambda argv, stdin, env: Completed(0, text, ""))
+
+    assert not backend(lab).kills_invalid_dependencies()
+    assert backend(site).kills_invalid_dependencies()

@@ -48,19 +48,22 @@ def not_eligible(
 def killed_for_dependency(
     sj: SlurmJob, now: dt.datetime, others: Mapping[int, SlurmJob] | Listing
 ) -> str | None:
-    """Why Slurm cancels the job, once released, or None: it asked ``--kill-on-invalid-dep=yes`` and its
-    dependency can never be met. slurmctld tests a held job's dependency only once a minute, a released
-    one at its next pass, and before its begin time, so the plugin's parking of an unpinned job does not
-    keep it (tests/fixtures/slurm/kill_invalid_dep.txt). A job its owner or an admin holds keeps its
-    hold until Slurm's own re-test, as on plain Slurm."""
-    if sj.kill_invalid_dep is not True or owner_holds(sj) or admin_holds(sj):
+    """Why Slurm cancels the job, once released, or None: it asked ``--kill-on-invalid-dep=yes``, or
+    asked neither way on a cluster whose DependencyParameters kill such jobs, and its dependency can
+    never be met. slurmctld tests a held job's dependency only once a minute, a released one at its
+    next pass, and before its begin time, so the plugin's parking of an unpinned job does not keep it
+    (tests/fixtures/slurm/kill_invalid_dep.txt, kill_invalid_depend_site.txt). A job its owner or an
+    admin holds keeps its hold until Slurm's own re-test, as on plain Slurm."""
+    if not sj.cancelled_on_invalid_dep or owner_holds(sj) or admin_holds(sj):
         return None
     if judge(sj, others, now) != "never":
         return None
-    return (
-        f"its dependency {shown(sj.dependency)} can never be met: Slurm cancels it, "
+    asked = (
         "as it asked with --kill-on-invalid-dep=yes"
+        if sj.kill_invalid_dep
+        else "as the cluster's DependencyParameters=kill_invalid_depend says"
     )
+    return f"its dependency {shown(sj.dependency)} can never be met: Slurm cancels it, {asked}"
 
 
 # slurmctld judges a deadline by its own clock: a job released a moment too early would pass its

@@ -44,7 +44,7 @@ from hivebatch.testing.fake_slurm.sbatch import (
     size_mb,
     time_limit,
 )
-from hivebatch.testing.fake_slurm.scheduler import try_start
+from hivebatch.testing.fake_slurm.scheduler import site_kills_invalid_dep, try_start
 from hivebatch.testing.fake_slurm.state import (
     MIN_JOB_AGE_S,
     QOS_NAMES,
@@ -649,6 +649,13 @@ class FakeSlurm(SlurmBackend):
 
     def qos_grace_s(self, qos: str) -> int | None:
         return self._s.qos_grace.get(qos, 0) if qos in QOS_NAMES else None
+
+    def set_dependency_params(self, value: str) -> None:
+        """slurm.conf ``DependencyParameters=value`` and ``scontrol reconfigure``."""
+        self._s.dependency_params = value
+
+    def kills_invalid_dependencies(self) -> bool:
+        return site_kills_invalid_dep(self._s)
 
     def history(
         self, job_ids: list[int] | None = None, since: datetime | None = None, runs: bool = False

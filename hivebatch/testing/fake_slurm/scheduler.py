@@ -111,6 +111,15 @@ def past_deadline(state: State, j: Job) -> bool:
     return True
 
 
+def site_kills_invalid_dep(state: State) -> bool:
+    """slurm.conf DependencyParameters, as slurmctld reads it (kill_invalid_depend_site.txt)."""
+    return "kill_invalid_depend" in state.dependency_params.lower()
+
+
+def _kills_on_invalid_dep(state: State, j: Job) -> bool:
+    return j.kill_invalid_dep if j.kill_invalid_dep is not None else site_kills_invalid_dep(state)
+
+
 def try_start(state: State, j: Job) -> bool:
     if j.required_nodes and len(j.required_nodes) > j.num_nodes:
         j.reason = "BadConstraints"
@@ -120,7 +129,7 @@ def try_start(state: State, j: Job) -> bool:
         # (tests/fixtures/slurm/bad_constraints_held.txt)
         j.reason, j.held_by_slurm = "BadConstraints", True
         return False
-    if j.kill_invalid_dep and dependency_status(state, j.dependency) == "failed":
+    if _kills_on_invalid_dep(state, j) and dependency_status(state, j.dependency) == "failed":
         # job_independent tests the dependency before the begin time (kill_invalid_dep.txt)
         j.state, j.reason, j.exit_code = "CANCELLED", "DependencyNeverSatisfied", "0:0"
         j.end_time = state.now()

@@ -174,6 +174,8 @@ class State:
         self.qos_max_gpus_per_user: dict[str, int] = {}
         #: the plugin's notes file (controller.refusals_file), where it passes owners' updates on
         self.notes_path: Path | None = None
+        #: slurm.conf DependencyParameters (FakeSlurm.set_dependency_params); "" = unset
+        self.dependency_params = ""
 
     def now(self) -> datetime:
         return (self._clock() + self._offset).replace(microsecond=0)
