@@ -37,24 +37,28 @@ def kept_to_one_user(
     return bool(user_exclusive and here) and all(p in user_exclusive for p in here)
 
 
-def other_user(
+def users_in_the_way(
     user: str,
     job_partitions: Sequence[str],
     owner: str,
     users: Set[str],
     node_partitions: Collection[str],
     user_exclusive: Collection[str],
-) -> str | None:
-    """Another user whose jobs keep ``user``'s job off a node: the node's owner, or, where the job's
-    partition keeps a node to one user, a user whose job runs or is pinned there."""
+) -> list[str]:
+    """The other users whose jobs keep ``user``'s job off a node, the owner first: the node's owner, and,
+    where the job's partition keeps a node to one user, every user whose job runs or is pinned there."""
     if not user:
-        return None
-    if owner and owner != user:
-        return owner
-    others = (
-        sorted(users - {user}) if kept_to_one_user(job_partitions, node_partitions, user_exclusive) else []
-    )
-    return others[0] if others else None
+        return []
+    found = [owner] if owner and owner != user else []
+    if kept_to_one_user(job_partitions, node_partitions, user_exclusive):
+        found += sorted(users - {user, owner})
+    return found
+
+
+def first_not_yielding(in_the_way: Sequence[str], yielding: Set[str]) -> str | None:
+    """The first user in the way whose jobs there the job may not tell to leave (``yielding``: all
+    opportunistic, and the job preempts them)."""
+    return next((u for u in in_the_way if u not in yielding), None)
 
 
 @dataclass
@@ -63,7 +67,8 @@ class NodeRoom:
     ``rows``: for each partition whose jobs may share CPUs there, the CPUs free in each of its rows;
     ``owner``: the user whose jobs alone may start there, ``users``: those whose jobs run or are pinned
     there, ``partitions`` the node's, of which ``user_exclusive`` keep a node to one user; the CPUs and
-    memory of running opportunistic jobs, which a job that preempts them may have too."""
+    memory of running opportunistic jobs, which a job that preempts them may have too; ``yielding``: the
+    users whose jobs running there are all opportunistic, which such a job may tell to leave."""
 
     cpus: int
     cpus_free: int
@@ -76,12 +81,14 @@ class NodeRoom:
     user_exclusive: frozenset[str] = frozenset()
     preemptible_cpus: int = 0
     preemptible_mem_mb: int = 0
+    yielding: frozenset[str] = frozenset()
 
     def other_user(self, needs: NodeNeeds) -> str | None:
-        """Another user whose jobs keep the job off the node, as ``other_user`` finds it."""
-        return other_user(
+        """Another user whose jobs keep the job off the node, and who does not yield it to the job."""
+        in_the_way = users_in_the_way(
             needs.user, needs.partitions, self.owner, self.users, self.partitions, self.user_exclusive
         )
+        return first_not_yielding(in_the_way, self.yielding if needs.preempts else frozenset())
 
     def _row(self, needs: NodeNeeds) -> tuple[list[int], int] | None:
         """The first row of the needs' sharing partitions with their CPUs free: its partition's rows and
@@ -131,5 +138,6 @@ class NodeRoom:
         self.mem_free_mb = 0 if needs.whole_memory else max(0, self.mem_free_mb - needs.mem_mb)
         if needs.user:
             self.users.add(needs.user)
+            self.yielding -= {needs.user}
             if kept_to_one_user(needs.partitions, self.partitions, self.user_exclusive):
                 self.owner = needs.user

@@ -444,8 +444,9 @@ def _keeps_users_apart(line: str, setting: tuple[str, str] | None, gpu_nodes: se
         return None
     return (
         f"PartitionName={keys['partitionname']}: ExclusiveUser=YES keeps other users off its GPU nodes: hivebatch"
-        " pins no job where Slurm would not start it, but a job there leaves the node's other GPUs to its user alone,"
-        " and other VCs' guaranteed jobs wait for them: drop it for partitions with GPU nodes"
+        " pins no job where Slurm would not start it and tells opportunistic jobs there to leave for a guaranteed job,"
+        " but a guaranteed job there leaves the node's other GPUs to its user alone, and other VCs' guaranteed jobs"
+        " wait for them: drop it for partitions with GPU nodes"
     )
 
 

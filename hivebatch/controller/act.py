@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from hivebatch.controller.avoid import avoid_nodes
@@ -20,7 +21,7 @@ from hivebatch.controller.decide.spread import node_share
 from hivebatch.controller.decide.types import TakeBack
 from hivebatch.controller.notice import send_notice, write_notice
 from hivebatch.controller.observe import phase, to_utc
-from hivebatch.controller.preemption import book_preemption, preemptor, resume_reason
+from hivebatch.controller.preemption import book_preemption, preemptor, resume_reason, what_it_leaves
 from hivebatch.controller.record import Recorder, placement_text
 from hivebatch.db.models import Job
 from hivebatch.request import CLASS_PRIORITY, released_by_owner
@@ -68,7 +69,7 @@ def write_intents(session: Session, decisions: Decisions, jobs: dict[int, Job], 
     for victim_id, (by, until) in decisions.notices.items():
         victim = jobs.get(victim_id)
         if victim is not None and victim.intent is None:
-            write_notice(victim, by, until)
+            write_notice(victim, by, until, what_it_leaves(victim, jobs.get(by)))
 
 
 def _look_up(backend: SlurmBackend, job_id: int) -> tuple[bool, SlurmJob | None]:
@@ -154,6 +155,7 @@ def preempt(
         _record_failure(session, rec, job, result, exc, alive, "requeue", "requeue")
         return
     who = preemptor(by)
+    taker = session.scalar(select(Job).where(Job.slurm_job_id == by)) if by is not None else None
     book_preemption(
         session,
         rec,
@@ -164,7 +166,7 @@ def preempt(
         # before its preemptor was kept: what it held is all that is known
         f"requeued and held: {who} needs "
         + (
-            f"its GPUs {placement_text(job.placement)}"
+            what_it_leaves(job, taker)
             if by is not None
             else f"what it holds on {placement_text(job.placement)}"
         ),

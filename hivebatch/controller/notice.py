@@ -29,14 +29,14 @@ def when(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-NOTICE_REASON = "preempted by job {by}: told to leave its GPUs; requeued and held at {until} at the latest"
+NOTICE_REASON = "preempted by job {by}: told to leave {what}; requeued and held at {until} at the latest"
 
 
-def write_notice(job: Job, by: int, until: dt.datetime) -> None:
+def write_notice(job: Job, by: int, until: dt.datetime, what: str = "its GPUs") -> None:
     job.intent = "notice"
     job.notice_until = until
     job.notice_by = by
-    job.reason = NOTICE_REASON.format(by=by, until=when(until))
+    job.reason = NOTICE_REASON.format(by=by, what=what, until=when(until))
 
 
 def send_notice(

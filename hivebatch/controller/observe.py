@@ -113,6 +113,8 @@ def count_running_jobs(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode])
                 continue
             node.cpus_held += share
             node.users.add(job.user)
+            if job.qos != PREEMPTABLE_QOS or not (job.gpus or job.shards):
+                node.firm_users.add(job.user)
             if job.qos == PREEMPTABLE_QOS:
                 node.preemptible_cpus += share
                 node.preemptible_mem_mb += node.mem_mb if job.whole_node_memory else job.mem_on_node_mb(share)

@@ -9,13 +9,23 @@ from sqlalchemy.orm import Session
 
 from hivebatch.controller.decide import symmetric_indices
 from hivebatch.controller.decide.gres import untyped_count
-from hivebatch.controller.record import Recorder, account_run
+from hivebatch.controller.record import Recorder, account_run, placement_text
 from hivebatch.db.models import Job
 
 
 def preemptor(by: int | None) -> str:
     """Who took a victim's GPUs, as its reason names it (None: its notice was written before it was kept)."""
     return f"job {by}" if by is not None else "a higher-priority job"
+
+
+def what_it_leaves(victim: Job, taker: Job | None) -> str:
+    """What the preemptor takes from the victim: its GPUs, or, where their GPUs do not meet, the nodes
+    the victim's ExclusiveUser partition keeps to its user (victims._kept_off_by)."""
+    mine, theirs = victim.placement or {}, (taker.placement if taker is not None else None) or {}
+    shared = sorted(set(mine) & set(theirs))
+    if not theirs or any(set(mine[n]) & set(theirs[n]) for n in shared):
+        return f"its GPUs {placement_text(mine)}"
+    return f"{', '.join(shared)}, which its ExclusiveUser partition keeps to one user"
 
 
 def resume_reason(job: Job, who: str) -> str:

@@ -303,10 +303,18 @@ class SlurmNode:
     owner: str = ""
     user_exclusive: set[str] = field(default_factory=set)
     users: set[str] = field(default_factory=set)
+    #: of those, the users with a job running there that is not an opportunistic GPU job: the others' jobs
+    #: a guaranteed job may tell to leave, which Slurm does not requeue for it (exclusive_user_opportunistic.txt)
+    firm_users: set[str] = field(default_factory=set)
     #: the CPUs and MB of memory held there by running jobs of the preemptable QOS: Slurm requeues those for a
     #: released job of a QOS that preempts it (preempt/qos: tests/fixtures/slurm/preempt_qos_node_resources.txt)
     preemptible_cpus: int = 0
     preemptible_mem_mb: int = 0
+
+    @property
+    def yielding_users(self) -> frozenset[str]:
+        """The users whose jobs running there are all opportunistic GPU jobs."""
+        return frozenset(self.users - self.firm_users)
 
     @property
     def responding(self) -> bool:

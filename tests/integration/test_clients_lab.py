@@ -919,6 +919,37 @@ def test_a_node_a_job_of_an_exclusive_user_partition_holds_is_left_to_its_user(c
         assert all(ctl.events(j, "act_failed") == [] for j in (alices, bobs, other, second))
 
 
+def test_an_opportunistic_job_keeping_a_node_to_its_user_leaves_it_for_a_guaranteed_job(
+    ctl: Ctl, loop: Loop
+) -> None:
+    # plain Slurm requeued nothing for root's normal job while hbctl's opportunistic job of an ExclusiveUser
+    # partition held node3; through hivebatch bob's guaranteed job waited there without a placement for as
+    # long as alice's opportunistic job ran (exclusive_user_opportunistic.txt)
+    with lab_partition("mine", "Nodes=node3,node4", "ExclusiveUser=YES") as mine:
+        # its notice is 5 s (its script's --signal), which it sits out: the controller requeues it at the end
+        script = ctl.jobs_dir / f"{ctl.tag}-sits-out.sh"
+        script.write_text("#!/bin/sh\n#SBATCH --signal=B:USR1@5\ntrap '' USR1\nsleep 120\n")
+        script.chmod(0o644)
+        proc = run_as("alice", ["sbatch", "--parsable", "-p", mine, "-w", "node3", "--gres=gpu:1", "-q", "opportunistic",
+                                "-t", "5", "-o", "/dev/null", str(script)])  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        alices = int(proc.stdout.strip())
+        ctl.mine.add(alices)
+        _seen(ctl, lambda: ctl.job(alices).state == "running", what=lambda: ctl.job(alices).reason)
+        proc = run_as("bob", ["sbatch", "--parsable", "-w", "node3", "--gres=gpu:1", "-t", "5", "-o", "/dev/null",
+                              "--wrap", "sleep 30"])  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        bobs = int(proc.stdout.strip())
+        ctl.mine.add(bobs)
+        _seen(ctl, lambda: ctl.job(bobs).state == "running", what=lambda: ctl.job(bobs).reason)
+        assert list(ctl.job(bobs).placement) == ["node3"]
+        [told] = ctl.events(alices, "notice")
+        assert told.startswith("told to leave: SIGUSR1")
+        [left] = ctl.events(alices, "preempted")
+        assert f"job {bobs} needs node3, which its ExclusiveUser partition keeps to one user" in left
+        assert ctl.job(alices).state in ("preempted", "queued", "placed")  # requeued, not ended
+
+
 def test_jobs_asking_for_licenses_wait_for_them_without_gpus(ctl: Ctl, loop: Loop) -> None:
     # the lab counts Licenses=matlab:2; through hivebatch a -L job pinned while another held the licenses
     # waited on Licenses with its GPU held for as long as that one ran (licenses.txt)

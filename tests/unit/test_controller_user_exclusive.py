@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,9 +18,11 @@ from hivebatch.slurm.types import SlurmJob, SlurmNode
 
 
 def _node(name: str = "node4", **kw: object) -> SlurmNode:
-    """A lab node in partitions gpu and x (ExclusiveUser=YES)."""
+    """A lab node in partitions gpu and x (ExclusiveUser=YES); its users' jobs are guaranteed ones unless
+    ``firm_users`` says otherwise."""
     base = SlurmNode(name=name, state="MIXED", bad=False, gpu_indices=list(range(8)), partitions=["gpu", "x"],
                      cpus=16, cpus_free=15, mem_mb=64000, mem_free_mb=60000, user_exclusive={"x"})  # fmt: skip
+    kw.setdefault("firm_users", set(kw.get("users", ())))  # type: ignore[call-overload]
     return replace(base, **kw)
 
 
@@ -94,7 +97,8 @@ def ctx(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-de
 def test_a_job_is_not_pinned_beside_the_job_that_keeps_a_node_to_its_user(ctx) -> None:  # type: ignore[no-untyped-def]
     # through hivebatch bob's jobs of x were pinned on node3 beside alice's job of x, and waited there
     # holding cells until hers ended
-    owned = {"partitions": ["gpu", "x"], "user_exclusive": {"x"}, "owner": "alice", "users": {"alice"}}
+    owned = {"partitions": ["gpu", "x"], "user_exclusive": {"x"}, "owner": "alice", "users": {"alice"},
+             "firm_users": {"alice"}}  # fmt: skip
     r = decided(ctx, JobRequest(vc="nlp", gpus=1), nodes_kw=owned, partition="x", user="bob")
     assert not r.out.places
     (wait,) = r.out.waits
@@ -122,3 +126,134 @@ def test_jobs_of_two_users_with_the_same_needs_are_judged_each_for_its_user(ctx)
     assert [p.job.slurm_job_id for p in r.out.places] == [2]
     (wait,) = r.out.waits
     assert wait.job.slurm_job_id == 1 and "user alice's alone" in wait.reason
+
+
+# An opportunistic job of an ExclusiveUser partition keeps its node to its user against a guaranteed job,
+# and Slurm requeues nothing for it (tests/fixtures/slurm/exclusive_user_opportunistic.txt)
+
+
+def test_a_user_whose_jobs_on_a_node_are_all_opportunistic_gpu_jobs_yields_it() -> None:
+    nodes = {n: _node(n, users=set()) for n in ("node3", "node4")}
+    gpu = {"node3": [0]}
+    jobs = [
+        _job("alice", "x", qos="opportunistic", state="RUNNING", nodes=["node3"], gpus=gpu),
+        _job("bob", "x", qos="opportunistic", state="RUNNING", nodes=["node3"]),  # no GPUs: not hivebatch's
+        _job("carol", "x", qos="normal", state="RUNNING", nodes=["node3"], gpus=gpu),
+        _job("carol", "x", qos="opportunistic", state="RUNNING", nodes=["node4"], gpus={"node4": [1]}),
+    ]
+    count_running_jobs(jobs, nodes)
+    assert nodes["node3"].yielding_users == {"alice"}
+    assert nodes["node4"].yielding_users == {"carol"}
+
+
+@pytest.mark.parametrize(
+    ("qos", "why"),
+    [
+        ("normal", None),
+        ("urgent", None),
+        # an opportunistic job preempts nobody
+        ("opportunistic", "user alice's alone while their job of an ExclusiveUser partition runs there"),
+    ],
+)
+def test_a_guaranteed_job_may_use_a_node_kept_to_a_user_of_opportunistic_jobs(
+    qos: str, why: str | None
+) -> None:
+    node = _node("node3", owner="alice", users={"alice"}, firm_users=set())
+    assert why_unfit(_job("bob", "gpu", qos=qos), node) == why
+    # where the job's own partition keeps the node to one user, every other user must yield
+    node = _node("node3", users={"alice", "carol"}, firm_users={"carol"})
+    assert why_unfit(_job("bob", "x", qos="normal"), node) == (
+        "user carol's job runs there, and partition x keeps a node to one user (ExclusiveUser)"
+    )
+
+
+@pytest.mark.parametrize("notice_s", [0, 120])
+def test_the_opportunistic_jobs_that_keep_a_guaranteed_jobs_node_are_told_to_leave(
+    ctx, notice_s: int
+) -> None:  # type: ignore[no-untyped-def]
+    from decide_support import NODES, NOW, make_round, row
+
+    from hivebatch.controller.decide.classify import classify
+    from hivebatch.controller.decide.policy_round import run_policy_round
+    from hivebatch.controller.decide.room import screen_hopeless
+    from hivebatch.notice import NoticeSettings
+
+    guaranteed = row(1, JobRequest(vc="nlp", gpus=1))
+    opportunistic = row(2, JobRequest(vc="cv", gpus=1, qos="opportunistic"), state="running",
+                        placement={"node3": [0]})  # fmt: skip
+    elsewhere = row(3, JobRequest(vc="cv", gpus=1, qos="opportunistic"), state="running",
+                    placement={"node4": [0]})  # fmt: skip
+    r = make_round(
+        replace(ctx, notice=NoticeSettings(notice_s=notice_s)), [guaranteed, opportunistic, elsewhere]
+    )
+    for j in (opportunistic, elsewhere):
+        assert r.alloc.adopt(str(j.slurm_job_id), "cv", -1, j.placement).result == "placed"
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], user="bob", required_nodes=["node3"])
+    for jid, node in ((2, "node3"), (3, "node4")):
+        r.ledger.slurm[jid] = replace(r.ledger.slurm[jid], user="alice", qos="opportunistic", partition="x",
+                                      state="RUNNING", held=False, nodes=[node], gpus={node: [0]})  # fmt: skip
+    r.ledger.nodes = {n: _node(n, cpus_free=15, users=set()) for n in NODES}
+    count_running_jobs(r.ledger.slurm.values(), r.ledger.nodes)
+    for n in ("node3", "node4"):
+        r.ledger.nodes[n].owner = "alice"
+    classify(r)
+    screen_hopeless(r)
+    run_policy_round(r)
+    (place,) = r.out.places
+    assert place.job.slurm_job_id == 1 and list(place.placement) == ["node3"]
+    assert place.placement["node3"] != [0]  # its cells took none of the opportunistic job's GPUs
+    if notice_s:  # the notice a victim of the cells gets, and the job is pinned meanwhile
+        assert r.out.notices == {2: (1, NOW + dt.timedelta(seconds=notice_s))} and not r.out.victims
+    else:
+        assert r.out.victims == {2: 1} and place.preempts == [2]
+
+
+def test_a_victim_is_told_what_it_leaves() -> None:
+    from hivebatch.controller.preemption import what_it_leaves
+    from hivebatch.db.models import Job
+
+    victim = Job(slurm_job_id=2, placement={"node3": [0]})
+    beside = Job(slurm_job_id=1, placement={"node3": [1]})
+    on_it = Job(slurm_job_id=1, placement={"node3": [0, 1]})
+    assert what_it_leaves(victim, beside) == "node3, which its ExclusiveUser partition keeps to one user"
+    assert what_it_leaves(victim, on_it) == "its GPUs node3:[0]"
+    assert what_it_leaves(victim, None) == "its GPUs node3:[0]"
+
+
+def test_a_pin_waiting_for_such_jobs_to_leave_is_given_their_notice(ctx) -> None:  # type: ignore[no-untyped-def]
+    from decide_support import make_round
+
+    from hivebatch.controller.decide.unstarted import grace_on
+    from hivebatch.notice import NoticeSettings
+
+    r = make_round(replace(ctx, notice=NoticeSettings(notice_s=120)), [])
+    r.ledger.nodes = {"node3": _node("node3", owner="alice", users={"alice"}, firm_users=set())}
+    assert grace_on(r, _job("bob", "gpu"), ["node3"]) == 120.0
+    assert grace_on(r, _job("bob", "gpu", qos="opportunistic"), ["node3"]) == 0.0
+    r.ledger.nodes["node3"].firm_users = {"alice"}  # her guaranteed job: nobody leaves
+    assert grace_on(r, _job("bob", "gpu"), ["node3"]) == 0.0
+
+
+def test_a_requeued_guaranteed_job_resuming_there_tells_them_too(ctx) -> None:  # type: ignore[no-untyped-def]
+    from decide_support import NODES, NOW, make_round, row
+
+    from hivebatch.controller.decide.classify import classify
+    from hivebatch.controller.decide.resume import resume_requeued
+
+    requeued = row(1, JobRequest(vc="nlp", gpus=1), state="preempted", placement={"node3": [1]},
+                   gres="gpu:g1:1", start_time=NOW - dt.timedelta(minutes=5))  # fmt: skip
+    opportunistic = row(2, JobRequest(vc="cv", gpus=1, qos="opportunistic"), state="running",
+                        placement={"node3": [0]})  # fmt: skip
+    r = make_round(ctx, [requeued, opportunistic])
+    assert r.alloc.adopt("2", "cv", -1, opportunistic.placement).result == "placed"
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], user="bob")
+    r.ledger.slurm[2] = replace(r.ledger.slurm[2], user="alice", qos="opportunistic", partition="x",
+                                state="RUNNING", held=False, nodes=["node3"], gpus={"node3": [0]})  # fmt: skip
+    r.ledger.nodes = {n: _node(n, cpus_free=15, users=set()) for n in NODES}
+    count_running_jobs(r.ledger.slurm.values(), r.ledger.nodes)
+    r.ledger.nodes["node3"].owner = "alice"
+    classify(r)
+    resume_requeued(r)
+    (place,) = r.out.places
+    assert place.placement == {"node3": [1]} and place.resumed
+    assert r.out.victims == {2: 1}

@@ -22,7 +22,7 @@ from hivebatch.controller.decide.partition_caps import (
     partition_cpus_short,
     partitions_here,
 )
-from hivebatch.node_room import NodeNeeds, NodeRoom, other_user
+from hivebatch.node_room import NodeNeeds, NodeRoom, first_not_yielding, users_in_the_way
 from hivebatch.slurm.parse import expand_hostlist
 from hivebatch.slurm.types import SlurmJob, SlurmNode
 from hivebatch.slurmconf import PREEMPTABLE_QOS, QOS_PRIORITIES
@@ -115,12 +115,29 @@ def _stopped_partition(sj: SlurmJob, node: SlurmNode) -> str | None:
 def _kept_to_other_user(sj: SlurmJob, node: SlurmNode) -> str | None:
     """Why Slurm starts no job of the user's on ``node`` now: another user's job of an ExclusiveUser
     partition holds it, or the job's partition is such and another user's job runs there."""
-    other = other_user(sj.user, sj.partitions, node.owner, node.users, node.partitions, node.user_exclusive)
+    if not (node.owner or node.user_exclusive):
+        return None
+    in_the_way = users_in_the_way(
+        sj.user, sj.partitions, node.owner, node.users, node.partitions, node.user_exclusive
+    )
+    other = first_not_yielding(in_the_way, node.yielding_users if preempts_opportunistic(sj) else frozenset())
     if other is None:
         return None
     if other == node.owner:
         return f"user {other}'s alone while their job of an ExclusiveUser partition runs there"
     return f"user {other}'s job runs there, and partition {sj.partition} keeps a node to one user (ExclusiveUser)"
+
+
+def yielding_in_the_way(sj: SlurmJob, node: SlurmNode) -> frozenset[str]:
+    """The users keeping ``node`` from ``sj`` (ExclusiveUser) whose jobs there it may tell to leave: all
+    opportunistic GPU jobs, for a job that preempts them. Slurm does not requeue those for it
+    (tests/fixtures/slurm/exclusive_user_opportunistic.txt)."""
+    if not (node.owner or node.user_exclusive) or not preempts_opportunistic(sj):
+        return frozenset()
+    users = users_in_the_way(
+        sj.user, sj.partitions, node.owner, node.users, node.partitions, node.user_exclusive
+    )
+    return node.yielding_users.intersection(users)
 
 
 def preempts_opportunistic(sj: SlurmJob) -> bool:
@@ -184,7 +201,7 @@ def node_room(node: SlurmNode) -> NodeRoom:
     """What ``node`` has free now, as Slurm reports it."""
     return NodeRoom(node.cpus, node.cpus_free, node.mem_mb, node.mem_free_mb, node_rows(node), node.owner,
                     set(node.users), tuple(node.partitions), frozenset(node.user_exclusive),
-                    node.preemptible_cpus, node.preemptible_mem_mb)  # fmt: skip
+                    node.preemptible_cpus, node.preemptible_mem_mb, node.yielding_users)  # fmt: skip
 
 
 def node_rooms(

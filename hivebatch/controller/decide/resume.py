@@ -20,6 +20,7 @@ from hivebatch.controller.decide.isolate import isolated
 from hivebatch.controller.decide.tasks import start_prediction
 from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.decide.untyped import leaving_nodes, resume_untyped, waits_untyped
+from hivebatch.controller.decide.victims import take_victims
 from hivebatch.controller.decide.whole import note_whole
 from hivebatch.db.models import Job
 from hivebatch.qos import Shape
@@ -142,6 +143,7 @@ def _resume_one(r: Round, job: Job, req: JobRequest, idle: list[int], leaving: s
         placed.gres = job.gres
         note_whole(r.ledger.sharing, job, req, placed.placement)
     idle[0] -= req.gpus
+    take_victims(r, placed, [])  # the opportunistic jobs that keep its nodes to their users (ExclusiveUser)
     r.add_place(_predicted(r, placed, req))
 
 

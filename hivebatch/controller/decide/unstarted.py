@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
-from hivebatch.controller.decide.fit import preempts_opportunistic, unfit_text
+from hivebatch.controller.decide.fit import preempts_opportunistic, unfit_text, yielding_in_the_way
 from hivebatch.controller.decide.times import aware
 from hivebatch.controller.decide.types import Round, TakeBack
 from hivebatch.controller.observe import phase
@@ -54,12 +54,16 @@ def limited_lately(job: Job, now: dt.datetime) -> str | None:
 
 def grace_on(r: Round, sj: SlurmJob, nodes: Iterable[str]) -> float:
     """Seconds Slurm may take to start ``sj`` on ``nodes`` besides its usual passes: the notice of the
-    opportunistic jobs it requeues there for their CPUs or memory (their QOS's GraceTime, which hadmin
-    slurm-config sets to the config's notice: preempt_grace.txt); 0 where none holds any."""
+    opportunistic jobs there that it waits for, those Slurm requeues for their CPUs or memory (their
+    QOS's GraceTime, which hadmin slurm-config sets to the config's notice: preempt_grace.txt) and those
+    told to leave a node their ExclusiveUser partition keeps to their user; 0 where none is there."""
     if not preempts_opportunistic(sj):
         return 0.0
     held = (r.ledger.nodes.get(n) for n in nodes)
-    if not any(n is not None and (n.preemptible_cpus or n.preemptible_mem_mb) for n in held):
+    if not any(
+        n is not None and (n.preemptible_cpus or n.preemptible_mem_mb or yielding_in_the_way(sj, n))
+        for n in held
+    ):
         return 0.0
     return float(r.ctx.notice.slurm_grace_s)
 
