@@ -103,6 +103,29 @@ def test_a_job_waiting_for_cpus_is_not_predicted_to_start_before_any_job_on_its_
     assert wait.predicted_start == NOW + dt.timedelta(minutes=20)
 
 
+def test_nodes_outside_its_nodelist_do_not_make_a_waiting_job_start_now(ctx):
+    # seen on the lab: bob's -w node3 job, kept off node3 by the CPUs another job held there, was
+    # predicted to start "now", as node1, node2 and node4 had room
+    from hivebatch.controller.decide.estimate import estimate_starts
+    from hivebatch.slurm.types import SlurmJob
+
+    job = row(1, JobRequest(vc="cv", gpus=1))
+    r = make_round(ctx, [job])
+    r.ledger.nodes = {n: _node(n, cpus_free=0 if n == "node3" else 16) for n in NODES}
+    started = NOW.replace(tzinfo=dt.UTC) - dt.timedelta(minutes=10)
+    r.ledger.slurm[100] = SlurmJob(job_id=100, name="cpu", user="carol", account="sys", qos="normal",
+                                   state="RUNNING", reason="None", nodes=["node3"], start_time=started,
+                                   time_limit_s=30 * 60)  # fmt: skip
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], cpus_per_node=1, required_nodes=["node3"])
+    r.fresh.append((job, JobRequest(vc="cv", gpus=1), r.ledger.slurm[1]))
+    screen_hopeless(r)
+    run_policy_round(r)
+    estimate_starts(r)
+    (wait,) = r.out.waits
+    assert wait.reason.startswith("no node has what it needs besides GPUs now: node3: 0 CPUs free")
+    assert wait.predicted_start == NOW + dt.timedelta(minutes=20)
+
+
 def _screened(ctx, req: JobRequest, nodes: dict[str, SlurmNode], **needs: object):  # type: ignore[no-untyped-def]
     job = row(1, req)
     r = make_round(ctx, [job])

@@ -152,7 +152,11 @@ def _screen_one(
     if not of_type - unfit.keys():
         wait = hopeless_wait(r, room, job, req, sj)
         wait.reason = f"no node has what it needs besides GPUs now: {unfit_text(unfit)}"
-        wait.not_before = min(filter(None, (_usable_at(r, sj, n) for n in of_type)), default=None)
+        # a node it can never use (outside its --nodelist …) frees nothing for it: seen on the lab, hq
+        # said START "now" for a job pinned by -w to a node another user's job kept
+        never = r.never_for(job, sj)
+        usable = (_usable_at(r, sj, n) for n in of_type if n not in never)
+        wait.not_before = min(filter(None, usable), default=None)
         r.out.waits.append(wait)
         return
     if room.may_fit(req):
