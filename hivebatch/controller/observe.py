@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hivebatch.db.models import utcnow
+from hivebatch.request import ADMIN_PREFIX
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.slurm.types import (
     STOPPED_PARTITION_STATES,
@@ -98,6 +99,16 @@ def list_nodes(backend: SlurmBackend) -> dict[str, SlurmNode]:
     return nodes
 
 
+def _may_be_told_to_leave(job: SlurmJob) -> bool:
+    """An opportunistic GPU job of hivebatch's (its request in the admin comment): the controller may
+    requeue it for a guaranteed job. Foreign work it only watches."""
+    return (
+        job.qos == PREEMPTABLE_QOS
+        and bool(job.gpus or job.shards)
+        and job.admin_comment.startswith(ADMIN_PREFIX)
+    )
+
+
 def count_running_jobs(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode]) -> None:
     """Add to each node the CPUs its running jobs hold (a job on several nodes at its even share: squeue
     gives its total): in all, in each of its partitions with a MaxCPUsPerNode, and job by job where they
@@ -113,7 +124,7 @@ def count_running_jobs(jobs: Iterable[SlurmJob], nodes: Mapping[str, SlurmNode])
                 continue
             node.cpus_held += share
             node.users.add(job.user)
-            if job.qos != PREEMPTABLE_QOS or not (job.gpus or job.shards):
+            if not _may_be_told_to_leave(job):
                 node.firm_users.add(job.user)
             if job.qos == PREEMPTABLE_QOS:
                 node.preemptible_cpus += share

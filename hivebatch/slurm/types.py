@@ -303,8 +303,9 @@ class SlurmNode:
     owner: str = ""
     user_exclusive: set[str] = field(default_factory=set)
     users: set[str] = field(default_factory=set)
-    #: of those, the users with a job running there that is not an opportunistic GPU job: the others' jobs
-    #: a guaranteed job may tell to leave, which Slurm does not requeue for it (exclusive_user_opportunistic.txt)
+    #: of those, the users with a job running there that is not an opportunistic GPU job of hivebatch's: the
+    #: others' jobs a guaranteed job may tell to leave, which Slurm does not requeue for it
+    #: (tests/fixtures/slurm/exclusive_user_opportunistic.txt)
     firm_users: set[str] = field(default_factory=set)
     #: the CPUs and MB of memory held there by running jobs of the preemptable QOS: Slurm requeues those for a
     #: released job of a QOS that preempts it (preempt/qos: tests/fixtures/slurm/preempt_qos_node_resources.txt)

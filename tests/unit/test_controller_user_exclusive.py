@@ -16,6 +16,8 @@ from hivebatch.request import JobRequest
 from hivebatch.slurm.parse import parse_partitions, parse_sinfo_json
 from hivebatch.slurm.types import SlurmJob, SlurmNode
 
+ADMIN = 'hivebatch:v2:{"gpus":1}'  # the plugin's request in a job's admin comment
+
 
 def _node(name: str = "node4", **kw: object) -> SlurmNode:
     """A lab node in partitions gpu and x (ExclusiveUser=YES); its users' jobs are guaranteed ones unless
@@ -134,12 +136,15 @@ def test_jobs_of_two_users_with_the_same_needs_are_judged_each_for_its_user(ctx)
 
 def test_a_user_whose_jobs_on_a_node_are_all_opportunistic_gpu_jobs_yields_it() -> None:
     nodes = {n: _node(n, users=set()) for n in ("node3", "node4")}
+    ours = {"admin_comment": ADMIN, "state": "RUNNING"}
     gpu = {"node3": [0]}
     jobs = [
-        _job("alice", "x", qos="opportunistic", state="RUNNING", nodes=["node3"], gpus=gpu),
-        _job("bob", "x", qos="opportunistic", state="RUNNING", nodes=["node3"]),  # no GPUs: not hivebatch's
-        _job("carol", "x", qos="normal", state="RUNNING", nodes=["node3"], gpus=gpu),
-        _job("carol", "x", qos="opportunistic", state="RUNNING", nodes=["node4"], gpus={"node4": [1]}),
+        _job("alice", "x", qos="opportunistic", nodes=["node3"], gpus=gpu, **ours),
+        _job("bob", "x", qos="opportunistic", nodes=["node3"], **ours),  # no GPUs
+        _job("carol", "x", qos="normal", nodes=["node3"], gpus=gpu, **ours),
+        _job("carol", "x", qos="opportunistic", nodes=["node4"], gpus={"node4": [1]}, **ours),
+        # the Operator's job, foreign work: the controller does not requeue it
+        _job("hbctl", "x", qos="opportunistic", state="RUNNING", nodes=["node4"], gpus={"node4": [2]}),
     ]
     count_running_jobs(jobs, nodes)
     assert nodes["node3"].yielding_users == {"alice"}
@@ -191,7 +196,8 @@ def test_the_opportunistic_jobs_that_keep_a_guaranteed_jobs_node_are_told_to_lea
     r.ledger.slurm[1] = replace(r.ledger.slurm[1], user="bob", required_nodes=["node3"])
     for jid, node in ((2, "node3"), (3, "node4")):
         r.ledger.slurm[jid] = replace(r.ledger.slurm[jid], user="alice", qos="opportunistic", partition="x",
-                                      state="RUNNING", held=False, nodes=[node], gpus={node: [0]})  # fmt: skip
+                                      state="RUNNING", held=False, nodes=[node], gpus={node: [0]},
+                                      admin_comment=ADMIN)  # fmt: skip
     r.ledger.nodes = {n: _node(n, cpus_free=15, users=set()) for n in NODES}
     count_running_jobs(r.ledger.slurm.values(), r.ledger.nodes)
     for n in ("node3", "node4"):
@@ -248,7 +254,8 @@ def test_a_requeued_guaranteed_job_resuming_there_tells_them_too(ctx) -> None:  
     assert r.alloc.adopt("2", "cv", -1, opportunistic.placement).result == "placed"
     r.ledger.slurm[1] = replace(r.ledger.slurm[1], user="bob")
     r.ledger.slurm[2] = replace(r.ledger.slurm[2], user="alice", qos="opportunistic", partition="x",
-                                state="RUNNING", held=False, nodes=["node3"], gpus={"node3": [0]})  # fmt: skip
+                                state="RUNNING", held=False, nodes=["node3"], gpus={"node3": [0]},
+                                admin_comment=ADMIN)  # fmt: skip
     r.ledger.nodes = {n: _node(n, cpus_free=15, users=set()) for n in NODES}
     count_running_jobs(r.ledger.slurm.values(), r.ledger.nodes)
     r.ledger.nodes["node3"].owner = "alice"
