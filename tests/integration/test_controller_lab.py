@@ -1,5 +1,8 @@
 """The controller on the real Slurm lab, with the lab's users: pinning, fragmentation, preemption,
-bad nodes, a controller killed mid-cycle — on SQLite and on PostgreSQL.
+bad nodes, a controller killed mid-cycle — on SQLite, and the whole life of a job (placed, run,
+preempted and resumed, a cycle killed half-way) on PostgreSQL too. What only PostgreSQL does (its
+locks, concurrent writers, the reports' queries) is tested in test_db_postgres.py and
+test_reports_postgres.py; the other cases here do not touch the database differently.
 
 The controller under test sees every running job of the lab (they occupy GPUs) but only the pending
 jobs this test submitted, so it never places another test's held jobs.
@@ -23,6 +26,7 @@ from sqlalchemy import select
 from hivebatch.db import Event
 
 pytestmark = pytest.mark.integration
+sqlite_only = pytest.mark.parametrize("ctl", ["sqlite"], indirect=True)
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -55,6 +59,7 @@ def test_alice_job_runs_on_exactly_the_gpus_the_cells_chose(ctl: Ctl) -> None:
     assert _running_on(ctl, jid) == {node: idx}
 
 
+@sqlite_only
 def test_node_cell_job_runs_while_another_vc_fragments_the_cluster(ctl: Ctl) -> None:
     small = [ctl.submit("carol", "sys", 1) for _ in range(3)] + [
         ctl.submit("alice", "cv", 1) for _ in range(3)
@@ -72,6 +77,7 @@ def test_node_cell_job_runs_while_another_vc_fragments_the_cluster(ctl: Ctl) -> 
     assert node not in small_nodes  # the small jobs were packed away from the node nlp's cell needed
 
 
+@sqlite_only
 def test_a_job_past_its_deadline_ends_as_slurm_ends_it(ctl: Ctl) -> None:
     # sys's switch cell is its only room for 2 GPUs on one node (tests/fixtures/slurm/deadline_held.txt
     # shows the same under plain Slurm and, before, a held job Slurm never tested)
@@ -89,6 +95,7 @@ def test_a_job_past_its_deadline_ends_as_slurm_ends_it(ctl: Ctl) -> None:
     assert ended.start_time <= ended.deadline  # ended before its deadline, not placed after it
 
 
+@sqlite_only
 def test_a_job_its_owner_requeue_holds_waits_until_they_release_it(ctl: Ctl) -> None:
     # plain Slurm keeps it held until its owner releases it (tests/fixtures/slurm/requeuehold_owner.txt)
     jid, placed = _alice_running(ctl)
@@ -105,6 +112,7 @@ def test_a_job_its_owner_requeue_holds_waits_until_they_release_it(ctl: Ctl) -> 
     assert _running_on(ctl, jid) == placed  # on the GPU indices it kept
 
 
+@sqlite_only
 def test_a_job_an_admin_holds_waits_until_an_admin_releases_it(ctl: Ctl) -> None:
     # seen on the lab: the controller released an admin's `scontrol hold` as soon as the job's VC had room
     # (tests/fixtures/slurm/admin_hold_marked.txt)
@@ -123,6 +131,7 @@ def test_a_job_an_admin_holds_waits_until_an_admin_releases_it(ctl: Ctl) -> None
     ctl.until(lambda: ctl.job(jid).state in ("running", "done"), what=lambda: ctl.job(jid).reason)
 
 
+@sqlite_only
 def test_an_admins_release_of_a_job_that_kept_its_gpus_waits_for_the_controller(ctl: Ctl) -> None:
     # a job requeued (or a pin taken back) keeps its typed gres; an admin's release let Slurm start it on
     # those GPUs after its requeue delay, outside the cells (tests/fixtures/slurm/kept_gpus_parked.txt)
@@ -183,6 +192,7 @@ def test_opportunistic_job_is_preempted_for_the_owner_and_resumes(ctl: Ctl) -> N
     assert kinds.count("preempted") == 1 and kinds.count("placed") == 2
 
 
+@sqlite_only
 def test_a_job_its_full_vc_keeps_waiting_is_told_how_to_run_on_idle_gpus(ctl: Ctl) -> None:
     # seen on the lab: alice's VC full, two nodes idle, and her job's reason said only when cv frees room
     running = [ctl.submit("alice", "cv", g, sleep=300) for g in (8, 4)]
@@ -199,6 +209,7 @@ def test_a_job_its_full_vc_keeps_waiting_is_told_how_to_run_on_idle_gpus(ctl: Ct
     assert ctl.job(waiting).qos == "opportunistic" and ctl.job(waiting).priority == -1
 
 
+@sqlite_only
 @pytest.mark.parametrize("state", ["down", "drain"])
 def test_down_or_drained_node_is_avoided(ctl: Ctl, state: str) -> None:
     nodes = {n.name: n for n in ctl.backend.list_nodes()}
