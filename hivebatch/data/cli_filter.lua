@@ -33,6 +33,9 @@
 -- sbatch's and srun's --test-only with a GPU ask is told that Slurm's answer is not hivebatch's, and
 -- what gives hivebatch's (M.test_only_note).
 --
+-- A new job's --signal goes to the job_submit plugin in front of its comment (M.signal_comment): its
+-- preemption notice uses it.
+--
 -- Anything else is left to the job_submit plugin, which refuses what cannot start with a line that
 -- says what does. The filter only rewrites a user's own options (and refuses the step above, which
 -- Slurm would refuse too); it trusts nothing and enforces nothing (a user could skip it), the plugin does.
@@ -535,6 +538,26 @@ function M.test_only_note(get)
   return nil
 end
 
+-- the note the job_submit plugin takes off the front of a comment (SIGNAL_NOTE in job_submit.lua)
+local SIGNAL_NOTE = "hivebatch:signal:"
+
+-- a new job's comment with its --signal in front, or nil. Slurm 22.05 gives the job_submit plugin no
+-- warn_signal, and shows it nowhere a controller could read, so a --signal given on the command line
+-- was lost and a preemption notice sent SIGTERM instead. Here it is as Slurm keeps it, the command
+-- line, SBATCH_SIGNAL and the script's #SBATCH lines merged ("0@0": none). The plugin puts the comment
+-- back as the user wrote it (recorded: tests/fixtures/slurm/cli_filter_signal.txt).
+function M.signal_comment(get, env)
+  local signal = get("signal")
+  if type(signal) ~= "string" or signal == "" or string.sub(signal, 1, 1) == "0" then
+    return nil
+  end
+  if get("type") ~= "sbatch" and job_of_step(get, env) then
+    return nil -- a step: its job has its own
+  end
+  local own = get("comment")
+  return SIGNAL_NOTE .. signal .. ((type(own) == "string" and own ~= "") and (" " .. own) or "")
+end
+
 function slurm_cli_setup_defaults(options, early_pass)
   return slurm.SUCCESS
 end
@@ -557,6 +580,12 @@ function slurm_cli_pre_submit(options, offset)
       options[name] = value
     end
   end
+  pcall(function()
+    local comment = M.signal_comment(get, os.getenv)
+    if comment ~= nil then
+      options["comment"] = comment
+    end
+  end)
   pcall(function()
     local note = M.test_only_note(function(name)
       return options[name]

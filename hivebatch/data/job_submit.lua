@@ -980,24 +980,37 @@ function M.script_signal(script)
   return found
 end
 
+-- the note srun's and sbatch's cli_filter puts in front of a new job's comment: the job's --signal
+local SIGNAL_NOTE = "hivebatch:signal:"
+
+-- a comment's --signal note and the comment as its user wrote it; nil and the comment without a note
+function M.split_signal_note(comment)
+  if type(comment) ~= "string" or string.sub(comment, 1, #SIGNAL_NOTE) ~= SIGNAL_NOTE then
+    return nil, comment
+  end
+  local signal, own = string.match(string.sub(comment, #SIGNAL_NOTE + 1), "^(%S+)%s?(.*)$")
+  return signal, own or ""
+end
+
 -- Slurm 22.05 gives this plugin no warn_signal/warn_time/warn_flags (job_submit_lua.c), so the job's
--- --signal is read from what its submission shows: SBATCH_SIGNAL in its environment (sbatch lets it
+-- --signal is read from what its submission shows: the cli_filter's note (``told``: the options as
+-- Slurm merged them, command line included), else SBATCH_SIGNAL in its environment (sbatch lets it
 -- override the script), else the script's directives. It only chooses the signal the job's own
 -- preemption notice uses; the notice's length is the admin's.
-local function record_signal(job_desc, req)
-  local from_env = nil
+local function record_signal(job_desc, req, told)
+  local given = told
   local ok, env = pcall(function()
     return job_desc.environment
   end)
-  if ok and env ~= nil then
+  if given == nil and ok and env ~= nil then
     local has, value = pcall(function()
       return env["SBATCH_SIGNAL"]
     end)
     if has and value ~= nil and value ~= "" then
-      from_env = value
+      given = value
     end
   end
-  local spec = M.parse_signal(from_env or M.script_signal(get(job_desc, "script")))
+  local spec = M.parse_signal(given or M.script_signal(get(job_desc, "script")))
   if spec == nil then
     return
   end
@@ -1042,6 +1055,11 @@ local function submit(job_desc, part_list, submit_uid)
   NOTES = {}
   ROUNDED = nil
   TASKS = nil
+  -- every job's comment goes back to what its user wrote, whatever this plugin does with the job
+  local told, own = M.split_signal_note(get(job_desc, "comment"))
+  if told ~= nil then
+    job_desc.comment = own
+  end
   if is_operator(submit_uid) then
     return slurm.SUCCESS
   end
@@ -1087,7 +1105,7 @@ local function submit(job_desc, part_list, submit_uid)
   local parts = gpu_partitions(job_desc, part_list)
   check_spread(job_desc, req, check_node_sizes(job_desc, req, parts), parts)
   translate_per_gpu(job_desc, req)
-  record_signal(job_desc, req)
+  record_signal(job_desc, req, told)
   if get(job_desc, "script") == nil and req.user_hold == nil then
     -- srun and salloc say only "Job is in held state, pending scheduler release"
     NOTES[#NOTES + 1] = "the job waits until hivebatch places it on GPUs of virtual cluster " .. req.vc .. "; 'hq --me' in another shell says why it waits"

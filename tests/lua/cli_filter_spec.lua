@@ -487,3 +487,32 @@ describe("a --test-only that asks for GPUs", function()
     assert.truthy(string.find(written[1], "^sbatch: hivebatch: note: Slurm's %-%-test%-only answer leaves out hivebatch"))
   end)
 end)
+
+describe("a new job's --signal", function()
+  -- option values as sbatch and srun 22.05 hand them to the filter (tests/fixtures/slurm/cli_filter_signal.txt)
+  local function comment(options, env)
+    local M = load_filter()
+    return M.signal_comment(function(name) return options[name] end, function(name) return (env or {})[name] end)
+  end
+
+  it("goes to the job_submit plugin in front of the comment, as Slurm merged it", function()
+    assert.are.equal("hivebatch:signal:B:USR1@30", comment({ type = "sbatch", signal = "B:USR1@30" }))
+    assert.are.equal("hivebatch:signal:USR1 hello", comment({ type = "sbatch", signal = "USR1", comment = "hello" }))
+    assert.are.equal("hivebatch:signal:USR1@10", comment({ type = "srun", signal = "USR1@10" }))
+    -- sbatch in a running job submits a new job
+    assert.are.equal("hivebatch:signal:B:INT@20", comment({ type = "sbatch", signal = "B:INT@20" }, { SLURM_JOB_ID = "7" }))
+  end)
+
+  it("is not written without one, or for a step of a job", function()
+    assert.is_nil(comment({ type = "sbatch", signal = "0@0" }))
+    assert.is_nil(comment({ type = "srun", signal = "USR1@10" }, { SLURM_JOB_ID = "7" }))
+    assert.is_nil(comment({ type = "srun", signal = "USR1@10", jobid = "7" }))
+  end)
+
+  it("is set on the options in pre_submit", function()
+    load_filter()
+    local options = { type = "sbatch", signal = "B:USR1@30", comment = "mine" }
+    assert.are.equal(slurm.SUCCESS, slurm_cli_pre_submit(options, 0))
+    assert.are.equal("hivebatch:signal:B:USR1@30 mine", options.comment)
+  end)
+end)

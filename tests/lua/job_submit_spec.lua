@@ -649,6 +649,35 @@ describe("the job's --signal, for its preemption notice", function()
     assert.is_nil(r.signal_batch)
   end)
 
+  it("takes the cli_filter's note, Slurm's own merge of the options, over the environment and script", function()
+    -- sbatch --signal=INT@20 sigdir.sh, whose directive says B:USR2@45 (cli_filter_signal.txt)
+    local d = desc({
+      tres_per_node = "gres:gpu:1",
+      comment = "hivebatch:signal:B:INT@20 hivebatch:hints:{\"model\":\"bert\"} my run",
+      script = "#!/bin/bash\n#SBATCH --signal=B:USR2@45\ntrue\n",
+      environment = { SBATCH_SIGNAL = "USR2@45" },
+    })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+    local r = request_of(d)
+    assert.are.equal("INT", r.signal)
+    assert.are.equal(20, r.signal_time_s)
+    assert.are.equal(1, r.signal_batch)
+    assert.are.equal('hivebatch:hints:{"model":"bert"} my run', d.comment) -- as its user wrote it
+  end)
+
+  it("gives back the comment of every job the note came with, its own or none", function()
+    local cpu = desc({ comment = "hivebatch:signal:USR1@10" }) -- no GPUs: Slurm's alone
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(cpu, {}, 1001))
+    assert.are.equal("", cpu.comment) -- Slurm keeps "" as no comment
+    local operator = desc({ tres_per_node = "gres:gpu:1", comment = "hivebatch:signal:USR1 mine" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(operator, {}, 0))
+    assert.are.equal("mine", operator.comment)
+    local plain = desc({ tres_per_node = "gres:gpu:1", comment = "signal: USR1" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(plain, {}, 1001))
+    assert.are.equal("signal: USR1", plain.comment)
+    assert.is_nil(request_of(plain).signal)
+  end)
+
   it("records nothing without a --signal, or for one sbatch would refuse", function()
     for _, script in ipairs({ "#!/bin/bash\ntrue\n", "#!/bin/bash\n#SBATCH --signal=USR1@soon\n", "#!/bin/bash\n#SBATCH --signal=B:\n" }) do
       local d = desc({ tres_per_node = "gres:gpu:1", script = script })
