@@ -554,6 +554,9 @@ function M.signal_comment(get, env)
   if get("type") ~= "sbatch" and job_of_step(get, env) then
     return nil -- a step: its job has its own
   end
+  if get("test-only") == "set" then
+    return nil -- no job comes of it, and sbatch -v would list the comment among the user's options
+  end
   local own = get("comment")
   return SIGNAL_NOTE .. signal .. ((type(own) == "string" and own ~= "") and (" " .. own) or "")
 end

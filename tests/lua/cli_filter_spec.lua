@@ -503,10 +503,11 @@ describe("a new job's --signal", function()
     assert.are.equal("hivebatch:signal:B:INT@20", comment({ type = "sbatch", signal = "B:INT@20" }, { SLURM_JOB_ID = "7" }))
   end)
 
-  it("is not written without one, or for a step of a job", function()
+  it("is not written without one, for a step of a job, or for a --test-only", function()
     assert.is_nil(comment({ type = "sbatch", signal = "0@0" }))
     assert.is_nil(comment({ type = "srun", signal = "USR1@10" }, { SLURM_JOB_ID = "7" }))
     assert.is_nil(comment({ type = "srun", signal = "USR1@10", jobid = "7" }))
+    assert.is_nil(comment({ type = "sbatch", signal = "B:USR1@30", ["test-only"] = "set" }))
   end)
 
   it("is set on the options in pre_submit", function()
