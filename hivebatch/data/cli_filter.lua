@@ -551,8 +551,8 @@ function M.signal_comment(get, env)
   if type(signal) ~= "string" or signal == "" or string.sub(signal, 1, 1) == "0" then
     return nil
   end
-  if get("type") ~= "sbatch" and job_of_step(get, env) then
-    return nil -- a step: its job has its own
+  if get("type") == "srun" and job_of_step(get, env) then
+    return nil -- a step: its job has its own (sbatch and salloc make a new job wherever they run)
   end
   if get("test-only") == "set" then
     return nil -- no job comes of it, and sbatch -v would list the comment among the user's options

@@ -499,8 +499,9 @@ describe("a new job's --signal", function()
     assert.are.equal("hivebatch:signal:B:USR1@30", comment({ type = "sbatch", signal = "B:USR1@30" }))
     assert.are.equal("hivebatch:signal:USR1 hello", comment({ type = "sbatch", signal = "USR1", comment = "hello" }))
     assert.are.equal("hivebatch:signal:USR1@10", comment({ type = "srun", signal = "USR1@10" }))
-    -- sbatch in a running job submits a new job
+    -- sbatch or salloc in a running job makes a new job
     assert.are.equal("hivebatch:signal:B:INT@20", comment({ type = "sbatch", signal = "B:INT@20" }, { SLURM_JOB_ID = "7" }))
+    assert.are.equal("hivebatch:signal:USR1", comment({ type = "salloc", signal = "USR1" }, { SLURM_JOB_ID = "7" }))
   end)
 
   it("is not written without one, for a step of a job, or for a --test-only", function()
