@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from hivebatch.controller.avoid import avoid_nodes
@@ -141,9 +140,16 @@ def _record_failure(
 
 
 def preempt(
-    session: Session, rec: Recorder, backend: SlurmBackend, job: Job, by: int | None, result: ActResult
+    session: Session,
+    rec: Recorder,
+    backend: SlurmBackend,
+    job: Job,
+    by: int | None,
+    result: ActResult,
+    taker: Job | None = None,
 ) -> None:
-    """Requeue-hold a running victim (hold a placed one that has not started) and book its run as lost."""
+    """Requeue-hold a running victim (hold a placed one that has not started) and book its run as lost;
+    ``taker``: the ledger's record of job ``by``, which says what the victim leaves for it."""
     running = job.state == "running"
     try:
         if running:
@@ -155,7 +161,6 @@ def preempt(
         _record_failure(session, rec, job, result, exc, alive, "requeue", "requeue")
         return
     who = preemptor(by)
-    taker = session.scalar(select(Job).where(Job.slurm_job_id == by)) if by is not None else None
     book_preemption(
         session,
         rec,
@@ -260,11 +265,13 @@ def act(
         if victim is not None and victim.intent == "notice":
             send_notice(session, rec, backend, victim, slurm.get(victim_id), result.failed)
     for job in redo_preempt:
-        preempt(session, rec, backend, job, job.notice_by, result)  # its notice ended: it leaves for that job
+        # its notice ended: it leaves for that job
+        by = job.notice_by
+        preempt(session, rec, backend, job, by, result, jobs.get(by) if by is not None else None)
     for victim_id, by in decisions.victims.items():
         victim = jobs.get(victim_id)
         if victim is not None and victim.intent == "preempt":
-            preempt(session, rec, backend, victim, by, result)
+            preempt(session, rec, backend, victim, by, result, jobs.get(by))
     for job in redo_place:
         place(session, rec, backend, job, result, redo=True, sj=slurm.get(job.slurm_job_id))
     for tb in decisions.take_backs:

@@ -115,11 +115,9 @@ def _stopped_partition(sj: SlurmJob, node: SlurmNode) -> str | None:
 def _kept_to_other_user(sj: SlurmJob, node: SlurmNode) -> str | None:
     """Why Slurm starts no job of the user's on ``node`` now: another user's job of an ExclusiveUser
     partition holds it, or the job's partition is such and another user's job runs there."""
-    if not (node.owner or node.user_exclusive):
+    in_the_way = _users_in_the_way(sj, node)
+    if not in_the_way:
         return None
-    in_the_way = users_in_the_way(
-        sj.user, sj.partitions, node.owner, node.users, node.partitions, node.user_exclusive
-    )
     other = first_not_yielding(in_the_way, node.yielding_users if preempts_opportunistic(sj) else frozenset())
     if other is None:
         return None
@@ -132,12 +130,19 @@ def yielding_in_the_way(sj: SlurmJob, node: SlurmNode) -> frozenset[str]:
     """The users keeping ``node`` from ``sj`` (ExclusiveUser) whose jobs there it may tell to leave: all
     opportunistic GPU jobs, for a job that preempts them. Slurm does not requeue those for it
     (tests/fixtures/slurm/exclusive_user_opportunistic.txt)."""
-    if not (node.owner or node.user_exclusive) or not preempts_opportunistic(sj):
+    if not preempts_opportunistic(sj):
         return frozenset()
-    users = users_in_the_way(
+    return node.yielding_users.intersection(_users_in_the_way(sj, node))
+
+
+def _users_in_the_way(sj: SlurmJob, node: SlurmNode) -> list[str]:
+    """``node_room.users_in_the_way`` for ``sj`` on ``node``; none at once where no partition or owner
+    keeps the node to one user, as on most nodes."""
+    if not (node.owner or node.user_exclusive):
+        return []
+    return users_in_the_way(
         sj.user, sj.partitions, node.owner, node.users, node.partitions, node.user_exclusive
     )
-    return node.yielding_users.intersection(users)
 
 
 def preempts_opportunistic(sj: SlurmJob) -> bool:
