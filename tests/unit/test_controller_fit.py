@@ -13,7 +13,7 @@ from decide_support import NOW, context, decided, make_round, row, slurm_job
 
 from hivebatch.controller.decide.fit import features_met, unfit_nodes, why_unfit
 from hivebatch.controller.decide.policy_round import run_policy_round
-from hivebatch.controller.decide.room import screen_hopeless
+from hivebatch.controller.decide.room import _usable_at, screen_hopeless
 from hivebatch.controller.decide.unstarted import take_back_unstarted
 from hivebatch.request import JobRequest
 from hivebatch.slurm.parse import parse_sinfo_json, parse_squeue_json
@@ -124,6 +124,36 @@ def test_nodes_outside_its_nodelist_do_not_make_a_waiting_job_start_now(ctx):
     (wait,) = r.out.waits
     assert wait.reason.startswith("no node has what it needs besides GPUs now: node3: 0 CPUs free")
     assert wait.predicted_start == NOW + dt.timedelta(minutes=20)
+
+
+def test_a_node_another_users_jobs_keep_is_not_free_before_the_last_of_them_ends(ctx):
+    # seen on the lab: bob's -p x -w node3 job, kept off node3 by alice's jobs of the ExclusiveUser
+    # partition x, showed START at the first of their time limits, while Slurm keeps the node hers until
+    # the last one ends
+    from hivebatch.controller.decide.estimate import estimate_starts
+
+    job = row(1, JobRequest(vc="cv", gpus=1))
+    r = make_round(ctx, [job])
+    r.ledger.nodes = {n: _node(n, partitions=["gpu", "x"], user_exclusive={"x"}) for n in NODES}
+    r.ledger.nodes["node3"] = replace(r.ledger.nodes["node3"], users={"alice"}, firm_users={"alice"})
+    started = NOW.replace(tzinfo=dt.UTC) - dt.timedelta(minutes=10)
+    for sid, minutes in ((100, 30), (101, 90)):
+        r.ledger.slurm[sid] = SlurmJob(job_id=sid, name="x", user="alice", account="nlp", qos="normal",
+                                       state="RUNNING", reason="None", nodes=["node3"], partition="x",
+                                       start_time=started, time_limit_s=minutes * 60)  # fmt: skip
+    r.ledger.slurm[1] = replace(r.ledger.slurm[1], user="bob", partition="x", required_nodes=["node3"])
+    r.fresh.append((job, JobRequest(vc="cv", gpus=1), r.ledger.slurm[1]))
+    screen_hopeless(r)
+    run_policy_round(r)
+    estimate_starts(r)
+    (wait,) = r.out.waits
+    assert "node3: user alice's job runs there, and partition x keeps a node to one user" in wait.reason
+    assert wait.predicted_start == NOW + dt.timedelta(minutes=80)
+    # a user with no job running there (one pinned, not started): when the node frees is not known
+    r.ledger.nodes["node3"] = replace(
+        r.ledger.nodes["node3"], users={"alice", "dave"}, firm_users={"alice", "dave"}
+    )
+    assert _usable_at(r, r.ledger.slurm[1], "node3") is None
 
 
 def _screened(ctx, req: JobRequest, nodes: dict[str, SlurmNode], **needs: object):  # type: ignore[no-untyped-def]

@@ -22,7 +22,7 @@ from hivebatch.controller.decide.partition_caps import (
     partition_cpus_short,
     partitions_here,
 )
-from hivebatch.node_room import NodeNeeds, NodeRoom, first_not_yielding, users_in_the_way
+from hivebatch.node_room import NodeNeeds, NodeRoom, users_in_the_way
 from hivebatch.slurm.parse import expand_hostlist
 from hivebatch.slurm.types import SlurmJob, SlurmNode
 from hivebatch.slurmconf import PREEMPTABLE_QOS, QOS_PRIORITIES
@@ -115,15 +115,23 @@ def _stopped_partition(sj: SlurmJob, node: SlurmNode) -> str | None:
 def _kept_to_other_user(sj: SlurmJob, node: SlurmNode) -> str | None:
     """Why Slurm starts no job of the user's on ``node`` now: another user's job of an ExclusiveUser
     partition holds it, or the job's partition is such and another user's job runs there."""
-    in_the_way = _users_in_the_way(sj, node)
-    if not in_the_way:
+    keeping = users_keeping(sj, node)
+    if not keeping:
         return None
-    other = first_not_yielding(in_the_way, node.yielding_users if preempts_opportunistic(sj) else frozenset())
-    if other is None:
-        return None
+    other = keeping[0]
     if other == node.owner:
         return f"user {other}'s alone while their job of an ExclusiveUser partition runs there"
     return f"user {other}'s job runs there, and partition {sj.partition} keeps a node to one user (ExclusiveUser)"
+
+
+def users_keeping(sj: SlurmJob, node: SlurmNode) -> list[str]:
+    """The users whose jobs keep ``node`` from ``sj`` until the last of them there ends (the owner first):
+    those in its way (ExclusiveUser) but those whose jobs it may tell to leave."""
+    in_the_way = _users_in_the_way(sj, node)
+    if not in_the_way:
+        return []
+    yielding = node.yielding_users if preempts_opportunistic(sj) else frozenset()
+    return [u for u in in_the_way if u not in yielding]
 
 
 def yielding_in_the_way(sj: SlurmJob, node: SlurmNode) -> frozenset[str]:

@@ -12,6 +12,7 @@ from hivebatch.controller.decide.fit import (
     clear_of_reservations,
     node_needs,
     unfit_text,
+    users_keeping,
     why_unfit,
 )
 from hivebatch.controller.decide.isolate import isolated
@@ -103,12 +104,16 @@ def _head_key(job: Job, req: JobRequest, sj: SlurmJob) -> tuple[int, bool, float
 
 def _usable_at(r: Round, sj: SlurmJob, name: str) -> dt.datetime | None:
     """When ``sj`` could start on node ``name`` at the soonest (None: not known): the CPUs and memory
-    running jobs hold there free up no sooner than the first of their time limits, and it runs into no
-    reservation there."""
+    running jobs hold there free up no sooner than the first of their time limits, a node other users'
+    jobs keep (ExclusiveUser) no sooner than the last of theirs, and it runs into no reservation there."""
     node = r.ledger.nodes.get(name)
     if node is None:
         return None
     held = r.first_limit_end.get(name) if why_unfit(sj, node) else r.now
+    for user in users_keeping(sj, node) if held is not None else ():
+        # a user only pinned there (not started yet) has no end: not known
+        end = r.last_limit_end.get((name, user))
+        held = max(held, end) if held is not None and end is not None else None
     return max(held, clear_of_reservations(sj, node, r.now)) if held is not None else None
 
 

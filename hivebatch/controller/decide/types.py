@@ -202,13 +202,27 @@ class Round:
         jobs hold free up no sooner. Indexed once per round, for every waiting job no node has room for."""
         out: dict[str, dt.datetime] = {}
         for sj in self.ledger.slurm.values():
-            if phase(sj.state) != "running" or not sj.start_time or not sj.time_limit_s:
+            end = _limit_end(sj) if phase(sj.state) == "running" else None
+            if end is None:
                 continue
-            end = (aware(sj.start_time) + dt.timedelta(seconds=sj.time_limit_s)).astimezone(dt.UTC)
-            end = end.replace(tzinfo=None)
             for n in sj.nodes:
                 if n not in out or end < out[n]:
                     out[n] = end
+        return out
+
+    @functools.cached_property
+    def last_limit_end(self) -> dict[tuple[str, str], dt.datetime | None]:
+        """Per node and user, the last time limit of the user's jobs running there (naive UTC; None: one
+        has no limit or start): a node one user's jobs keep (ExclusiveUser) is theirs until then."""
+        out: dict[tuple[str, str], dt.datetime | None] = {}
+        for sj in self.ledger.slurm.values():
+            if phase(sj.state) != "running":
+                continue
+            end = _limit_end(sj)
+            for n in sj.nodes:
+                key = (n, sj.user)
+                before = out.get(key, end)
+                out[key] = None if end is None or before is None else max(before, end)
         return out
 
     @functools.cached_property
@@ -302,3 +316,11 @@ class Round:
     def add_place(self, place: Place) -> None:
         self.out.places.append(place)
         self.placed_now[place.job.slurm_job_id] = place
+
+
+def _limit_end(sj: SlurmJob) -> dt.datetime | None:
+    """When a running job reaches its time limit (naive UTC); None without a start or a limit."""
+    if not sj.start_time or not sj.time_limit_s:
+        return None
+    end = (aware(sj.start_time) + dt.timedelta(seconds=sj.time_limit_s)).astimezone(dt.UTC)
+    return end.replace(tzinfo=None)
