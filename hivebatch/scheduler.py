@@ -503,9 +503,9 @@ def schedule_round(
         outcome = heads.place(round_, plan)
         outcomes.append(outcome)
         if outcome.result == "waiting" and plan.shapes and strict and prio(task) >= 0:
-            blocked_by[task.vc] = str(task.job_id)
+            blocked_by[task.vc] = task.name
         if outcome.result == "waiting" and outcome.leaving and prio(task) >= 0:
-            noticed.setdefault(task.vc, (str(task.job_id), prio(task)))
+            noticed.setdefault(task.vc, (task.name, prio(task)))
     planned = {str(o.task.job_id) for o in outcomes}
     for task in task_list:
         if str(task.job_id) not in planned:

@@ -21,9 +21,10 @@ class Hold:
     victims: tuple[str, ...]
     until: float
     told: dict[str, float]  # victims to tell now -> when their notice ends
+    names: Mapping[str, str] = field(default_factory=dict)  # victim -> as its owner sees it, if not its id
 
     def reason(self) -> str:
-        jobs = ", ".join(self.victims)
+        jobs = ", ".join(self.names.get(v, v) for v in self.victims)
         word = "job" if len(self.victims) == 1 else "jobs"
         return f"waiting for {word} {jobs} to leave its GPUs, notice ends at {clock(self.until)}"
 
@@ -41,7 +42,8 @@ class NoticeBook:
     notice ends. ``claimants``: jobs that told guaranteed victims to leave (in an earlier round) and
     still wait; each goes first in its VC's queue, so the GPUs its victims give back are not given to
     another job of the VC (which it would tell to leave in turn, round after round).
-    ``told``: filled by the round, victim -> (the job that needs its GPUs, end of notice).
+    ``told``: filled by the round, victim -> (the job that needs its GPUs, end of notice). ``names``: jobs
+    whose owners see them under another name than their id (an array's task as 1948_3), for reasons.
     """
 
     now: float
@@ -49,6 +51,7 @@ class NoticeBook:
     leaving: Mapping[str, float] = field(default_factory=dict)
     claimants: frozenset[str] = frozenset()
     told: dict[str, tuple[str, float]] = field(default_factory=dict)
+    names: Mapping[str, str] = field(default_factory=dict)
 
     def hold(self, victims: Iterable[str]) -> Hold | None:
         """The wait a placement preempting ``victims`` must make, None when it can take them now."""
@@ -63,7 +66,7 @@ class NoticeBook:
                 waits[v] = new[v] = self.now + self.notice_s[v]
         if not waits:
             return None
-        return Hold(tuple(sorted(waits, key=lambda j: (len(j), j))), max(waits.values()), new)
+        return Hold(tuple(sorted(waits, key=lambda j: (len(j), j))), max(waits.values()), new, self.names)
 
     def tell(self, by: str, hold: Hold) -> None:
         for v, until in hold.told.items():

@@ -10,6 +10,7 @@ placement, a still-running victim is requeued again — so no job is lost and no
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -37,7 +38,13 @@ class ActResult:
     )  # Slurm calls that failed for a reason other than the job ending
 
 
-def write_intents(session: Session, decisions: Decisions, jobs: dict[int, Job], now: dt.datetime) -> None:
+def write_intents(
+    session: Session,
+    decisions: Decisions,
+    jobs: dict[int, Job],
+    now: dt.datetime,
+    slurm: Mapping[int, SlurmJob] | None = None,
+) -> None:
     for place in decisions.places:
         job = place.job
         job.intent = "place"
@@ -68,7 +75,7 @@ def write_intents(session: Session, decisions: Decisions, jobs: dict[int, Job], 
     for victim_id, (by, until) in decisions.notices.items():
         victim = jobs.get(victim_id)
         if victim is not None and victim.intent is None:
-            write_notice(victim, by, until, what_it_leaves(victim, jobs.get(by)))
+            write_notice(victim, by, until, what_it_leaves(victim, jobs.get(by)), slurm)
 
 
 def _look_up(backend: SlurmBackend, job_id: int) -> tuple[bool, SlurmJob | None]:
@@ -147,9 +154,11 @@ def preempt(
     by: int | None,
     result: ActResult,
     taker: Job | None = None,
+    slurm: Mapping[int, SlurmJob] | None = None,
 ) -> None:
     """Requeue-hold a running victim (hold a placed one that has not started) and book its run as lost;
-    ``taker``: the ledger's record of job ``by``, which says what the victim leaves for it."""
+    ``taker``: the ledger's record of job ``by``, which says what the victim leaves for it; ``slurm``: the
+    jobs Slurm lists, to name it as squeue shows it."""
     running = job.state == "running"
     try:
         if running:
@@ -160,7 +169,7 @@ def preempt(
         alive = _still_pending(backend, job.slurm_job_id)
         _record_failure(session, rec, job, result, exc, alive, "requeue", "requeue")
         return
-    who = preemptor(by)
+    who = preemptor(by, slurm)
     book_preemption(
         session,
         rec,
@@ -267,11 +276,11 @@ def act(
     for job in redo_preempt:
         # its notice ended: it leaves for that job
         by = job.notice_by
-        preempt(session, rec, backend, job, by, result, jobs.get(by) if by is not None else None)
+        preempt(session, rec, backend, job, by, result, jobs.get(by) if by is not None else None, slurm)
     for victim_id, by in decisions.victims.items():
         victim = jobs.get(victim_id)
         if victim is not None and victim.intent == "preempt":
-            preempt(session, rec, backend, victim, by, result, jobs.get(by))
+            preempt(session, rec, backend, victim, by, result, jobs.get(by), slurm)
     for job in redo_place:
         place(session, rec, backend, job, result, redo=True, sj=slurm.get(job.slurm_job_id))
     for tb in decisions.take_backs:

@@ -266,7 +266,7 @@ def _cycle(
         # decide; its intents and the waiting reasons are one transaction
         decisions: Decisions = decide(ctx, ledger, obs.now)
         t = mark("decide", t)
-        write_intents(session, decisions, ledger.jobs, obs.now)
+        write_intents(session, decisions, ledger.jobs, obs.now, ledger.slurm)
         # the refusals this controller reads (it serves slurmctld), none where it reads none
         refused = refusals.recent(session, obs.now) if ctx.refusals_path is not None else {}
         news = _apply_waits(session, rec, decisions.waits, obs.now, refused)

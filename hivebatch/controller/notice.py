@@ -11,6 +11,7 @@ too, to resume from what it saved, unless its owner cancelled it.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 
 from sqlalchemy.orm import Session
 
@@ -29,14 +30,17 @@ def when(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-NOTICE_REASON = "preempted by job {by}: told to leave {what}; requeued and held at {until} at the latest"
+NOTICE_REASON = "preempted by {who}: told to leave {what}; requeued and held at {until} at the latest"
 
 
-def write_notice(job: Job, by: int, until: dt.datetime, what: str = "its GPUs") -> None:
+def write_notice(
+    job: Job, by: int, until: dt.datetime, what: str = "its GPUs", slurm: Mapping[int, SlurmJob] | None = None
+) -> None:
+    """``slurm``: the jobs Slurm lists, to name the preemptor as squeue shows it."""
     job.intent = "notice"
     job.notice_until = until
     job.notice_by = by
-    job.reason = NOTICE_REASON.format(by=by, what=what, until=when(until))
+    job.reason = NOTICE_REASON.format(who=preemptor(by, slurm), what=what, until=when(until))
 
 
 def send_notice(
@@ -82,7 +86,7 @@ def follow_notice(
         book_preemption(
             session, rec, job, rec.now, "preempted", "left during its notice: requeued; held", {"by": by}
         )
-        job.reason = resume_reason(job, preemptor(by))
+        job.reason = resume_reason(job, preemptor(by, ledger.slurm))
         if not sj.held:
             try:
                 backend.hold(job.slurm_job_id)
@@ -107,5 +111,5 @@ def follow_notice(
         f"left during its notice (Slurm state {sj.state}, exit {sj.exit_code or '?'}); requeued and held",
         {"by": by},
     )
-    job.reason = resume_reason(job, preemptor(by))
+    job.reason = resume_reason(job, preemptor(by, ledger.slurm))
     return True

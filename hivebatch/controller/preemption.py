@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -11,11 +12,15 @@ from hivebatch.controller.decide import symmetric_indices
 from hivebatch.controller.decide.gres import untyped_count
 from hivebatch.controller.record import Recorder, account_run, placement_text
 from hivebatch.db.models import Job
+from hivebatch.slurm.types import SlurmJob, shown_id
 
 
-def preemptor(by: int | None) -> str:
-    """Who took a victim's GPUs, as its reason names it (None: its notice was written before it was kept)."""
-    return f"job {by}" if by is not None else "a higher-priority job"
+def preemptor(by: int | None, slurm: Mapping[int, SlurmJob] | None = None) -> str:
+    """Who took a victim's GPUs, as its reason names it (None: its notice was written before it was kept):
+    as squeue and hq show the job (an array's task as 1948_3) when ``slurm`` lists it."""
+    if by is None:
+        return "a higher-priority job"
+    return f"job {shown_id(by, slurm)}"
 
 
 def what_it_leaves(victim: Job, taker: Job | None) -> str:

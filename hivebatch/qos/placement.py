@@ -128,6 +128,12 @@ class Task:
     # Slurm's order among jobs alike in everything else: the array's job id (a plain job's own) and
     # the task's index, so an array's tasks start in index order (sort_job_queue2 in job_scheduler.c)
     slurm_order: tuple[int, int] | None = None
+    shown: str | None = None  # the job as its owner sees it (an array's task as 1948_0); None: job_id
+
+    @property
+    def name(self) -> str:
+        """The job as reasons name it to its owner."""
+        return self.shown or self.job_id
 
     @property
     def tie(self) -> tuple[int, int, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -397,3 +398,10 @@ class AcctRecord:
     exit_code: str | None
     name: str = ""
     admin_comment: str = ""
+
+
+def shown_id(job_id: int, slurm: Mapping[int, SlurmJob] | None) -> str:
+    """Job ``job_id`` as squeue and hq show it (an array's task as 1948_3, not by its own id), where
+    ``slurm`` (the jobs Slurm lists, by id) has it."""
+    sj = slurm.get(job_id) if slurm is not None else None
+    return sj.display_id if sj is not None else str(job_id)

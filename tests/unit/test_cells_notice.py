@@ -20,6 +20,16 @@ def test_running_victim_gets_a_notice_and_keeps_its_gpus() -> None:
     a.check_invariants()
 
 
+def test_the_reason_names_a_victim_as_its_owner_sees_it() -> None:
+    # seen on the lab: hq listed alice's task as 1990_1 while a job waiting for it to leave said job 1992
+    a = lab({"x": {"V100-NODE": 1}}, nodes=1)
+    a.allocate(req("1992", "x", 8, priority=0))
+    a.notice = NoticeBook(now=1000.0, notice_s={"1992": 120.0}, names={"1992": "1990_1"})
+    d = a.allocate(req("high", "x", 2, priority=1))
+    assert d.reason == "waiting for job 1990_1 to leave its GPUs, notice ends at 1970-01-01 00:18:40 UTC"
+    assert a.notice.told == {"1992": ("high", 1120.0)}
+
+
 def test_a_second_round_waits_on_the_same_notice_and_tells_no_one_again() -> None:
     a = lab({"x": {"V100-NODE": 1}}, nodes=1)
     a.allocate(req("low", "x", 8, priority=0))

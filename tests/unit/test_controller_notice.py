@@ -224,3 +224,25 @@ def test_a_victim_does_not_come_back_while_the_job_it_left_for_waits(env: Env, c
     env.cycle()  # second's notice is over: head takes both nodes
     assert env.job(head).state == "placed" and env.job(second).state == "preempted"
     assert env.slurm.signals_sent(first) == [("TERM", "all")]  # told once
+
+
+def test_a_victim_names_its_preemptor_as_squeue_shows_it() -> None:
+    import datetime as dt
+
+    from hivebatch.controller.notice import write_notice
+    from hivebatch.controller.preemption import preemptor
+    from hivebatch.db.models import Job
+    from hivebatch.slurm.types import SlurmJob
+
+    task = SlurmJob(job_id=1949, name="arr", user="alice", account="cv", qos="normal", state="PENDING",
+                    reason="", array_job_id=1948, array_task_id=0)  # fmt: skip
+    listed = {1949: task}
+    assert preemptor(1949, listed) == "job 1948_0"
+    assert preemptor(7, listed) == "job 7"  # one Slurm no longer lists
+    assert preemptor(None, listed) == "a higher-priority job"
+    victim = Job(slurm_job_id=5)
+    write_notice(victim, 1949, dt.datetime(2026, 11, 30, 11, 0), slurm=listed)
+    assert victim.notice_by == 1949
+    assert victim.reason is not None and victim.reason.startswith(
+        "preempted by job 1948_0: told to leave its GPUs"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 import pytest
 from decide_support import NOW, context, make_round, row
@@ -97,4 +98,27 @@ def test_no_hint_for_an_opportunistic_job_or_a_rejected_one(ctx: ControllerConte
     assert [w.reason for w in r.out.waits] == ["waits for 2 idle GPUs", "bad"]
     r.out.waits = [Wait(bad, "waiting", shape=(1, 2))]
     suggest_opportunistic(r)
-    assert r.out.waits[0].reason == "waiting; " + hint(10)
+    assert r.out.waits[0].reason == "waiting; " + hint("10")
+
+
+def test_an_array_task_is_named_in_the_hint_as_hq_shows_it(ctx: ControllerContext) -> None:
+    # seen on the lab: hq listed alice's task as 1948_0 while its hint said scontrol update job 1949
+    waiting = row(9, JobRequest(vc="cv", gpus=2))
+    r = make_round(ctx, [*_full_cv(dt.timedelta(hours=2)), waiting])
+    r.ledger.slurm[9] = replace(r.ledger.slurm[9], array_job_id=8, array_task_id=0)
+    for job in _full_cv(dt.timedelta(hours=2)):
+        r.alloc.adopt(str(job.slurm_job_id), job.vc_name, job.priority, job.placement)
+    (wait,) = decide(ctx, r.ledger, NOW).waits
+    assert wait.reason.endswith("scontrol update job 8_0 qos=opportunistic"), wait.reason
+
+
+def test_a_running_array_task_is_named_as_hq_shows_it_to_the_job_waiting_for_it(
+    ctx: ControllerContext,
+) -> None:
+    from hivebatch.controller.decide.notice import prime_notices
+
+    running = _full_cv(dt.timedelta(hours=2))
+    r = make_round(ctx, running)
+    r.ledger.slurm[2] = replace(r.ledger.slurm[2], array_job_id=1, array_task_id=4)
+    prime_notices(r)
+    assert r.alloc.notice is not None and r.alloc.notice.names == {"2": "1_4"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from hivebatch.cells import Decision, Request
@@ -82,6 +83,11 @@ def test_strict_order_blocks_only_the_same_vc() -> None:
     }
     assert by_id["b"].result == "waiting" and by_id["b"].reason == "behind job a in arrival order"
     assert by_id["c"].result == "placed"
+    # the head named as its owner sees it, an array's task as 8_0
+    tasks[0] = dataclasses.replace(tasks[0], shown="8_0")
+    by_id = {o.job_id: o for o in schedule_round(tasks, 0.0, ScriptedAllocator(fits={(1, 1)}),
+                                                 FixedPolicy(shapes, strict_order=True), PLATFORM)}  # fmt: skip
+    assert by_id["b"].reason == "behind job 8_0 in arrival order"
     # without strict order the small job backfills
     alloc2 = ScriptedAllocator(fits={(1, 1)})
     by_id = {o.job_id: o for o in schedule_round(tasks, 0.0, alloc2, FixedPolicy(shapes), PLATFORM)}

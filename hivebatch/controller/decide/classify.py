@@ -24,7 +24,7 @@ from hivebatch.controller.decide.unstarted import limited_lately
 from hivebatch.db.models import Job
 from hivebatch.request import JobRequest, plugin_extras
 from hivebatch.sharing.integration import is_slice
-from hivebatch.slurm.types import SlurmJob
+from hivebatch.slurm.types import SlurmJob, shown_id
 
 
 def classify(r: Round) -> None:
@@ -111,7 +111,9 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
     by = _preemptor_waiting(r, job, noticing)
     if by is not None:
         # back now, it would take GPUs its preemptor needs, and be told to leave again next cycle
-        r.out.waits.append(Wait(job, f"preempted by job {by}; it resumes once that job has started"))
+        r.out.waits.append(
+            Wait(job, f"preempted by job {shown_id(by, ledger.slurm)}; it resumes once that job has started")
+        )
         return
     req, problem = check_request(job, sj, spec, r.ctx.limits)
     if req is not None:

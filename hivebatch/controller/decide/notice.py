@@ -39,6 +39,12 @@ def prime_notices(r: Round) -> None:
         spec = signal_of(plugin_extras(r.ledger.slurm.get(sid)))
         notice_s[str(sid)] = float(notice_seconds(r.ctx.notice, job.qos, spec))
     book.notice_s, book.leaving = notice_s, leaving
+    # an array's tasks as hq and squeue show them
+    book.names = {
+        key: sj.display_id
+        for key in stake
+        if (sj := r.ledger.slurm.get(int(key))) is not None and sj.array_job_id is not None
+    }
     # jobs that told victims to leave, while those wait to be placed again: they go first in their VC
     book.claimants = frozenset(
         str(j.notice_by) for j in r.ledger.jobs.values() if j.notice_by is not None and j.priority >= 0

@@ -14,6 +14,7 @@ import datetime as dt
 from hivebatch.cells import Request
 from hivebatch.controller.decide.types import Round, Wait
 from hivebatch.qos import Task
+from hivebatch.slurm.types import shown_id
 from hivebatch.slurmconf import PREEMPTABLE_QOS
 
 #: a start predicted this close is not worth giving up the guarantee for
@@ -22,10 +23,11 @@ WORTH_IT_AFTER = dt.timedelta(minutes=5)
 FitKey = tuple[str, int, int, str | None, frozenset[str]]
 
 
-def hint(slurm_job_id: int) -> str:
+def hint(shown: str) -> str:
+    """``shown``: the job as its owner sees it in hq and squeue (an array's task as 1948_0)."""
     return (
         "idle GPUs outside its VC's cells would run it now as opportunistic work, preempted when a VC"
-        f" needs them: scontrol update job {slurm_job_id} qos={PREEMPTABLE_QOS}"
+        f" needs them: scontrol update job {shown} qos={PREEMPTABLE_QOS}"
     )
 
 
@@ -59,4 +61,4 @@ def suggest_opportunistic(r: Round) -> None:
             )
             fits[key] = r.alloc.try_allocate(req).result == "placed"
         if fits[key]:
-            w.reason = f"{w.reason}; {hint(w.job.slurm_job_id)}"
+            w.reason = f"{w.reason}; {hint(shown_id(w.job.slurm_job_id, r.ledger.slurm))}"

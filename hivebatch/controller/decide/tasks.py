@@ -103,6 +103,7 @@ class TaskBuilder:
             user=job.user,
             nice=nice,
             slurm_order=slurm_order(sj) if sj is not None else (job.slurm_job_id, -1),
+            shown=sj.display_id if sj is not None else None,
         )
 
 

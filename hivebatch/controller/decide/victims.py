@@ -10,7 +10,7 @@ from hivebatch.controller.decide.types import Place, Round, Wait
 from hivebatch.controller.observe import phase
 from hivebatch.notice import notice_seconds, signal_of
 from hivebatch.request import plugin_extras
-from hivebatch.slurm.types import SlurmJob
+from hivebatch.slurm.types import SlurmJob, shown_id
 
 
 def take_victims(r: Round, p: Place, victims: Iterable[object]) -> None:
@@ -27,7 +27,8 @@ def take_victims(r: Round, p: Place, victims: Iterable[object]) -> None:
             continue
         if v.slurm_job_id in r.placed_now:
             r.out.places.remove(r.placed_now.pop(v.slurm_job_id))
-            r.out.waits.append(Wait(v, f"its GPUs went to job {p.job.slurm_job_id} before it started"))
+            taker = shown_id(p.job.slurm_job_id, r.ledger.slurm)
+            r.out.waits.append(Wait(v, f"its GPUs went to job {taker} before it started"))
             continue
         r.out.victims[v.slurm_job_id] = p.job.slurm_job_id
         p.preempts.append(v.slurm_job_id)
