@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,32 @@ def test_final_state_finishes_the_job(env: Env) -> None:
     job = row(7, JobRequest(vc="cv", gpus=1), state="running", placement={"node1": [0]})
     _ledger, _backend, kinds = _step(env, job, "FAILED", held=False)
     assert job.state == "failed" and job.reason == "Slurm state FAILED" and kinds == ["finished"]
+
+
+@pytest.mark.parametrize(
+    ("reason", "why"),
+    [
+        ("TimeLimit", "Slurm state CANCELLED (TimeLimit)"),
+        ("DependencyNeverSatisfied", "Slurm state CANCELLED (DependencyNeverSatisfied)"),
+        # seen on the lab: hq --finished said "CANCELLED (None)" for a job cancelled while it ran, and
+        # "CANCELLED (JobHeldAdmin)" for one cancelled while it waited in hivebatch's hold
+        ("None", "Slurm state CANCELLED"),
+        ("JobHeldAdmin", "Slurm state CANCELLED"),
+    ],
+)
+def test_a_finished_jobs_reason_keeps_what_slurm_said_of_why_it_ended(
+    env: Env, reason: str, why: str
+) -> None:
+    job = row(7, JobRequest(vc="cv", gpus=1))
+    backend = Backend()
+    with env.factory() as session:
+        session.add(job)
+        session.flush()
+        sj = replace(slurm_job(job, held=False, state="CANCELLED"), reason=reason)
+        follow(
+            session, Recorder(NOW), Ledger(jobs={7: job}, slurm={7: sj}), job, sj, phase("CANCELLED"), backend
+        )
+    assert job.state == "cancelled" and job.reason == why
 
 
 def test_owner_released_waiting_job_is_held_again(env: Env) -> None:

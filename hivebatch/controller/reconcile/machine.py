@@ -42,6 +42,15 @@ from hivebatch.slurm.types import REQUEUED_HELD, AcctRecord, SlurmError, SlurmJo
 NEVER_RUNNABLE = "BadConstraints"
 
 
+#: Slurm's last reason of a job that ended, which says nothing of why it ended: no reason, or the hold
+#: the job waited in (hivebatch's own, until it was placed), shown after a job cancelled while waiting
+_NOT_WHY_IT_ENDED = frozenset({"None", "JobHeldAdmin", "JobHeldUser", "job_requeued_in_held_state"})
+
+
+def _why_it_ended(reason: str | None) -> str:
+    return f" ({reason})" if reason and reason not in _NOT_WHY_IT_ENDED else ""
+
+
 def finish(
     session: Session, rec: Recorder, job: Job, state: str, sj: SlurmJob | AcctRecord | None, why: str
 ) -> None:
@@ -361,9 +370,7 @@ def follow(
     elif job.intent == "preempt":
         _follow_preempt_intent(session, rec, ledger, job, sj, ph, backend)
     elif ph not in ("pending", "running"):
-        finish(
-            session, rec, job, ph, sj, f"Slurm state {sj.state}" + (f" ({sj.reason})" if sj.reason else "")
-        )
+        finish(session, rec, job, ph, sj, f"Slurm state {sj.state}" + _why_it_ended(sj.reason))
     elif job.state in ("queued", "preempted", "rejected"):
         _follow_account(session, rec, job, sj)
         _follow_waiting(session, rec, ledger, job, sj, ph, backend)
