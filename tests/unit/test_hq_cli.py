@@ -172,3 +172,37 @@ def test_hq_on_a_sqlite_ledger_imports_nothing_heavy(config: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "HEAVY []"
+
+
+def test_finished_jobs_named_by_id_come_from_the_ledger_when_slurm_forgot_them(
+    config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # seen on the lab: hq --finished -j 2025 printed no job, as squeue lists a finished job only with
+    # -t, and refuses the id of one it has forgotten ("slurm_load_jobs error: Invalid job id specified")
+    import hivebatch.cli.hq.squeue as hq_squeue
+    import hivebatch.slurm
+    from hivebatch.cli.hq import main as hq_cli
+    from hivebatch.errors import HivebatchError
+
+    write_ledger(config.parent / "ledger.db")
+    asked: list[list[str]] = []
+
+    def squeue(args: list[str]) -> str:
+        asked.append(list(args))
+        if "99" in args:
+            raise HivebatchError("slurm_load_jobs error: Invalid job id specified")
+        return ""
+
+    monkeypatch.setattr(hq_squeue, "run_squeue", squeue)
+    backend = SimpleNamespace(list_jobs=lambda ids=None: [], list_nodes=lambda: [])
+    monkeypatch.setattr(hivebatch.slurm, "get_backend", lambda *a, **k: backend)
+    assert hq_cli.run(["--finished", "-j", "99", "--json", "--config", str(config)]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["job_id"], row["state"]) == (99, "COMPLETED")
+    assert asked == [["-j", "99", "-t", "all", "-h", "-o", "%A"]]
+    # a selection squeue makes (-n) asks it for the finished jobs it still lists too
+    assert hq_cli.run(["--finished", "-n", "old", "--json", "--config", str(config)]) == 0
+    assert json.loads(capsys.readouterr().out) == [] and asked[-1][:4] == ["-n", "old", "-t", "all"]
+    # without --finished, squeue's own refusal stands
+    with pytest.raises(HivebatchError, match="Invalid job id"):
+        hq_cli.run(["-j", "99", "--config", str(config)])

@@ -123,9 +123,26 @@ def _selected_ids(args: Any) -> list[int] | None:
     if set(args.options) <= _OWN_SELECTION and simple_jobs and not args.words:
         return None
     keep = [w for w in args.squeue if w not in ("-h", "--noheader")]
-    out = run_squeue([*_without_format(keep), "-h", "-o", "%A"])
+    if args.own.get("finished") and "states" not in args.options:
+        keep += ["-t", "all"]  # the finished jobs Slurm still lists (MinJobAge) match the selection too
+    try:
+        out = run_squeue([*_without_format(keep), "-h", "-o", "%A"])
+    except HivebatchError as exc:
+        # squeue refuses a job id Slurm has forgotten; the ledger may still say how it ended
+        if not (args.own.get("finished") and _named_ids(args) and "Invalid job id" in str(exc)):
+            raise
+        out = ""
     # with -r the pending tasks of an array print its record's id once per task: one row stands for them
     return list(dict.fromkeys(int(x) for x in out.split()))
+
+
+def _named_ids(args: Any) -> set[int]:
+    """The job ids named with -j (``-j 12,13`` or ``-j 12 13``, as squeue reads them)."""
+    jobs = args.options.get("jobs")
+    if jobs is None:
+        return set()
+    named = [*(str(jobs).split(",") if isinstance(jobs, str) else []), *args.words]
+    return {int(x) for word in named for x in str(word).split(",") if x.isdigit()}
 
 
 def _without_format(words: list[str]) -> list[str]:
@@ -152,6 +169,9 @@ def _rows(args: Any, ids: list[int] | None) -> list[Any]:
     job_ids: set[int] | None = set(ids) if ids is not None else None
     if ids is None and isinstance(o.get("jobs"), str):
         job_ids = {int(x) for x in str(o["jobs"]).split(",") if x}
+    if ids is not None and args.own.get("finished"):
+        # jobs named by id that Slurm no longer lists: the ledger may remember how they ended
+        job_ids = (job_ids or set()) | _named_ids(args)
     users = _csv(str(o["user"])) if "user" in o and ids is None else None
     if o.get("me") and ids is None:
         users = (users or set()) | {_me()}
