@@ -269,7 +269,7 @@ SQUEUE_CASES = [
     ["-o", "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"],
     ["-O", "JobID,Partition,Name,UserName,StateCompact,NumNodes,ReasonList"],
     ["-l"],
-    ["--start"],
+    ["--start", "-o", "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"],  # a format of its own: squeue's
     ["-p", "gpu", "-o", "%i %P %t"],
     ["-t", "PD", "-o", "%A %i %r"],
     ["-S", "-i", "-o", "%i %Q"],
@@ -315,6 +315,17 @@ def test_hq_output_is_squeues_byte_for_byte(args: list[str], site: Site, squeue_
             break
         time.sleep(0.3)
     assert ours == theirs
+
+
+def test_hq_start_is_squeues_start_with_hivebatchs_reasons(site: Site, squeue_jobs: list[int]) -> None:
+    ours, theirs = _both(site, ["--start"])
+    (head, *mine), (their_head, *their_lines) = ours.splitlines(), theirs.splitlines()
+    assert head == their_head and sorted(line.split()[0] for line in mine) == sorted(
+        line.split()[0] for line in their_lines
+    )
+    # squeue says only the hold the plugin keeps every GPU job in; hq why each job waits
+    assert all(line.endswith("(JobHeldUser)") for line in their_lines), theirs
+    assert not any(line.endswith("(JobHeldUser)") for line in mine), ours
 
 
 def test_hq_adds_hivebatch_columns_to_squeues(site: Site, squeue_jobs: list[int]) -> None:

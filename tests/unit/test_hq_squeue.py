@@ -76,3 +76,51 @@ def test_a_first_column_that_fills_its_width_keeps_its_text() -> None:
     text, cols = marked_format("o", "%.10i|%{vc}|%.8u")
     line = "1202_[1-3]|\x011202\x020\x03|   alice"
     assert fill_markers(line, cols, lambda field, job: f"{field}{job}") == "1202_[1-3]|vc1202|   alice"
+
+
+def test_hq_start_is_squeue_start_with_hivebatchs_start_times_order_and_reasons(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # recorded on the lab (tests/fixtures/squeue/start_held.json): squeue --start showed N/A and
+    # (JobHeldUser) for every job the plugin holds, so a student's `squeue --start` habit told nothing
+    import datetime as dt
+    import time
+
+    import hivebatch.cli.hq.squeue as hq_squeue
+    from hivebatch.cli.hq import main as hq_cli
+    from hivebatch.cli.hq.rows import JobRow
+
+    start = json.loads(
+        (Path(__file__).resolve().parents[1] / "fixtures" / "squeue" / "start_held.json").read_text()
+    )
+    assert marked_format("o", start["format"])[0] == start["marked"]
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    asked: list[list[str]] = []
+    monkeypatch.setattr(
+        hq_squeue, "run_squeue", lambda args: asked.append(list(args)) or start["squeue_stdout"]
+    )
+    now = dt.datetime(2026, 11, 30, 11, 24, 30)
+    rows = {
+        2031: JobRow(job_id=2031, state="PENDING", predicted_start=dt.datetime(2026, 11, 30, 11, 44, 16),
+                     reason="reserved: starts by 2026-11-30T11:44:16 on node1[0,1,2,3]"),
+        2032: JobRow(job_id=2032, state="PENDING", slurm_expected_start=dt.datetime(2026, 11, 30, 12, 24, 15),
+                     reason="waits for its begin time 2026-11-30 12:24 UTC; it holds no GPUs meanwhile"),
+        2033: JobRow(job_id=2033, state="PENDING", reason="held by its owner: scontrol release 2033 lets hivebatch place it"),
+    }  # fmt: skip
+    monkeypatch.setattr(hq_cli, "_rows", lambda args, ids: [rows[i] for i in ids])
+    monkeypatch.setattr(hq_cli, "_now", lambda: now)
+    assert hq_cli.run(["--start", "-u", "alice"]) == 0
+    assert asked == [["--start", "-u", "alice", "-o", start["marked"]]]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == start["plain_squeue_start"].splitlines()[0]  # squeue's own header
+    assert [line.split()[0] for line in lines[1:]] == ["2031", "2032", "2033"]  # by predicted start
+    assert lines[1].split()[5:7] == ["2026-11-30T11:44:16", "1"]
+    assert lines[1].endswith("(reserved: starts by 2026-11-30T11:44:16 on node1[0,1,2,3])")
+    assert lines[2].split()[5] == "2026-11-30T12:24:15"  # the begin time, as squeue shows it
+    assert lines[3].split()[5] == "N/A" and lines[3].endswith(
+        "(held by its owner: scontrol release 2033 lets hivebatch place it)"
+    )
+    # each line keeps squeue's layout: the same columns as the plain squeue --start line
+    plain = {line.split()[0]: line for line in start["plain_squeue_start"].splitlines()[1:]}
+    assert lines[2][: plain["2032"].index("(")] == plain["2032"][: plain["2032"].index("(")]

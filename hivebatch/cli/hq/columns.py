@@ -48,6 +48,25 @@ def _start(row: JobRow, now: dt.datetime) -> str:
     return format_time(row.start_time, now) if row.start_time else "-"
 
 
+def _start_time(row: JobRow, now: dt.datetime) -> str:
+    """squeue's %S (local time, to the second); a pending job's from hivebatch's prediction, as Slurm has
+    none for a job the plugin holds (N/A), else Slurm's own (a --begin time)."""
+    if row.pending:
+        start = max(row.predicted_start, now) if row.predicted_start else row.slurm_expected_start
+    else:
+        start = row.start_time
+    if start is None:
+        return "N/A"
+    return start.replace(tzinfo=dt.UTC).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _nodelist_reason(row: JobRow) -> str:
+    """squeue's %R: a pending job's reason in parentheses (hivebatch's), else the nodes it runs on."""
+    if row.pending:
+        return f"({row.reason})" if row.reason else ""
+    return ",".join(row.placement)
+
+
 def _end(row: JobRow, now: dt.datetime) -> str:
     if row.end_time and not (row.pending or row.state == "RUNNING"):
         return format_time(row.end_time, now)
@@ -95,6 +114,8 @@ FIELDS: dict[str, Field] = {
     "submit": Field("SUBMIT", lambda r, n: format_time(r.submit_time, n), "V"),
     "hbstate": Field("HB_STATE", lambda r, n: r.hivebatch_state or "-", None),
     "reason": Field("REASON", lambda r, n: _reason(r), "R"),
+    "start_time": Field("START_TIME", _start_time),
+    "nodelist_reason": Field("NODELIST(REASON)", lambda r, n: _nodelist_reason(r)),
 }
 DEFAULT_FIELDS = (
     "jobid",

@@ -96,7 +96,13 @@ def run_jobs(argv: list[str]) -> int:
         print(HELP.replace("{fields}", ", ".join(HB_FIELDS)), end="")
         return 0
     fmt = args.format
-    if not args.own and ((fmt is not None and not hb_fields_in(*fmt)) or _SQUEUE_OUTPUTS & set(args.options)):
+    outputs = _SQUEUE_OUTPUTS & set(args.options)
+    if outputs == {"start"} and not args.own.get("json") and (fmt is None or hb_fields_in(*fmt)):
+        from hivebatch.cli.hq.squeue import START_FORMAT
+
+        # squeue --start's layout with hivebatch's predictions, or the format asked with its columns
+        fmt, outputs = fmt or ("o", START_FORMAT), set()
+    if not args.own and ((fmt is not None and not hb_fields_in(*fmt)) or outputs):
         os.execvp("squeue", ["squeue", *args.squeue])  # squeue's own output, byte for byte
     iterate = int(str(args.options["iterate"])) if "iterate" in args.options else 0
     while True:
@@ -321,12 +327,32 @@ def _show_marked(args: Any, fmt: tuple[str, str]) -> None:
     ids = sorted({int(m) for m in re.findall(r"(\d+) *\x02", out)})
     by_id = {r.job_id: r for r in _rows(args, ids)} if ids else {}
     now = _now()
+    if "start" in args.options and "sort" not in args.options:
+        out = _by_predicted_start(out, by_id)
 
     def value(field: str, job_id: int) -> str:
         row = by_id.get(job_id)
         return FIELDS[field].get(row, now) if row is not None else "-"
 
     sys.stdout.write(fill_markers(out, cols, value))
+
+
+def _by_predicted_start(out: str, by_id: dict[int, Any]) -> str:
+    """squeue --start's lines in order of hivebatch's predicted start (unknown last), as squeue sorts by
+    its own (--sort=S); lines without a job (the header) stay first."""
+    import datetime as dt
+
+    lines = out.split("\n")
+    tail = [lines.pop()] if lines and lines[-1] == "" else []
+    head = [ln for ln in lines if not re.search(r"\x01(\d+)\x02", ln)]
+    jobs = [ln for ln in lines if re.search(r"\x01(\d+)\x02", ln)]
+
+    def key(line: str) -> dt.datetime:
+        match = re.search(r"\x01(\d+)\x02", line)
+        row = by_id.get(int(match[1])) if match else None
+        return getattr(row, "predicted_start", None) or dt.datetime.max
+
+    return "\n".join([*head, *sorted(jobs, key=key), *tail])
 
 
 def run_vc(argv: list[str]) -> int:

@@ -39,7 +39,13 @@ HB_FIELDS: dict[str, tuple[str, str]] = {
     "why": ("reason", "WHY"),
     "hbstate": ("hbstate", "HB_STATE"),
     "hbgpus": ("gpus", "HB_GPUS"),
+    "starttime": ("start_time", "START_TIME"),
+    "nodelistreason": ("nodelist_reason", "NODELIST(REASON)"),
 }
+
+# squeue --start's own layout (src/squeue/opts.c), with the start time and reason hivebatch's: Slurm
+# has neither for a job the plugin holds (START_TIME N/A, reason JobHeldAdmin)
+START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19{starttime} %.6D %20Y %{nodelistreason}"
 
 
 def _table() -> Table:
