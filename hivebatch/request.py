@@ -26,6 +26,7 @@ ADMIN_PREFIX = "hivebatch:v2:"
 #: begin time (2100-01-01) the plugin gives a waiting GPU job whose owner released it, so Slurm never
 #: starts it without its GPUs; the controller takes the job back under its own hold
 RELEASED_BEGIN = 4102444800
+RELEASED_BEGIN_AT = dt.datetime(2100, 1, 1)  # naive UTC, as hq keeps its times
 #: begin time (2100-01-02) the plugin gives a waiting GPU job its owner held after submitting it
 #: (scontrol hold): Slurm shows the plugin's own hold as the same user hold
 HELD_BEGIN = RELEASED_BEGIN + 86400

@@ -297,3 +297,43 @@ def test_urgent_job_whose_ect_is_its_submission_shows_asap_not_a_negative_slack(
     pieces, literal = parse_format("jobid,slack")
     lines = render_plain(rows, pieces, literal, False, NOW).splitlines()
     assert [line.split()[-1] for line in lines] == ["asap", "+1h10m"]
+
+
+def test_a_job_waiting_for_its_begin_time_starts_then_in_hq_as_in_squeue() -> None:
+    # seen on the lab: squeue --start showed a --begin job's start (12:24:15), hq's START "-"
+    begin = NOW + dt.timedelta(hours=1)
+    rows = collect_rows(
+        [sjob(7, "alice", "PENDING", "JobHeldUser", req=JobRequest(vc="cv"), expected_start=begin),
+         sjob(8, "alice", "PENDING", "JobHeldUser", req=JobRequest(vc="cv"))],
+        [dbjob(7, "queued", reason="waits for its begin time"), dbjob(8, "queued", reason="held by its owner")],
+        Filters(),
+    )  # fmt: skip
+    text = render_plain(rows, [Column("jobid"), Column("start")], False, False, NOW)
+    assert text.splitlines() == ["7 13:00", "8 -"]
+
+
+def test_the_plugins_begin_time_marks_are_no_start_and_no_begin_time_of_the_owners() -> None:
+    # seen on the lab: a job its owner released before the controller placed it has the plugin's begin
+    # time 2100-01-01, which squeue --start shows as its start; hq said "waiting for its --begin time"
+    mark = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
+    (row,) = collect_rows(
+        [
+            sjob(
+                9,
+                "alice",
+                "PENDING",
+                "BeginTime",
+                req=JobRequest(vc="cv"),
+                expected_start=mark,
+                eligible_time=mark,
+            )
+        ],
+        [],
+        Filters(),
+    )
+    assert (
+        row.slurm_expected_start is None
+        and row.reason == "waiting for the hivebatch controller to look at it"
+    )
+    text = render_plain([row], [Column("jobid"), Column("start")], False, False, NOW)
+    assert text == "9 -"

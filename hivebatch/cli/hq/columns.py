@@ -43,8 +43,10 @@ def _placement(row: JobRow) -> str:
 def _start(row: JobRow, now: dt.datetime) -> str:
     if row.state == "RUNNING" and row.start_time:
         return format_time(row.start_time, now)
-    if row.pending and row.predicted_start:
-        return "now" if row.predicted_start <= now else format_time(row.predicted_start, now)
+    # without hivebatch's prediction, Slurm's own estimate (a --begin time) where it has one
+    start = (row.predicted_start or row.slurm_expected_start) if row.pending else None
+    if start is not None:
+        return "now" if start <= now else format_time(start, now)
     return format_time(row.start_time, now) if row.start_time else "-"
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hivebatch.request import request_of
+from hivebatch.request import RELEASED_BEGIN_AT, request_of
 from hivebatch.state.jobstates import FINAL_TO_SLURM, SLURM_ACTIVE_STATES, SLURM_STATE_CODES, WAITING_STATES
 
 STATE_CODES = SLURM_STATE_CODES
@@ -179,11 +179,15 @@ def row_from_slurm(job: Any) -> JobRow:
     if row.pending:
         row.placement = {}
         row.slurm_reason = job.reason
-        row.slurm_expected_start = _naive_utc(getattr(job, "expected_start", None))
+        row.slurm_expected_start = _estimate(_naive_utc(getattr(job, "expected_start", None)))
         row.reason = plain_reason(job.reason, hivebatch=req is not None)
         if job.reason == "BeginTime" and getattr(job, "restarts", 0):
             row.reason = requeued_reason(getattr(job, "eligible_time", None))
-        if req is not None and job.reason in ("JobHeldAdmin", "JobHeldUser"):
+        begin = _naive_utc(getattr(job, "eligible_time", None))
+        marked = begin is not None and begin >= RELEASED_BEGIN_AT
+        # the plugin's holds, and its begin-time mark on a job its owner released (seen on the lab: hq
+        # said "waiting for its --begin time" of a job submitted without one)
+        if req is not None and (job.reason in ("JobHeldAdmin", "JobHeldUser") or marked):
             row.reason = NOT_SEEN_YET
     elif row.state == "RUNNING" and row.start_time and row.time_limit_s:
         row.predicted_end = row.start_time + dt.timedelta(seconds=row.time_limit_s)
@@ -255,6 +259,12 @@ def merge_ledger(row: JobRow | None, db_job: Any, start_timeout_s: float | None 
     if row.expected_completion and row.predicted_end and row.state in ("PENDING", "RUNNING"):
         row.slack_s = (row.expected_completion - row.predicted_end).total_seconds()
     return row
+
+
+def _estimate(start: dt.datetime | None) -> dt.datetime | None:
+    """Slurm's expected start of a pending job, None where it is one of the plugin's hold marks (a begin
+    time in 2100, which Slurm shows as the job's start)."""
+    return start if start is None or start < RELEASED_BEGIN_AT else None
 
 
 def _slurms_start(row: JobRow) -> None:
