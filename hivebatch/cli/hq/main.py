@@ -30,7 +30,8 @@ HELP = """Usage: hq [squeue options] [--json] [--finished] [--config FILE]
 
 squeue with hivebatch's view. Every squeue option works as in squeue (it selects, sorts and prints);
 without -o/-O hq shows hivebatch's table: VC, class, exact GPUs, predicted start and finish, slack
-against the class's expected completion time and why a job waits.
+against the class's expected completion time and why a job waits. --start is squeue's --start with
+hivebatch's predicted start and reason in its START_TIME and NODELIST(REASON) columns.
 
 hivebatch's columns, beside squeue's own fields:
   -o "%.18i %{vc} %.10{slack}"     %[.][size]{NAME}
