@@ -70,6 +70,15 @@ def expand_hostlist(text: str | None) -> list[str]:
         raise HivebatchError(f"cannot read Slurm node list {text!r}: {exc}") from None
 
 
+def compress_hostlist(names: list[str]) -> str:
+    """['node1', 'node2', 'node4'] → 'node[1-2,4]', as squeue prints a job's nodes."""
+    if len(names) < 2:
+        return ",".join(names)
+    from ClusterShell.NodeSet import NodeSet
+
+    return str(NodeSet.fromlist(names))
+
+
 def expand_ranges(text: str) -> list[int]:
     """'0-2,5' → [0, 1, 2, 5]; 'N/A' → []."""
     out: list[int] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,30 +87,20 @@ def test_hq_start_is_squeue_start_with_hivebatchs_start_times_order_and_reasons(
     import datetime as dt
     import time
 
-    import hivebatch.cli.hq.squeue as hq_squeue
     from hivebatch.cli.hq import main as hq_cli
     from hivebatch.cli.hq.rows import JobRow
 
-    start = json.loads(
-        (Path(__file__).resolve().parents[1] / "fixtures" / "squeue" / "start_held.json").read_text()
-    )
-    assert marked_format("o", start["format"])[0] == start["marked"]
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
-    asked: list[list[str]] = []
-    monkeypatch.setattr(
-        hq_squeue, "run_squeue", lambda args: asked.append(list(args)) or start["squeue_stdout"]
-    )
-    now = dt.datetime(2026, 11, 30, 11, 24, 30)
-    rows = {
-        2031: JobRow(job_id=2031, state="PENDING", predicted_start=dt.datetime(2026, 11, 30, 11, 44, 16),
-                     reason="reserved: starts by 2026-11-30T11:44:16 on node1[0,1,2,3]"),
-        2032: JobRow(job_id=2032, state="PENDING", slurm_expected_start=dt.datetime(2026, 11, 30, 12, 24, 15),
-                     reason="waits for its begin time 2026-11-30 12:24 UTC; it holds no GPUs meanwhile"),
-        2033: JobRow(job_id=2033, state="PENDING", reason="held by its owner: scontrol release 2033 lets hivebatch place it"),
-    }  # fmt: skip
-    monkeypatch.setattr(hq_cli, "_rows", lambda args, ids: [rows[i] for i in ids])
-    monkeypatch.setattr(hq_cli, "_now", lambda: now)
+    rows = [
+        JobRow(job_id=2031, state="PENDING", predicted_start=dt.datetime(2026, 11, 30, 11, 44, 16),
+               reason="reserved: starts by 2026-11-30T11:44:16 on node1[0,1,2,3]"),
+        JobRow(job_id=2032, state="PENDING", slurm_expected_start=dt.datetime(2026, 11, 30, 12, 24, 15),
+               reason="waits for its begin time 2026-11-30 12:24 UTC; it holds no GPUs meanwhile"),
+        JobRow(job_id=2033, state="PENDING", reason="held by its owner: scontrol release 2033 lets hivebatch place it"),
+    ]  # fmt: skip
+    start, asked = _recorded_squeue(monkeypatch, "start_held", "o", rows)
+    monkeypatch.setattr(hq_cli, "_now", lambda: dt.datetime(2026, 11, 30, 11, 24, 30))
     assert hq_cli.run(["--start", "-u", "alice"]) == 0
     assert asked == [["--start", "-u", "alice", "-o", start["marked"]]]
     lines = capsys.readouterr().out.splitlines()
@@ -118,9 +109,74 @@ def test_hq_start_is_squeue_start_with_hivebatchs_start_times_order_and_reasons(
     assert lines[1].split()[5:7] == ["2026-11-30T11:44:16", "1"]
     assert lines[1].endswith("(reserved: starts by 2026-11-30T11:44:16 on node1[0,1,2,3])")
     assert lines[2].split()[5] == "2026-11-30T12:24:15"  # the begin time, as squeue shows it
-    assert lines[3].split()[5] == "N/A" and lines[3].endswith(
-        "(held by its owner: scontrol release 2033 lets hivebatch place it)"
-    )
+    assert lines[3].split()[5] == "N/A"
+    assert lines[3].endswith("(held by its owner: scontrol release 2033 lets hivebatch place it)")
     # each line keeps squeue's layout: the same columns as the plain squeue --start line
     plain = {line.split()[0]: line for line in start["plain_squeue_start"].splitlines()[1:]}
     assert lines[2][: plain["2032"].index("(")] == plain["2032"][: plain["2032"].index("(")]
+
+
+def test_hq_long_is_squeue_long_with_hivebatchs_reasons(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # recorded on the lab (tests/fixtures/squeue/long_held.json): squeue -l showed (JobHeldUser) for
+    # every GPU job waiting in the plugin's hold; hq -l keeps every other byte of squeue -l
+    from hivebatch.cli.hq import main as hq_cli
+    from hivebatch.cli.hq.rows import JobRow
+
+    held, reserved = (
+        "held by its owner: scontrol release 2046 lets hivebatch place it",
+        "reserved: starts by 11:53",
+    )
+    rows = [
+        JobRow(job_id=2049, state="PENDING", hivebatch=False, slurm_reason="Resources", reason="waiting for resources"),
+        JobRow(job_id=2046, state="PENDING", reason=held, slurm_reason="JobHeldUser"),
+        JobRow(job_id=2045, state="PENDING", reason=reserved, slurm_reason="JobHeldUser"),
+        JobRow(job_id=2048, state="RUNNING", hivebatch=False, nodes=["node1", "node2"]),
+        *(JobRow(job_id=j, state="RUNNING", nodes=[n], placement={n: [0]})
+          for j, n in ((2042, "node1"), (2043, "node2"), (2044, "node2"))),
+        JobRow(job_id=2047, state="RUNNING", nodes=["node3", "node4"]),
+    ]  # fmt: skip
+    long, asked = _recorded_squeue(monkeypatch, "long_held", "O", rows)
+    assert hq_cli.run(["-l"]) == 0
+    assert asked == [["-l", "-O", long["marked"]]]
+    plain = long["plain_squeue_long"].replace("(JobHeldUser)", "\x00", 2)
+    expected = plain.replace("\x00", f"({held})", 1).replace("\x00", f"({reserved})", 1)
+    assert capsys.readouterr().out == expected
+
+
+def test_a_jobs_nodes_are_compressed_as_slurm_prints_them() -> None:
+    from hivebatch.slurm.parse import compress_hostlist
+
+    # scontrol show hostlist on the lab, for each list
+    shown = {
+        "node1,node2": "node[1-2]",
+        "node1,node2,node4": "node[1-2,4]",
+        "gpu01,gpu02,gpu04,gpu10": "gpu[01-02,04,10]",
+        "a1,b1,b2": "a1,b[1-2]",
+        "login,node3": "login,node3",
+        "node9,node10,node11": "node[9-11]",
+        "node009,node010": "node[009-010]",
+        "node1": "node1",
+    }
+    assert {names: compress_hostlist(names.split(",")) for names in shown} == shown
+
+
+def _recorded_squeue(
+    monkeypatch: pytest.MonkeyPatch, name: str, flag: str, rows: list[Any]
+) -> tuple[dict[str, str], list[list[str]]]:
+    """hq on a recorded squeue output (tests/fixtures/squeue/NAME.json) and ``rows`` as its rows: the
+    recording, and the arguments hq gave squeue."""
+    import hivebatch.cli.hq.squeue as hq_squeue
+    from hivebatch.cli.hq import main as hq_cli
+
+    recorded = json.loads(
+        (Path(__file__).resolve().parents[1] / "fixtures" / "squeue" / f"{name}.json").read_text()
+    )
+    assert marked_format(flag, recorded["format"])[0] == recorded["marked"]
+    asked: list[list[str]] = []
+    monkeypatch.setattr(
+        hq_squeue, "run_squeue", lambda args: asked.append(list(args)) or recorded["squeue_stdout"]
+    )
+    monkeypatch.setattr(hq_cli, "_rows", lambda args, ids: [r for r in rows if r.job_id in ids])
+    return recorded, asked

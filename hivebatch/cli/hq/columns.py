@@ -63,10 +63,14 @@ def _start_time(row: JobRow, now: dt.datetime) -> str:
 
 
 def _nodelist_reason(row: JobRow) -> str:
-    """squeue's %R: a pending job's reason in parentheses (hivebatch's), else the nodes it runs on."""
+    """squeue's %R: a pending job's reason in parentheses (hivebatch's for its own jobs, Slurm's code for
+    the others, as squeue shows it), else the nodes it runs on."""
     if row.pending:
-        return f"({row.reason})" if row.reason else ""
-    return ",".join(row.placement)
+        reason = row.reason if row.hivebatch else row.slurm_reason
+        return f"({reason})" if reason else ""
+    from hivebatch.slurm.parse import compress_hostlist
+
+    return compress_hostlist(row.nodes or list(row.placement))
 
 
 def _end(row: JobRow, now: dt.datetime) -> str:

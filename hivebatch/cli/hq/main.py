@@ -30,8 +30,8 @@ HELP = """Usage: hq [squeue options] [--json] [--finished] [--config FILE]
 
 squeue with hivebatch's view. Every squeue option works as in squeue (it selects, sorts and prints);
 without -o/-O hq shows hivebatch's table: VC, class, exact GPUs, predicted start and finish, slack
-against the class's expected completion time and why a job waits. --start is squeue's --start with
-hivebatch's predicted start and reason in its START_TIME and NODELIST(REASON) columns.
+against the class's expected completion time and why a job waits. --start and -l are squeue's, with
+hivebatch's predicted start (START_TIME) and why a GPU job waits (NODELIST(REASON)).
 
 hivebatch's columns, beside squeue's own fields:
   -o "%.18i %{vc} %.10{slack}"     %[.][size]{NAME}
@@ -98,11 +98,12 @@ def run_jobs(argv: list[str]) -> int:
         return 0
     fmt = args.format
     outputs = _SQUEUE_OUTPUTS & set(args.options)
-    if outputs == {"start"} and not args.own.get("json") and (fmt is None or hb_fields_in(*fmt)):
-        from hivebatch.cli.hq.squeue import START_FORMAT
+    if outputs in ({"start"}, {"long"}) and not args.own.get("json") and (fmt is None or hb_fields_in(*fmt)):
+        from hivebatch.cli.hq.squeue import LONG_FORMAT, START_FORMAT
 
-        # squeue --start's layout with hivebatch's predictions, or the format asked with its columns
-        fmt, outputs = fmt or ("o", START_FORMAT), set()
+        # squeue's --start or -l layout with hivebatch's predictions and reasons, or the format asked
+        default = ("o", START_FORMAT) if outputs == {"start"} else ("O", LONG_FORMAT)
+        fmt, outputs = fmt or default, set()
     if not args.own and ((fmt is not None and not hb_fields_in(*fmt)) or outputs):
         os.execvp("squeue", ["squeue", *args.squeue])  # squeue's own output, byte for byte
     iterate = int(str(args.options["iterate"])) if "iterate" in args.options else 0

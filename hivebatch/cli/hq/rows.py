@@ -75,6 +75,7 @@ class JobRow:
     gpus: int = 0
     gpu_type: str | None = None
     placement: dict[str, list[int]] = field(default_factory=dict)
+    nodes: list[str] = field(default_factory=list)  # where Slurm runs it (a job without GPUs too)
     submit_time: dt.datetime | None = None
     start_time: dt.datetime | None = None
     end_time: dt.datetime | None = None
@@ -168,6 +169,7 @@ def row_from_slurm(job: Any) -> JobRow:
         gpus=req.gpus if req else sum(len(g) for g in gpus_map.values()),
         gpu_type=req.gpu_type if req else None,
         placement=gpus_map,
+        nodes=list(getattr(job, "nodes", None) or []) if str(job.state).upper() != "PENDING" else [],
         submit_time=_naive_utc(job.submit_time),
         start_time=_naive_utc(job.start_time) if str(job.state).upper() != "PENDING" else None,
         end_time=_naive_utc(job.end_time) if str(job.state).upper() not in ("PENDING", "RUNNING") else None,

@@ -46,6 +46,11 @@ HB_FIELDS: dict[str, tuple[str, str]] = {
 # squeue --start's own layout (src/squeue/opts.c), with the start time and reason hivebatch's: Slurm
 # has neither for a job the plugin holds (START_TIME N/A, reason JobHeldAdmin)
 START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19{starttime} %.6D %20Y %{nodelistreason}"
+# squeue -l's (src/squeue/squeue.c), with the reason hivebatch's
+LONG_FORMAT = (
+    "jobarrayid:.18 ,partition:.9 ,name:.8 ,username:.8 ,state:.8 ,timeused:.10 ,timelimit:.9 ,numnodes:.6 ,"
+    "nodelistreason:0"
+)
 
 
 def _table() -> Table:
@@ -139,7 +144,9 @@ def marked_format(flag: str, text: str) -> tuple[str, list[HbColumn]]:
             return f"\x01%A\x02{len(cols) - 1}\x03"
 
         return _HB_PERCENT.sub(mark, text), cols
-    parts = [p.strip() for p in text.split(",")]
+    # each of squeue's own fields goes to squeue as typed: a suffix after its width ("jobarrayid:.18 ,"
+    # as squeue -l has it) is part of its output
+    parts = text.split(",")
     out: list[str] = []
     for i, part in enumerate(parts):
         name, _, rest = part.partition(":")
@@ -148,9 +155,9 @@ def marked_format(flag: str, text: str) -> tuple[str, list[HbColumn]]:
             m = re.match(r"(\.?)(\d*)(.*)", rest)
             assert m is not None
             field, header = _hb(name.strip())
-            cols.append(
-                HbColumn(field, header, int(m.group(2)) if m.group(2) else 20, bool(m.group(1)), m.group(3))
-            )
+            # squeue's width when none is given; 0: as wide as the value (squeue -l's reasonlist:0)
+            width = int(m.group(2)) if m.group(2) else 20
+            cols.append(HbColumn(field, header, width or None, bool(m.group(1)), m.group(3)))
             part = f"JobID:40\x02{len(cols) - 1}\x03"
         if follows_hb:
             part += "\x01" if ":" in part else ":20\x01"  # squeue's width when none is given
