@@ -340,21 +340,23 @@ def _show_marked(args: Any, fmt: tuple[str, str]) -> None:
 
 
 def _by_predicted_start(out: str, by_id: dict[int, Any]) -> str:
-    """squeue --start's lines in order of hivebatch's predicted start (unknown last), as squeue sorts by
-    its own (--sort=S); lines without a job (the header) stay first."""
+    """squeue --start's lines in order of the start shown (hivebatch's prediction, else Slurm's; unknown
+    last), as squeue sorts by its own (--sort=S); lines without a job (the header) stay first."""
     import datetime as dt
 
     lines = out.split("\n")
     tail = [lines.pop()] if lines and lines[-1] == "" else []
-    head = [ln for ln in lines if not re.search(r"\x01(\d+)\x02", ln)]
-    jobs = [ln for ln in lines if re.search(r"\x01(\d+)\x02", ln)]
-
-    def key(line: str) -> dt.datetime:
+    head: list[str] = []
+    jobs: list[tuple[dt.datetime, str]] = []
+    for line in lines:
         match = re.search(r"\x01(\d+)\x02", line)
-        row = by_id.get(int(match[1])) if match else None
-        return getattr(row, "predicted_start", None) or dt.datetime.max
-
-    return "\n".join([*head, *sorted(jobs, key=key), *tail])
+        if match is None:
+            head.append(line)
+            continue
+        row = by_id.get(int(match[1]))
+        shown = (row.predicted_start or row.slurm_expected_start) if row is not None else None
+        jobs.append((shown or dt.datetime.max, line))
+    return "\n".join([*head, *(line for _, line in sorted(jobs, key=lambda j: j[0])), *tail])
 
 
 def run_vc(argv: list[str]) -> int:

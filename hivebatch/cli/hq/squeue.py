@@ -44,7 +44,7 @@ HB_FIELDS: dict[str, tuple[str, str]] = {
 }
 
 # squeue --start's own layout (src/squeue/opts.c), with the start time and reason hivebatch's: Slurm
-# has neither for a job the plugin holds (START_TIME N/A, reason JobHeldAdmin)
+# has neither for a job the plugin holds (START_TIME N/A, reason JobHeldUser)
 START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19{starttime} %.6D %20Y %{nodelistreason}"
 # squeue -l's (src/squeue/squeue.c), with the reason hivebatch's
 LONG_FORMAT = (
