@@ -180,3 +180,23 @@ def _recorded_squeue(
     )
     monkeypatch.setattr(hq_cli, "_rows", lambda args, ids: [r for r in rows if r.job_id in ids])
     return recorded, asked
+
+
+def test_hq_long_iterating_prints_squeues_date_line_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # seen on the lab: hq -l -i 2 printed the date twice, its own above squeue -l's
+    import time
+
+    from hivebatch.cli.hq import main as hq_cli
+
+    long, _asked = _recorded_squeue(monkeypatch, "long_held", "O", [])
+
+    def stop(_s: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(time, "sleep", stop)
+    with pytest.raises(KeyboardInterrupt):
+        hq_cli.run(["-l", "-i", "5"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == long["plain_squeue_long"].splitlines()[0] and out[1].split()[0] == "JOBID"

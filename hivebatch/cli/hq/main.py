@@ -108,7 +108,8 @@ def run_jobs(argv: list[str]) -> int:
         os.execvp("squeue", ["squeue", *args.squeue])  # squeue's own output, byte for byte
     iterate = int(str(args.options["iterate"])) if "iterate" in args.options else 0
     while True:
-        if iterate and not args.options.get("noheader"):
+        # squeue's -l prints the date line itself (hq -l asks it for its listing)
+        if iterate and not args.options.get("noheader") and "long" not in args.options:
             import time
 
             print(time.strftime("%a %b %d %H:%M:%S %Y"))
