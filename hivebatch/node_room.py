@@ -55,10 +55,10 @@ def users_in_the_way(
     return found
 
 
-def first_not_yielding(in_the_way: Sequence[str], yielding: Set[str]) -> str | None:
-    """The first user in the way whose jobs there the job may not tell to leave (``yielding``: all
-    opportunistic, and the job preempts them)."""
-    return next((u for u in in_the_way if u not in yielding), None)
+def not_yielding(in_the_way: Sequence[str], yielding: Set[str]) -> list[str]:
+    """The users in the way whose jobs there the job may not tell to leave (``yielding``: all
+    opportunistic, and the job preempts them), in their order."""
+    return [u for u in in_the_way if u not in yielding]
 
 
 @dataclass
@@ -88,7 +88,7 @@ class NodeRoom:
         in_the_way = users_in_the_way(
             needs.user, needs.partitions, self.owner, self.users, self.partitions, self.user_exclusive
         )
-        return first_not_yielding(in_the_way, self.yielding if needs.preempts else frozenset())
+        return next(iter(not_yielding(in_the_way, self.yielding if needs.preempts else frozenset())), None)
 
     def _row(self, needs: NodeNeeds) -> tuple[list[int], int] | None:
         """The first row of the needs' sharing partitions with their CPUs free: its partition's rows and

@@ -43,8 +43,7 @@ def _placement(row: JobRow) -> str:
 def _start(row: JobRow, now: dt.datetime) -> str:
     if row.state == "RUNNING" and row.start_time:
         return format_time(row.start_time, now)
-    # without hivebatch's prediction, Slurm's own estimate (a --begin time) where it has one
-    start = (row.predicted_start or row.slurm_expected_start) if row.pending else None
+    start = row.expected_start
     if start is not None:
         return "now" if start <= now else format_time(start, now)
     return format_time(row.start_time, now) if row.start_time else "-"
@@ -54,7 +53,7 @@ def _start_time(row: JobRow, now: dt.datetime) -> str:
     """squeue's %S (local time, to the second); a pending job's from hivebatch's prediction, as Slurm has
     none for a job the plugin holds (N/A), else Slurm's own (a --begin time)."""
     if row.pending:
-        start = max(row.predicted_start, now) if row.predicted_start else row.slurm_expected_start
+        start = max(row.predicted_start, now) if row.predicted_start else row.expected_start
     else:
         start = row.start_time
     if start is None:

@@ -177,7 +177,7 @@ def _rows(args: Any, ids: list[int] | None) -> list[Any]:
     states, all_states = parse_states(str(o["states"])) if "states" in o and ids is None else (None, False)
     job_ids: set[int] | None = set(ids) if ids is not None else None
     if ids is None and isinstance(o.get("jobs"), str):
-        job_ids = {int(x) for x in str(o["jobs"]).split(",") if x}
+        job_ids = _named_ids(args)
     if ids is not None and args.own.get("finished"):
         # jobs named by id that Slurm no longer lists: the ledger may remember how they ended
         job_ids = (job_ids or set()) | _named_ids(args)
@@ -355,7 +355,7 @@ def _by_predicted_start(out: str, by_id: dict[int, Any]) -> str:
             head.append(line)
             continue
         row = by_id.get(int(match[1]))
-        shown = (row.predicted_start or row.slurm_expected_start) if row is not None else None
+        shown = row.expected_start if row is not None else None
         jobs.append((shown or dt.datetime.max, line))
     return "\n".join([*head, *(line for _, line in sorted(jobs, key=lambda j: j[0])), *tail])
 

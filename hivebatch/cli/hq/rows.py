@@ -109,6 +109,11 @@ class JobRow:
     def pending(self) -> bool:
         return self.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD")
 
+    @property
+    def expected_start(self) -> dt.datetime | None:
+        """A waiting job's start as hq shows it: hivebatch's prediction, else Slurm's own (a --begin time)."""
+        return (self.predicted_start or self.slurm_expected_start) if self.pending else None
+
     def to_json(self) -> dict[str, Any]:
         def iso(t: dt.datetime | None) -> str | None:
             return None if t is None else t.replace(microsecond=0).isoformat() + "Z"
@@ -181,12 +186,12 @@ def row_from_slurm(job: Any) -> JobRow:
     if row.pending:
         row.placement = {}
         row.slurm_reason = job.reason
-        row.slurm_expected_start = _estimate(_naive_utc(getattr(job, "expected_start", None)))
+        expected = _naive_utc(getattr(job, "expected_start", None))
+        row.slurm_expected_start = None if _plugin_mark(expected) else expected
         row.reason = plain_reason(job.reason, hivebatch=req is not None)
         if job.reason == "BeginTime" and getattr(job, "restarts", 0):
             row.reason = requeued_reason(getattr(job, "eligible_time", None))
-        begin = _naive_utc(getattr(job, "eligible_time", None))
-        marked = begin is not None and begin >= RELEASED_BEGIN_AT
+        marked = _plugin_mark(_naive_utc(getattr(job, "eligible_time", None)))
         # the plugin's holds, and its begin-time mark on a job its owner released (seen on the lab: hq
         # said "waiting for its --begin time" of a job submitted without one)
         if req is not None and (job.reason in ("JobHeldAdmin", "JobHeldUser") or marked):
@@ -263,10 +268,10 @@ def merge_ledger(row: JobRow | None, db_job: Any, start_timeout_s: float | None 
     return row
 
 
-def _estimate(start: dt.datetime | None) -> dt.datetime | None:
-    """Slurm's expected start of a pending job, None where it is one of the plugin's hold marks (a begin
-    time in 2100, which Slurm shows as the job's start)."""
-    return start if start is None or start < RELEASED_BEGIN_AT else None
+def _plugin_mark(t: dt.datetime | None) -> bool:
+    """``t`` is one of the plugin's begin-time marks (in 2100), which Slurm also shows as the job's
+    expected start: neither a begin time its owner gave nor a start."""
+    return t is not None and t >= RELEASED_BEGIN_AT
 
 
 def _slurms_start(row: JobRow) -> None:

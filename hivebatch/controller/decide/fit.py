@@ -22,7 +22,7 @@ from hivebatch.controller.decide.partition_caps import (
     partition_cpus_short,
     partitions_here,
 )
-from hivebatch.node_room import NodeNeeds, NodeRoom, users_in_the_way
+from hivebatch.node_room import NodeNeeds, NodeRoom, not_yielding, users_in_the_way
 from hivebatch.slurm.parse import expand_hostlist
 from hivebatch.slurm.types import SlurmJob, SlurmNode
 from hivebatch.slurmconf import PREEMPTABLE_QOS, QOS_PRIORITIES
@@ -127,11 +127,9 @@ def _kept_to_other_user(sj: SlurmJob, node: SlurmNode) -> str | None:
 def users_keeping(sj: SlurmJob, node: SlurmNode) -> list[str]:
     """The users whose jobs keep ``node`` from ``sj`` until the last of them there ends (the owner first):
     those in its way (ExclusiveUser) but those whose jobs it may tell to leave."""
-    in_the_way = _users_in_the_way(sj, node)
-    if not in_the_way:
-        return []
-    yielding = node.yielding_users if preempts_opportunistic(sj) else frozenset()
-    return [u for u in in_the_way if u not in yielding]
+    return not_yielding(
+        _users_in_the_way(sj, node), node.yielding_users if preempts_opportunistic(sj) else frozenset()
+    )
 
 
 def yielding_in_the_way(sj: SlurmJob, node: SlurmNode) -> frozenset[str]:

@@ -29,22 +29,20 @@ def prime_notices(r: Round) -> None:
     stake: dict[str, float] = {}
     notice_s: dict[str, float] = {}
     leaving: dict[str, float] = {}
+    names: dict[str, str] = {}
     for sid, job in r.ledger.jobs.items():
         if job.foreign or job.state != "running":
             continue
         stake[str(sid)] = lost_if_preempted(r, job)
+        sj = r.ledger.slurm.get(sid)
+        if sj is not None and sj.array_job_id is not None:
+            names[str(sid)] = sj.display_id  # an array's task as hq and squeue show it
         if job.notice_until is not None:
             leaving[str(sid)] = epoch(job.notice_until)
             continue
-        spec = signal_of(plugin_extras(r.ledger.slurm.get(sid)))
+        spec = signal_of(plugin_extras(sj))
         notice_s[str(sid)] = float(notice_seconds(r.ctx.notice, job.qos, spec))
-    book.notice_s, book.leaving = notice_s, leaving
-    # an array's tasks as hq and squeue show them
-    book.names = {
-        key: sj.display_id
-        for key in stake
-        if (sj := r.ledger.slurm.get(int(key))) is not None and sj.array_job_id is not None
-    }
+    book.notice_s, book.leaving, book.names = notice_s, leaving, names
     # jobs that told victims to leave, while those wait to be placed again: they go first in their VC
     book.claimants = frozenset(
         str(j.notice_by) for j in r.ledger.jobs.values() if j.notice_by is not None and j.priority >= 0
