@@ -61,7 +61,10 @@ def subprocess_runner(timeout_s: float = 60.0) -> Runner:
                 argv,
                 input=stdin,
                 capture_output=True,
-                text=True,
+                # a job's name, comment or paths are the bytes its owner gave sbatch, which Slurm prints as
+                # they are: one in Latin-1 stopped every listing (tests/fixtures/slurm/squeue_latin1_name.json)
+                encoding="utf-8",
+                errors="replace",
                 env=full_env,
                 timeout=timeout_s,
                 check=False,

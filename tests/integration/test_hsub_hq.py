@@ -363,3 +363,23 @@ def test_hq_adds_hivebatch_columns_to_squeues(site: Site, squeue_jobs: list[int]
     assert lines[0][3].strip() == "PLACEMENT"  # filled for placed GPU jobs (test_full_path_… checks one)
     array = site.as_user("alice", "hq", "-h", "-j", f"{squeue_jobs[0]}_2", "-o", "%i %{vc}")
     assert array.stdout == f"{squeue_jobs[0]}_2 cv\n"
+
+
+def test_a_job_named_in_latin1_stops_neither_the_controller_nor_hq(site: Site, slurm_lab, lab_jobs) -> None:  # type: ignore[no-untyped-def]
+    """Slurm keeps a job's name as the bytes sbatch got (tests/fixtures/slurm/squeue_latin1_name.json): one
+    carol named in Latin-1 stopped every controller cycle, so nobody's GPU job was placed, and every hq."""
+    held = subprocess.run(["runuser", "-u", "carol", "--", "sbatch", "--parsable", "--hold", "-J", "caf\udce9",
+                           "-o", "/dev/null", "--wrap", "sleep 60"], capture_output=True, timeout=60, check=False)  # fmt: skip
+    assert held.returncode == 0, held.stderr
+    carols = int(held.stdout.split(b";")[0])
+    lab_jobs.append(carols)
+    script = write_script(site, "latin1.sh")
+    job_id = submit(site, "alice", lab_jobs, "-A", "cv", "--gpus", "1", "-o", "/dev/null", str(script))
+    site.controller_once()
+    proc = site.as_user("alice", "hq", "--json", "-t", "all", "-j", f"{carols},{job_id}")
+    assert proc.returncode == 0, proc.stderr
+    rows = {row["job_id"]: row for row in json.loads(proc.stdout)}
+    assert rows[carols]["name"] == "caf\ufffd", rows[carols]
+    assert rows[job_id]["placement"], rows[job_id]
+    listing = site.as_user("bob", "hq", "-t", "all")
+    assert listing.returncode == 0 and "caf\ufffd" in listing.stdout, listing.stderr

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
-from hivebatch.slurm.cli import CliBackend, Completed
+from hivebatch.slurm.cli import CliBackend, Completed, subprocess_runner
 from hivebatch.slurm.types import SlurmError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 class Recorder:
@@ -220,3 +223,18 @@ def test_notify_is_tried_only_by_root_or_slurmuser(slurm_fixture):
     rec = Recorder()
     CliBackend(rec).notify(7, "hivebatch: job 7 cannot be placed: x; y")
     assert rec.calls[0][0] == ["scontrol", "notify", "7", "hivebatch: job 7 cannot be placed: x; y"]
+
+
+def test_a_job_name_that_is_not_utf8_does_not_stop_the_listing():
+    # recorded on the lab: squeue --json prints a job's name and comment as the bytes sbatch got
+    # (`sbatch -J $'caf\xe9' --comment $'r\xe9sum\xe9'`, Latin-1); one such job of any user stopped every
+    # cycle of the controller, and hq, with a UnicodeDecodeError
+    recorded = FIXTURES / "slurm" / "squeue_latin1_name.json"
+    assert b'"caf\xe9"' in recorded.read_bytes()
+    real = subprocess_runner()
+
+    def cat(argv, stdin, env):
+        return real(["cat", str(recorded)], stdin, env)
+
+    (job,) = CliBackend(cat).list_jobs()
+    assert (job.job_id, job.name, job.comment) == (120, "caf\ufffd", "r\ufffdsum\ufffd")

@@ -188,7 +188,16 @@ def fill_markers(text: str, cols: list[HbColumn], value: Callable[[str, int], st
 def run_squeue(args: Sequence[str]) -> str:
     """squeue's standard output; its errors become one hq error line (squeue's own words)."""
     try:
-        proc = subprocess.run(["squeue", *args], capture_output=True, text=True, check=False, timeout=120)
+        # errors="replace": another user's job name in Latin-1 must not stop hq (squeue prints the bytes as
+        # they are, which a UTF-8 terminal shows as the same replacement character)
+        proc = subprocess.run(
+            ["squeue", *args],
+            capture_output=True,
+            encoding="utf-8",
+            errors="replace",
+            check=False,
+            timeout=120,
+        )
     except FileNotFoundError:
         raise HivebatchError("squeue: command not found (is slurm-client installed?)") from None
     if proc.returncode != 0:
