@@ -337,3 +337,13 @@ def test_the_plugins_begin_time_marks_are_no_start_and_no_begin_time_of_the_owne
     )
     text = render_plain([row], [Column("jobid"), Column("start")], False, False, NOW)
     assert text == "9 -"
+
+
+def test_a_plain_job_its_owner_holds_is_told_released_by_its_own_id() -> None:
+    # seen on the lab: hq said "scontrol release JOBID" of the Operator's `sbatch --hold` job 120
+    rows = collect_rows([sjob(120, "hbctl", "PENDING", "JobHeldUser"), sjob(121, "hbctl", "PENDING",
+                         "JobHeldUser", display_id="121_3")], [], Filters())  # fmt: skip
+    assert sorted(r.reason for r in rows) == [
+        "held by its owner (scontrol release 120 to let it go)",
+        "held by its owner (scontrol release 121_3 to let it go)",
+    ]

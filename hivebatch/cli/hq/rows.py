@@ -20,7 +20,7 @@ CODE_STATES = {v: k for k, v in STATE_CODES.items()}
 
 SLURM_REASONS = {
     "JobHeldAdmin": "held by hivebatch until the controller places it",
-    "JobHeldUser": "held by its owner (scontrol release JOBID to let it go)",
+    "JobHeldUser": "held by its owner (scontrol release {job} to let it go)",
     "Priority": "released; Slurm starts it at its next scheduling pass",
     # the controller pinned it to GPUs it found free; Slurm lacks something else on those nodes, or a
     # job told to leave its GPUs has not left yet (seen on the lab: a CPU job took the node's CPUs
@@ -52,14 +52,14 @@ def requeued_reason(eligible: dt.datetime | None) -> str:
     return f"requeued; Slurm lets it start again{at}, once its last run's credential expires"
 
 
-def plain_reason(reason: str | None, hivebatch: bool = True) -> str | None:
+def plain_reason(reason: str | None, hivebatch: bool = True, job: str = "JOBID") -> str | None:
     """Slurm's reason code in plain words (unknown codes are shown as Slurm gives them); ``hivebatch``
-    False: the job never went through the controller."""
+    False: the job never went through the controller. ``job``: its id as hq shows it, for a command to type."""
     if not reason or reason in ("None", "(null)"):
         return None
     for code, words in (SLURM_REASONS if hivebatch else PLAIN_JOB_REASONS).items():
         if reason == code or reason.startswith(code + ",") or reason.startswith(code + " "):
-            return words
+            return words.replace("{job}", job)
     return reason
 
 
@@ -188,7 +188,9 @@ def row_from_slurm(job: Any) -> JobRow:
         row.slurm_reason = job.reason
         expected = _naive_utc(getattr(job, "expected_start", None))
         row.slurm_expected_start = None if _plugin_mark(expected) else expected
-        row.reason = plain_reason(job.reason, hivebatch=req is not None)
+        row.reason = plain_reason(
+            job.reason, hivebatch=req is not None, job=row.display_id or str(job.job_id)
+        )
         if job.reason == "BeginTime" and getattr(job, "restarts", 0):
             row.reason = requeued_reason(getattr(job, "eligible_time", None))
         marked = _plugin_mark(_naive_utc(getattr(job, "eligible_time", None)))
