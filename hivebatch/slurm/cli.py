@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import secrets
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -270,7 +271,11 @@ class CliBackend(SlurmBackend):
     def history(
         self, job_ids: list[int] | None = None, since: datetime | None = None, runs: bool = False
     ) -> list[AcctRecord]:
-        args = ["sacct", "--parsable2", "--noheader", "-X", "--allusers", "-o", ",".join(SACCT_FIELDS)]
+        # a separator no user can put in a job name: with "|", a name could shift another job's fields or
+        # read as a record of a job of its own choosing (tests/fixtures/slurm/sacct_user_text.txt)
+        delimiter = f"|hb{secrets.token_hex(6)}|"
+        args = ["sacct", "--parsable2", "--noheader", "-X", "--allusers", f"--delimiter={delimiter}"]
+        args += ["-o", ",".join(SACCT_FIELDS)]
         if runs:
             args.append("--duplicates")
         if job_ids is not None:
@@ -282,7 +287,7 @@ class CliBackend(SlurmBackend):
             args += ["-S", local.strftime("%Y-%m-%dT%H:%M:%S")]
         elif job_ids is None:
             args += ["-S", "1970-01-01T00:00:00"]
-        return parse_sacct(self._run(args))
+        return parse_sacct(self._run(args), delimiter=delimiter)
 
     def config(self) -> dict[str, str]:
         """slurmctld's running configuration (``scontrol show config``), key -> value."""

@@ -27,13 +27,12 @@ from hivebatch.slurm.types import (
 )
 from hivebatch.submit.timefmt import parse_time_limit
 
-#: sacct columns asked for, in order; Comment last because it is the only one that may contain "|".
+#: sacct columns asked for, in order
 SACCT_FIELDS = (
     "JobID",
     # an array task's JobID is ARRAY_TASK ("35_0"); JobIDRaw is its own id (36), the one squeue and
     # the ledger know it by (tests/fixtures/slurm/sacct_array_tasks.txt)
     "JobIDRaw",
-    "JobName",
     "User",
     "Account",
     "QOS",
@@ -46,7 +45,9 @@ SACCT_FIELDS = (
     "AllocTRES",
     "ExitCode",
     "AdminComment",
-    "Comment",
+    # last, and the only text a user chose: sacct prints a name as it is, separators and line breaks
+    # included (tests/fixtures/slurm/sacct_user_text.txt)
+    "JobName",
 )
 
 _GRES_ITEM = re.compile(
@@ -458,19 +459,21 @@ def _gpus_from_tres(tres: str, nodes: list[str]) -> dict[str, list[int]]:
     return {n: list(idx) for n in nodes} if idx else {}
 
 
-def parse_sacct(text: str, fields: Iterable[str] = SACCT_FIELDS) -> list[AcctRecord]:
-    """``sacct --parsable2 --noheader -X -o <SACCT_FIELDS>`` with ``SLURM_TIME_FORMAT=%s``."""
+def parse_sacct(text: str, fields: Iterable[str] = SACCT_FIELDS, delimiter: str = "|") -> list[AcctRecord]:
+    """``sacct --parsable2 --noheader -X --delimiter=<delimiter> -o <fields>`` with ``SLURM_TIME_FORMAT=%s``.
+
+    A line that does not start a record continues the last field of the one before: a job name with
+    a line break in it. With a delimiter no user can guess (``CliBackend.history``), no name can pass
+    for a record of another job."""
     names = list(fields)
     records: list[AcctRecord] = []
     for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = line.split("|", len(names) - 1)
-        if len(parts) < len(names):
-            continue
-        row = dict(zip(names, parts, strict=True))
-        job_id_text = row["JobIDRaw"].split("+")[0].split(".")[0]
-        if not job_id_text.isdigit():
+        parts = line.split(delimiter, len(names) - 1)
+        row = dict(zip(names, parts, strict=True)) if len(parts) == len(names) else None
+        job_id_text = row["JobIDRaw"].split("+")[0].split(".")[0] if row else ""
+        if row is None or not job_id_text.isdigit():
+            if records and names[-1] == "JobName":
+                records[-1].name += "\n" + line
             continue
         nodes = expand_hostlist(row["NodeList"])
         state = row["State"].split()[0] if row["State"] else "UNKNOWN"  # 'CANCELLED by 0'
@@ -492,7 +495,6 @@ def parse_sacct(text: str, fields: Iterable[str] = SACCT_FIELDS) -> list[AcctRec
                 elapsed_s=elapsed,
                 nodes=nodes,
                 gpus=_gpus_from_tres(row["AllocTRES"], nodes),
-                comment=row["Comment"],
                 admin_comment=row.get("AdminComment", ""),
                 exit_code=row["ExitCode"] or None,
             )

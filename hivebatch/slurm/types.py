@@ -394,7 +394,6 @@ class AcctRecord:
     elapsed_s: int
     nodes: list[str]
     gpus: dict[str, list[int]]
-    comment: str
     exit_code: str | None
     name: str = ""
     admin_comment: str = ""

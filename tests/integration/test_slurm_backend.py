@@ -168,24 +168,32 @@ def test_finished_jobs_in_history(slurm_lab, lab_jobs):
             "--gres=gpu:g7:1",
             "-w",
             "node4",
-            "--comment",
+            "-J",
             "done-ok",
         ],
     )
-    bad = alice.submit("#!/bin/bash\nexit 3\n", ["--chdir", str(slurm_lab.jobs_dir), "-o", "/dev/null"])
+    # a name sacct prints as it is: with "|" as its separator, the record read as in state "normal"
+    odd = "x|y\n1|1|bob|nlp|normal|COMPLETED"
+    bad = alice.submit(
+        "#!/bin/bash\nexit 3\n", ["--chdir", str(slurm_lab.jobs_dir), "-o", "/dev/null", "-J", odd]
+    )
     lab_jobs.extend([ok, bad])
     slurm_lab.wait_for(ok, {"COMPLETED"})
     failed = slurm_lab.wait_for(bad, {"FAILED"})
     assert failed.exit_code == "3:0" and failed.reason == "NonZeroExitCode"
     deadline = time.monotonic() + 20
-    while True:  # slurmdbd records the end a moment after slurmctld
+    while True:  # slurmdbd records the end a moment after slurmctld, and the name: "allocation" until then
         recs = {r.job_id: r for r in alice.history([ok, bad])}
-        if recs.get(ok) and recs[ok].state == "COMPLETED" and recs.get(bad) and recs[bad].state == "FAILED":
+        ended = (
+            recs.get(ok) and recs[ok].state == "COMPLETED" and recs.get(bad) and recs[bad].state == "FAILED"
+        )
+        if ended and recs[ok].name != "allocation" and recs[bad].name != "allocation":
             break
         assert time.monotonic() < deadline, f"sacct did not record both jobs: {recs}"
         time.sleep(0.5)
-    assert recs[ok].gpus == {"node4": [7]} and recs[ok].comment == "done-ok" and recs[ok].account == "cv"
-    assert recs[bad].exit_code == "3:0"
+    assert recs[ok].gpus == {"node4": [7]} and recs[ok].name == "done-ok" and recs[ok].account == "cv"
+    assert recs[bad].exit_code == "3:0" and recs[bad].name == odd and recs[bad].user == "alice"
+    assert 1 not in recs
     assert recs[ok].end_time is not None and recs[ok].submit_time <= recs[ok].end_time
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from recorded_sacct import RECORDED_FIELDS
 
 from hivebatch.cli.common import run_cli
 from hivebatch.cli.hivebatch.main import cli
@@ -99,7 +100,7 @@ def _tiny() -> tuple[Plan, dict[str, Any]]:
 @pytest.mark.parametrize("mode", ["plain", "hivebatch"])
 def test_figures_from_recorded_sacct_rows(mode: str) -> None:
     plan, data = _tiny()
-    rows = parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text())
+    rows = parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text(), RECORDED_FIELDS)
     pred = compare.predict(plan, data, PROJECT / "etc", mode, "tetris-perf" if mode == "plain" else "qos")
     real = measured_summary(pred.run, rows, plan, mode, pred.private)
     assert real.completed == real.jobs == 8
@@ -133,7 +134,7 @@ def test_figures_from_recorded_sacct_rows(mode: str) -> None:
 
 def test_the_error_job_by_job_sees_what_cancels_in_the_mean() -> None:
     plan, data = _tiny()
-    rows = parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text())
+    rows = parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text(), RECORDED_FIELDS)
     pred = compare.predict(plan, data, PROJECT / "etc", "hivebatch", "qos")
     measured = measured_records(pred.run, rows, plan, "hivebatch")
     same = job_error(measured, measured)
@@ -155,7 +156,9 @@ def test_the_error_job_by_job_sees_what_cancels_in_the_mean() -> None:
 def test_a_job_slurm_did_not_complete_is_not_counted() -> None:
     plan, data = _tiny()
     rows = [
-        r for r in parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text()) if r.job_id != 12
+        r
+        for r in parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text(), RECORDED_FIELDS)
+        if r.job_id != 12
     ]
     pred = compare.predict(plan, data, PROJECT / "etc", "hivebatch", "qos")
     real = measured_summary(pred.run, rows, plan, "hivebatch", pred.private)
@@ -168,7 +171,7 @@ def test_a_preempted_job_waits_from_its_first_submission_and_counts_its_lost_run
     from datetime import timedelta
 
     plan, data = _tiny()
-    rows = parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text())
+    rows = parse_sacct((FIXTURES / "slurm" / "sacct_replay_tiny.txt").read_text(), RECORDED_FIELDS)
     mine = [r for r in rows if r.name.startswith("hbreplay-plain-")]
     job = mine[1]  # 4 GPUs of cv, waited 1 s, ran 3 s
     assert job.submit_time is not None and job.start_time is not None and job.end_time is not None

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from recorded_sacct import as_printed_for
 
 from hivebatch.slurm.cli import CliBackend, Completed, subprocess_runner
 from hivebatch.slurm.types import SlurmError
@@ -21,6 +22,18 @@ class Recorder:
     def __call__(self, argv, stdin, env):
         self.calls.append((argv, stdin, env))
         return self.answers.pop(0) if self.answers else Completed(0, "", "")
+
+
+class SacctAnswer(Recorder):
+    """sacct answering with recorded rows, printed as the command asked."""
+
+    def __init__(self, recorded: str) -> None:
+        super().__init__()
+        self.recorded = recorded
+
+    def __call__(self, argv, stdin, env):
+        self.calls.append((argv, stdin, env))
+        return Completed(0, as_printed_for(argv, self.recorded), "")
 
 
 def test_submit_passes_script_on_stdin_and_options_as_a_list():
@@ -109,12 +122,13 @@ def test_list_nodes(slurm_fixture):
 
 
 def test_history_arguments(slurm_fixture):
-    rec = Recorder(Completed(0, slurm_fixture("sacct.txt"), ""), Completed(0, "", ""))
+    rec = SacctAnswer(slurm_fixture("sacct.txt"))
     be = CliBackend(rec)
     recs = be.history([7, 8])
     assert {r.job_id for r in recs} >= {7, 8}
     argv = rec.calls[0][0]
     assert argv[:5] == ["sacct", "--parsable2", "--noheader", "-X", "--allusers"]
+    assert argv[argv.index("-o") + 1].endswith(",JobName")  # the only text a user chose, last
     assert argv[argv.index("-j") + 1] == "7,8" and "-S" not in argv
     be.history(since=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
     argv = rec.calls[1][0]
@@ -124,7 +138,7 @@ def test_history_arguments(slurm_fixture):
 
 def test_every_run_of_a_requeued_job_from_recorded_sacct(slurm_fixture):
     # recorded on the lab: two jobs, each requeued once mid-run (one held and released)
-    rec = Recorder(Completed(0, slurm_fixture("sacct_requeued_runs.txt"), ""))
+    rec = SacctAnswer(slurm_fixture("sacct_requeued_runs.txt"))
     rows = CliBackend(rec).history([6636, 6637], runs=True)
     assert "--duplicates" in rec.calls[0][0]
     assert [(r.job_id, r.state) for r in rows] == [
@@ -176,7 +190,7 @@ def test_array_tasks_are_named_by_their_index_as_scontrol_needs(slurm_fixture):
 def test_an_array_tasks_accounting_is_found_by_its_own_id(slurm_fixture):
     # a task's JobID is ARRAY_TASK; read by it, task 0 (job 39) was filed under 38 and a controller back
     # from an outage kept it running on its GPUs for ever ("its accounting has no record of it yet")
-    rec = Recorder(Completed(0, slurm_fixture("sacct_array_tasks.txt"), ""))
+    rec = SacctAnswer(slurm_fixture("sacct_array_tasks.txt"))
     records = {r.job_id: r for r in CliBackend(rec).history([39, 38])}
     assert rec.calls[0][0][-2:] == ["-j", "39,38"]
     assert sorted(records) == [38, 39]
@@ -238,3 +252,34 @@ def test_a_job_name_that_is_not_utf8_does_not_stop_the_listing():
 
     (job,) = CliBackend(cat).list_jobs()
     assert (job.job_id, job.name, job.comment) == (120, "caf\ufffd", "r\ufffdsum\ufffd")
+
+
+def test_a_job_name_cannot_shift_or_forge_accounting_records():
+    # recorded on the lab with sacct's --delimiter (tests/fixtures/slurm/sacct_user_text.txt): alice named
+    # 215 with a line break, 216 with a "|", and 256 with a line break and a whole "|"-separated record of a
+    # job 777 of bob's. Read with "|", 215 and 256 were lost (a controller back from an outage keeps such
+    # a job on its GPUs for ever), 216 read as in state "normal", and a job 777 appeared, COMPLETED.
+    recorded = (FIXTURES / "slurm" / "sacct_user_text.txt").read_text()
+
+    def sacct(argv, stdin, env):
+        # the delimiter of the recording; the backend's own is new on every call
+        assert "--delimiter=" + RECORDED_DELIMITER not in argv
+        return Completed(0, recorded.replace(RECORDED_DELIMITER, _delimiter(argv)), "")
+
+    records = {r.job_id: r for r in CliBackend(sacct).history([215, 216, 256, 777])}
+    assert sorted(records) == [215, 216, 217, 218, 219, 220, 224, 256]
+    assert (records[215].name, records[215].state, records[215].gpus) == (
+        "n\nl",
+        "COMPLETED",
+        {"node1": [0, 1]},
+    )
+    assert (records[216].name, records[216].state, records[216].exit_code) == ("p|q", "FAILED", "3:0")
+    assert records[256].name.startswith("forge\n777|777|bob|") and records[256].user == "alice"
+    assert records[256].state == "CANCELLED"
+
+
+RECORDED_DELIMITER = "|hb5f0e1d2c3b4a|"
+
+
+def _delimiter(argv: list[str]) -> str:
+    return next(a.split("=", 1)[1] for a in argv if a.startswith("--delimiter="))

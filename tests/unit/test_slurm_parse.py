@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from recorded_sacct import RECORDED_FIELDS
 
 from hivebatch.errors import HivebatchError
 from hivebatch.slurm.parse import (
@@ -108,20 +109,25 @@ def test_each_no_new_work_word_alone_makes_a_node_bad():
 
 
 def test_sacct_records(slurm_fixture):
-    recs = {r.job_id: r for r in parse_sacct(slurm_fixture("sacct.txt"))}
+    recs = {r.job_id: r for r in parse_sacct(slurm_fixture("sacct.txt"), RECORDED_FIELDS)}
     assert recs[3].gpus == {"node3": [0, 1], "node4": [0, 1]} and recs[3].state == "RUNNING"
     assert recs[3].end_time is None and recs[3].start_time == datetime.fromtimestamp(1795278012, tz=UTC)
     assert recs[7].state == "COMPLETED" and recs[7].elapsed_s == 1 and recs[7].gpus == {"node2": [0]}
     assert recs[8].exit_code == "3:0" and recs[8].state == "FAILED"
     assert recs[9].state == "CANCELLED"  # 'CANCELLED by 0'
-    assert recs[1].comment == 'hivebatch:v1:{"vc":"cv"}' and recs[1].exit_code == "0:15"
+    assert recs[1].name == "test1" and recs[1].exit_code == "0:15"
     assert recs[5].nodes == [] and recs[5].state == "PENDING"
 
 
-def test_sacct_comment_may_contain_the_separator():
-    line = "12|12|x|alice|cv|normal|COMPLETED|100|101|102|1|node1|gres/gpu:g3=1,gres/gpu=1|0:0||a|b"
-    (rec,) = parse_sacct(line)
-    assert rec.comment == "a|b" and rec.gpus == {"node1": [3]}
+def test_a_job_name_may_hold_the_separator_and_line_breaks():
+    d = "|hbx|"
+    row = d.join(["12", "12", "alice", "cv", "normal", "COMPLETED", "100", "101", "102", "1", "node1",
+                  "gres/gpu:g3=1,gres/gpu=1", "0:0", ""])  # fmt: skip
+    text = f"{row}{d}a|b\n13|13|x\n\n{row.replace('12', '14', 2)}{d}c\n"
+    assert [(r.job_id, r.name, r.gpus) for r in parse_sacct(text, delimiter=d)] == [
+        (12, "a|b\n13|13|x\n", {"node1": [3]}),
+        (14, "c", {"node1": [3]}),
+    ]
 
 
 @pytest.mark.parametrize(

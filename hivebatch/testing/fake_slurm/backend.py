@@ -682,7 +682,6 @@ class FakeSlurm(SlurmBackend):
                 elapsed_s=elapsed,
                 nodes=list(j.nodes),
                 gpus={k: list(v) for k, v in j.gpus.items()},
-                comment=j.comment,
                 exit_code=j.exit_code or "0:0",
             )
             for past in j.past_runs if runs else []:
