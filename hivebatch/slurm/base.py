@@ -17,6 +17,11 @@ class SlurmBackend(ABC):
     def submit(self, script_text: str, sbatch_args: list[str], env: dict[str, str] | None = None) -> int:
         """Submit a batch script (text, not a path); ``sbatch_args`` e.g. ["--hold", "-A", "cv"]."""
 
+    def check_submission(self, script_text: str, sbatch_args: list[str]) -> None:
+        """Slurm's verdict on a submission, without submitting (``sbatch --test-only``: slurmctld's own
+        checks and the site's job_submit plugin); SlurmError with Slurm's words if it would refuse it."""
+        raise NotImplementedError(f"the {self.name} backend cannot ask Slurm without submitting")
+
     def submit_told(
         self, script_text: str, sbatch_args: list[str], env: dict[str, str] | None = None
     ) -> tuple[int, list[str]]:

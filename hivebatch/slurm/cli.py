@@ -136,6 +136,11 @@ class CliBackend(SlurmBackend):
         res = self._completed(["sbatch", "--parsable", *sbatch_args], stdin=script_text, env=env)
         return parse_job_id(res.stdout), [ln for ln in res.stderr.splitlines() if ln.strip()]
 
+    def check_submission(self, script_text: str, sbatch_args: list[str]) -> None:
+        if not script_text.startswith("#!"):
+            raise SlurmError(["sbatch"], 1, "the batch script must start with a #! line")
+        self._completed(["sbatch", "--test-only", *sbatch_args], stdin=script_text)
+
     def update_pending(
         self,
         job_id: int,

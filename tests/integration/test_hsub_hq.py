@@ -383,3 +383,24 @@ def test_a_job_named_in_latin1_stops_neither_the_controller_nor_hq(site: Site, s
     assert rows[job_id]["placement"], rows[job_id]
     listing = site.as_user("bob", "hq", "-t", "all")
     assert listing.returncode == 0 and "caf\ufffd" in listing.stdout, listing.stderr
+
+
+@pytest.mark.parametrize(
+    ("ask", "refusal"),
+    [
+        (["-w", "nodeX"], "Slurm refused the job: allocation failure: Invalid node name specified"),
+        (
+            ["--mem=500G"],
+            "hivebatch: the job needs 512000 MB of memory on one node, but the largest node with GPUs",
+        ),
+    ],
+)
+def test_hsub_test_only_refuses_what_sbatch_test_only_refuses(
+    site: Site, ask: list[str], refusal: str
+) -> None:
+    script = write_script(site, "judged.sh")
+    live = site.as_user("alice", "hsub", "-A", "cv", "--gpus", "1", *ask, "--test-only", str(script))
+    assert live.returncode == 1 and live.stdout == "", live
+    assert live.stderr.startswith(f"hsub: error: {refusal}") and len(live.stderr.splitlines()) == 1, (
+        live.stderr
+    )

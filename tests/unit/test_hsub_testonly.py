@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import pytest
 import yaml
 
 import hivebatch.slurm
+from hivebatch.errors import HivebatchError
 from hivebatch.request import JobRequest
 from hivebatch.submit.build import gpu_ask_arguments, prepare
 from hivebatch.submit.testonly import predict, render_prediction
@@ -126,3 +128,34 @@ def test_a_job_that_would_run_into_a_reservation_everywhere_is_told_it_waits_for
     assert long.predicted_start == maint.end
     # its slack counts from that later end, as hq counts a waiting job's (before: as if it started now)
     assert long.slack_s == free.slack_s - (maint.end - now).total_seconds()
+
+
+def test_hsub_test_only_says_what_slurm_would_refuse_instead_of_a_start(site, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # seen on the lab: "would start now on node2" of a job naming a node the cluster lacks, which sbatch
+    # refuses (recorded: tests/fixtures/slurm/test_only_refusals.txt)
+    from hivebatch.cli.hsub.main import run
+    from hivebatch.slurm.types import SlurmError
+
+    tmp, fake = site
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # hsub clears what it applied before sbatch runs
+    asked: list[list[str]] = []
+
+    def judged(refusal: str | None):  # type: ignore[no-untyped-def]
+        def check(script: str, args: list[str]) -> None:
+            asked.append(args)
+            if refusal:
+                raise SlurmError(["sbatch", "--test-only"], 1, refusal)
+
+        return check
+
+    argv = ["--config", str(tmp / "hivebatch.yaml"), "-A", "cv", "--gpus", "1", "-w", "nodeX", "--test-only",
+            str(tmp / "job.sh")]  # fmt: skip
+    fake.check_submission = judged("allocation failure: Invalid node name specified")
+    with pytest.raises(
+        HivebatchError, match="^Slurm refused the job: allocation failure: Invalid node name specified$"
+    ):
+        run(argv)
+    assert "would start" not in capsys.readouterr().out and "--nodelist=nodeX" in asked[0]
+    fake.check_submission = judged(None)
+    assert run(argv[:6] + argv[8:]) == 0
+    assert "would start now on node" in capsys.readouterr().out and not fake.list_jobs()

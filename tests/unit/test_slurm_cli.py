@@ -283,3 +283,15 @@ RECORDED_DELIMITER = "|hb5f0e1d2c3b4a|"
 
 def _delimiter(argv: list[str]) -> str:
     return next(a.split("=", 1)[1] for a in argv if a.startswith("--delimiter="))
+
+
+def test_a_submission_is_judged_by_slurm_without_being_submitted(slurm_fixture):
+    # recorded on the lab (test_only_refusals.txt): sbatch --test-only runs slurmctld's checks and the plugin's
+    recorded = slurm_fixture("test_only_refusals.txt").split("$ sbatch --test-only --gpus=1 -w nodeX")[1]
+    stderr = "\n".join(ln.strip() for ln in recorded.splitlines()[1:3])
+    rec = Recorder(Completed(0, "", ""), Completed(1, "", stderr))
+    be = CliBackend(rec)
+    be.check_submission("#!/bin/sh\nhostname\n", ["--gpus=1"])
+    assert rec.calls[0][:2] == (["sbatch", "--test-only", "--gpus=1"], "#!/bin/sh\nhostname\n")
+    with pytest.raises(SlurmError, match="Invalid node name specified"):
+        be.check_submission("#!/bin/sh\nhostname\n", ["--gpus=1", "-w", "nodeX"])

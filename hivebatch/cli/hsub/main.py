@@ -82,20 +82,26 @@ def run(argv: list[str]) -> int:
         print("# job script:")
         sys.stdout.write(script)
         return 0
+    from hivebatch.slurm import SlurmError, get_backend
+
+    prediction = None
     if sub.test_only:
         from hivebatch.submit.testonly import predict, render_prediction
 
-        print(render_prediction(sub, predict(sub)))
-        return 0
-
-    from hivebatch.slurm import SlurmError, get_backend
-
+        prediction = render_prediction(sub, predict(sub))
     script = sub.job_script()
     # the backend runs sbatch with this process's environment: drop what hsub already applied (and any
     # GPU request, which must not reach Slurm) so sbatch cannot apply it a second time
     for name in [k for k in os.environ if k not in sub.env]:
         del os.environ[name]
     try:
+        if prediction is not None:
+            # Slurm judges the job first, as it would at submission: seen on the lab, hsub --test-only
+            # said "would start now" of jobs sbatch refused (a node name or feature the cluster lacks,
+            # more memory than a GPU node has)
+            get_backend().check_submission(script, sub.sbatch_args)
+            print(prediction)
+            return 0
         job_id, told = get_backend().submit_told(script, sub.sbatch_args)
     except SlurmError as exc:
         raise HivebatchError(slurm_refusal(exc, sub.request.vc, sub.request.qos)) from None
