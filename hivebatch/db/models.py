@@ -137,7 +137,8 @@ class Job(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     slurm_job_id: Mapped[int] = mapped_column(BigInteger, unique=True)
-    name: Mapped[str | None] = mapped_column(String(256))
+    # Slurm takes names of any length (1,000 characters on the lab)
+    name: Mapped[str | None] = mapped_column(Text)
     user: Mapped[str | None] = mapped_column(String(64), index=True)
     account: Mapped[str | None] = mapped_column(String(64))  # Slurm account; equals the VC for hsub jobs
     vc_name: Mapped[str | None] = mapped_column(String(64), index=True)

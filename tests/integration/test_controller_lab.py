@@ -59,6 +59,15 @@ def test_alice_job_runs_on_exactly_the_gpus_the_cells_chose(ctl: Ctl) -> None:
     assert _running_on(ctl, jid) == {node: idx}
 
 
+def test_a_job_named_with_a_thousand_characters_is_placed_and_keeps_its_name(ctl: Ctl) -> None:
+    # Slurm took a 1,000-character job name on the lab; on PostgreSQL the ledger's VARCHAR(256) failed
+    # the cycle that met it, for every job
+    name = "n" * 1000
+    jid = ctl.submit("alice", "cv", 1, extra=["-J", name])
+    assert ctl.cycle().placed == 1
+    assert ctl.job(jid).name == name
+
+
 @sqlite_only
 def test_node_cell_job_runs_while_another_vc_fragments_the_cluster(ctl: Ctl) -> None:
     small = [ctl.submit("carol", "sys", 1) for _ in range(3)] + [
