@@ -33,6 +33,7 @@ class TextTable:
 
     def rich(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title=self.title, title_justify="left", show_footer=self.footer is not None)
         for i, header in enumerate(self.headers):
@@ -43,9 +44,8 @@ class TextTable:
                 overflow="fold",
             )
         for r, row in enumerate(self.rows):
-            table.add_row(
-                *[f"[{self.styles[(r, c)]}]{v}[/]" if (r, c) in self.styles else v for c, v in enumerate(row)]
-            )
+            # Text, not markup: a value may be a user's or job's name, "[/]" included
+            table.add_row(*[Text(v, style=self.styles.get((r, c), "")) for c, v in enumerate(row)])
         return table
 
 

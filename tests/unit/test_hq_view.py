@@ -347,3 +347,24 @@ def test_a_plain_job_its_owner_holds_is_told_released_by_its_own_id() -> None:
         "held by its owner (scontrol release 120 to let it go)",
         "held by its owner (scontrol release 121_3 to let it go)",
     ]
+
+
+def test_a_job_named_in_brackets_is_shown_as_it_is_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    # seen on the lab: a job named "[/]" by any user stopped every hq on a terminal (rich's MarkupError)
+    from hivebatch.cli.hq.columns import render_rich
+
+    rows = collect_rows([sjob(371, "alice", "PENDING", "Priority", name="[/]"), sjob(372, "alice", "PENDING",
+                         "Priority", name="[bold red]x[/")], [], Filters())  # fmt: skip
+    render_rich(rows, ["jobid", "name"], NOW)
+    out = capsys.readouterr().out
+    assert "[/]" in out and "[bold red]x[/" in out
+
+
+def test_a_vcs_reason_in_brackets_is_shown_as_it_is_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    from hivebatch.cli.hq.vc import _rich
+
+    report = {"vc": "cv", "gpus_total": 12, "gpus_used": 1, "gpus_free": 11, "cells": [], "reason": "job [/] waits",
+              "bound_cells": [], "jobs": [{"job_id": 7, "opportunistic": False, "placement": {"node1": [0]}}]}  # fmt: skip
+    _rich(report)
+    out = capsys.readouterr().out
+    assert "job [/] waits" in out and "job 7: node1:[0]" in out

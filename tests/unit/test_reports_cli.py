@@ -309,3 +309,14 @@ def test_users_report_shows_the_strict_classes_against_the_limits(config: Path) 
             "over": None,
         }
     ]
+
+
+def test_a_name_in_brackets_is_shown_as_it_is_on_a_terminal() -> None:
+    # a user's or job's name is any text: "[/]" stopped the whole report with rich's MarkupError
+    from hivebatch.reports.tables import TextTable, print_tables
+
+    table = TextTable("GPU usage per user", ["USER", "JOB"], [["[/]", "[bold]x"]])
+    table.styles[(0, 1)] = "red"
+    out = io.StringIO()
+    print_tables([table], out=out, terminal=True)
+    assert "[/]" in out.getvalue() and "[bold]x" in out.getvalue()

@@ -229,6 +229,7 @@ def render_rich(rows: list[JobRow], fields: list[str], now: dt.datetime, title: 
     from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     styles = {"R": "green", "PD": "yellow", "CD": "dim", "F": "red", "CA": "dim", "TO": "red"}
     table = Table(box=box.SIMPLE_HEAD, title=title, pad_edge=False)
@@ -237,5 +238,6 @@ def render_rich(rows: list[JobRow], fields: list[str], now: dt.datetime, title: 
         table.add_column(f.header, justify="right" if f.justify == "right" else "left",
                          overflow="fold", no_wrap=name not in ("reason", "placement"))  # fmt: skip
     for r in rows:
-        table.add_row(*[FIELDS[n].get(r, now) for n in fields], style=styles.get(r.state_code))
+        # Text, not markup: a job named "[/]" by any user stopped every hq on a terminal (rich's MarkupError)
+        table.add_row(*[Text(FIELDS[n].get(r, now)) for n in fields], style=styles.get(r.state_code))
     Console().print(table)

@@ -97,6 +97,7 @@ def _rich(report: dict[str, Any]) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from hivebatch.state.formats import format_placement
 
@@ -110,13 +111,16 @@ def _rich(report: dict[str, Any]) -> None:
                       str(c["unavailable"]) if c["unavailable"] else "")  # fmt: skip
     console = Console()
     console.print(table)
+    # Text, not markup: a reason may quote what a user typed
     if report["reason"]:
-        console.print(f"  [yellow]{report['reason']}[/yellow]")
+        console.print(Text(f"  {report['reason']}", style="yellow"))
     for b in report["bound_cells"]:
-        console.print(f"  bound {b['type']}: {format_placement(b['gpus'])}")
+        console.print(Text(f"  bound {b['type']}: {format_placement(b['gpus'])}"))
     for j in report["jobs"]:
         tag = " (opportunistic)" if j["opportunistic"] else ""
-        console.print(f"  job {j['job_id']}{tag}: [green]{format_placement(j['placement'])}[/green]")
+        console.print(
+            Text(f"  job {j['job_id']}{tag}: ").append(format_placement(j["placement"]), style="green")
+        )
 
 
 def show_vcs(config_path: Path, config: dict[str, Any], name: str | None, as_json: bool = False) -> int:
