@@ -1098,7 +1098,12 @@ local function submit(job_desc, part_list, submit_uid)
   -- far away, the controller clears that), so the request keeps it for the controller (seen on the
   -- lab: released, the job was placed at once, where plain Slurm kept it pending for its BeginTime)
   local begin = get(job_desc, "begin_time")
-  if is_set(begin) and begin > 0 and begin < RELEASED_BEGIN then
+  if is_set(begin) and begin >= RELEASED_BEGIN then
+    -- the plugin's own holds are begin times from 2100-01-01 on: such a --begin would read as one of
+    -- them, and the controller would not keep the job waiting for it
+    fail("a --begin on or after 2100-01-01 cannot be told from hivebatch's own holds: submit it with --hold (scontrol release starts it), or with an earlier --begin")
+  end
+  if is_set(begin) and begin > 0 then
     req.begin = begin
   end
   -- the GPU partitions it may run in, read once from slurmctld's list (each expands a hostlist)

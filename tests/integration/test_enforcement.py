@@ -117,6 +117,8 @@ REFUSED = [
         ["--exclusive"],
         "--exclusive takes whole nodes with all their 8 GPUs, but virtual cluster sys has 4",
     ),
+    # plain Slurm keeps it pending for its BeginTime; unrecorded, hivebatch would have started it at once
+    ("bob", ["--gpus=1", "--begin=2999-12-31T23:59:59"], "a --begin on or after 2100-01-01 cannot be told"),
 ]
 
 

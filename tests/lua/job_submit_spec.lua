@@ -327,6 +327,9 @@ describe("slurm_job_submit", function()
     { "more GPU memory than one GPU has", { tres_per_node = "gres:shard:40" }, "one GPU has 32" },
     { "a count that is no number", { tres_per_node = "gres:gpu:v100:two" }, "cannot read" },
     { "a time limit past the bound", { tres_per_node = "gres:gpu:1", time_limit = 4285083375 }, "more than hivebatch accepts" },
+    -- seen on the lab: --begin=2999-12-31 went unrecorded, and the controller would have started the job at once
+    { "a --begin among hivebatch's own marks", { tres_per_node = "gres:gpu:1", begin_time = 32503680000 }, "on or after 2100-01-01" },
+    { "a --begin of the mark a release sets", { tres_per_node = "gres:gpu:1", begin_time = 4102444800 }, "submit it with --hold" },
   }
   for _, case in ipairs(refusals) do
     it("refuses " .. case[1] .. " with one line", function()
