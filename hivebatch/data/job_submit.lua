@@ -175,6 +175,10 @@ end
 local function shape(job_desc, found, req)
   local min_nodes, max_nodes = get(job_desc, "min_nodes"), get(job_desc, "max_nodes")
   local nodes = nil
+  if min_nodes == 0 and (not is_set(max_nodes) or max_nodes == 0) then
+    -- slurmctld refuses it in its own words; counted here, it read as "needs at least one GPU"
+    fail("Node count specification invalid: -N/--nodes 0 asks for no node; a job runs on one at least")
+  end
   if is_set(min_nodes) and (not is_set(max_nodes) or max_nodes == min_nodes) then
     nodes = min_nodes
   elseif is_set(min_nodes) and min_nodes > 1 then

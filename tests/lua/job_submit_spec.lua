@@ -329,6 +329,7 @@ describe("slurm_job_submit", function()
     { "a time limit past the bound", { tres_per_node = "gres:gpu:1", time_limit = 4285083375 }, "more than hivebatch accepts" },
     -- seen on the lab: --begin=2999-12-31 went unrecorded, and the controller would have started the job at once
     { "a --begin among hivebatch's own marks", { tres_per_node = "gres:gpu:1", begin_time = 32503680000 }, "on or after 2100-01-01" },
+    { "no node at all (-N 0), as slurmctld would", { tres_per_node = "gres:gpu:1", min_nodes = 0, max_nodes = 0 }, "Node count specification invalid" },
     { "a --begin of the mark a release sets", { tres_per_node = "gres:gpu:1", begin_time = 4102444800 }, "submit it with --hold" },
   }
   for _, case in ipairs(refusals) do
