@@ -219,6 +219,11 @@ def place(
                 min_mem_per_node_mb=share.mem_mb,
                 tasks_per_node=share.tasks,
             )
+        if sj is not None and sj.array_job_id and "singleton" in sj.dependency:
+            # Slurm judges an array's singleton once and starts its tasks together (singleton_array.txt);
+            # a task split off before that keeps it and, released, waits for its own running siblings
+            # with its GPUs pinned idle. Placed, it was judged met, which Slurm marks by dropping it.
+            backend.clear_dependency(job.slurm_job_id)
         if sj is not None and released_by_owner(sj):
             # a far begin time left on a held job (a plugin from before the controller's hold marker
             # was dropped there, see hadmin slurm-config) would keep Slurm from starting it

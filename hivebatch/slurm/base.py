@@ -61,6 +61,10 @@ class SlurmBackend(ABC):
         from ``to`` on."""
 
     @abstractmethod
+    def clear_dependency(self, job_id: int) -> None:
+        """Drop a pending job's dependency, as Slurm drops one it found met."""
+
+    @abstractmethod
     def mark_owner_hold(self, job_id: int) -> None:
         """Give a held job the begin time the job_submit plugin gives a hold its owner set (2100-01-02), so
         the owner's ``scontrol release`` leaves it pending for hivebatch instead of letting Slurm start it."""

@@ -175,6 +175,9 @@ class CliBackend(SlurmBackend):
     def split_array_task(self, array_job_id: int, task_id: int) -> None:
         self._hold(f"{int(array_job_id)}_{int(task_id)}")
 
+    def clear_dependency(self, job_id: int) -> None:
+        self._run(["scontrol", "update", f"JobId={self._name(job_id)}", "Dependency="])
+
     def clear_begin_time(self, job_id: int, to: datetime | None = None) -> None:
         if to is None:
             self._run(["scontrol", "update", f"JobId={self._name(job_id)}", "StartTime=now"])

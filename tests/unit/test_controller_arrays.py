@@ -191,3 +191,23 @@ def test_a_split_task_its_owner_holds_waits_until_they_release_it(tmp_path):
     for _ in range(3):
         env.cycle()
     assert env.slurm.job(held.job_id).state == "RUNNING"
+
+
+def test_a_placed_task_of_a_singleton_array_drops_the_dependency(tmp_path):
+    # Slurm judges an array's singleton once and starts its tasks together (singleton_array.txt); a task
+    # split off before keeps "singleton", and released it waited for its own running siblings
+    env = make_env(tmp_path)
+    first = env.submit("alice", "cv", 1)
+    env.cycle()
+    array = env.submit("alice", "cv", 1, extra=["--array=0-2", "--dependency=singleton"])
+    for _ in range(2):
+        env.cycle()
+    tasks = [j for j in env.ctl.list_jobs() if j.array_job_id == array]
+    assert all(j.state == "PENDING" and j.dependency.startswith("singleton") for j in tasks), tasks
+    env.slurm.finish(first)
+    for _ in range(3):
+        env.cycle()
+    tasks = [j for j in env.ctl.list_jobs() if j.array_job_id == array]
+    assert [j.state for j in tasks] == ["RUNNING"] * 3, [(j.job_id, j.state, j.reason) for j in tasks]
+    cleared = {args[0] for _, method, args in env.slurm.calls if method == "clear_dependency"}
+    assert cleared and cleared <= {j.job_id for j in tasks}

@@ -123,3 +123,17 @@ def test_aftercorr_follows_the_task_of_the_same_index(their_state: str, verdict:
     assert judge(me, {21: me, 11: mine, 12: other}, now) == verdict
     remainder = _job(10, array_job_id=10, array_pending="1-2")  # task 1 not split off yet
     assert judge(me, {21: me, 10: remainder}, now) == "wait"
+
+
+def test_a_singleton_arrays_tasks_do_not_wait_for_each_other() -> None:
+    # recorded on the lab (tests/fixtures/slurm/singleton_array.txt): plain Slurm started every task of the
+    # array together once the earlier job of the name ended; hivebatch had run them one after another
+    now = dt.datetime(2026, 11, 30)
+    me = _job(506, dependency="singleton(unfulfilled)", name="sg", array_job_id=506, array_task_id=0)
+    sibling = _job(507, "RUNNING", name="sg", array_job_id=506, array_task_id=2)
+    rest = _job(508, name="sg", array_job_id=506, array_pending="1")
+    assert judge(me, {506: me, 507: sibling, 508: rest}, now) == "met"
+    earlier = _job(505, "RUNNING", name="sg")
+    assert judge(me, {506: me, 507: sibling, 505: earlier}, now) == "wait"
+    later_array = _job(520, "RUNNING", name="sg", array_job_id=520, array_task_id=0)
+    assert judge(me, {506: me, 520: later_array}, now) == "wait"

@@ -98,11 +98,14 @@ def _part(part: str, sj: SlurmJob, others: Listing, now: dt.datetime) -> list[Ve
 
 
 def _singleton(sj: SlurmJob, others: Listing) -> Verdict:
-    """Met when no other job of the same user and name runs, or waits having been submitted first."""
+    """Met when no other job of the same user and name runs, or waits having been submitted first.
+
+    An array's tasks are one job to it: Slurm judges the array's dependency once, and every task starts
+    together when it is met (tests/fixtures/slurm/singleton_array.txt)."""
     if sj.job_id not in others.jobs:
         return "wait"  # not the listing the job was seen in: nothing to judge by
     for o in others.named(sj.user, sj.name):
-        if o.job_id == sj.job_id:
+        if o.job_id == sj.job_id or (sj.array_job_id and o.array_job_id == sj.array_job_id):
             continue
         if o.state in FINISHED_STATES or o.state == "COMPLETING":
             continue

@@ -44,7 +44,7 @@ from hivebatch.testing.fake_slurm.sbatch import (
     size_mb,
     time_limit,
 )
-from hivebatch.testing.fake_slurm.scheduler import site_kills_invalid_dep, try_start
+from hivebatch.testing.fake_slurm.scheduler import singleton_status, site_kills_invalid_dep, try_start
 from hivebatch.testing.fake_slurm.state import (
     MIN_JOB_AGE_S,
     QOS_NAMES,
@@ -365,6 +365,8 @@ class FakeSlurm(SlurmBackend):
             # a hold set at submit, by the user or by the job_submit plugin, is a user hold on 22.05
             j.reason = "JobHeldUser" if not self._is_admin() else "JobHeldAdmin"
         self._s.jobs[jid] = j
+        if j.dependency == "singleton":
+            singleton_status(self._s, j, held_too=True)  # slurmctld tests it at submission, held or not
         self._maybe_schedule()
         return jid
 
@@ -434,6 +436,11 @@ class FakeSlurm(SlurmBackend):
                 park_owner_release(j)
                 if self._is_admin():  # the plugin writes no site factor on an owner's update
                     unmark_operator_hold(j)
+        self._maybe_schedule()
+
+    def clear_dependency(self, job_id: int) -> None:
+        cmd = ["scontrol", "update", f"JobId={job_id}", "Dependency="]
+        self._unfinished("clear_dependency", job_id, cmd).dependency = ""
         self._maybe_schedule()
 
     def clear_begin_time(self, job_id: int, to: datetime | None = None) -> None:

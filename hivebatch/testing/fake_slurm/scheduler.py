@@ -129,7 +129,7 @@ def try_start(state: State, j: Job) -> bool:
         # (tests/fixtures/slurm/bad_constraints_held.txt)
         j.reason, j.held_by_slurm = "BadConstraints", True
         return False
-    if _kills_on_invalid_dep(state, j) and dependency_status(state, j.dependency) == "failed":
+    if _kills_on_invalid_dep(state, j) and dependency_status(state, j) == "failed":
         # job_independent tests the dependency before the begin time (kill_invalid_dep.txt)
         j.state, j.reason, j.exit_code = "CANCELLED", "DependencyNeverSatisfied", "0:0"
         j.end_time = state.now()
@@ -143,7 +143,7 @@ def try_start(state: State, j: Job) -> bool:
     if _over_user_gpu_limit(state, j):
         j.reason = "QOSMaxGRESPerUser"
         return False
-    status = dependency_status(state, j.dependency)
+    status = dependency_status(state, j)
     if status == "fulfilled" and past_deadline(state, j):
         return False
     if status != "fulfilled":
@@ -198,14 +198,34 @@ def requeue_in_the_way(state: State, chosen: dict[str, tuple[list[int], dict[int
     return cleared
 
 
-def dependency_status(state: State, dependency: str) -> str:
-    """fulfilled | unfulfilled | failed, for afterok/afterany on jobs of this fake (as Slurm judges them)."""
+def dependency_status(state: State, j: Job) -> str:
+    """fulfilled | unfulfilled | failed, for afterok/afterany and singleton on jobs of this fake (as Slurm
+    judges them)."""
+    dependency = j.dependency
     if not dependency:
         return "fulfilled"
+    if dependency == "singleton":
+        return singleton_status(state, j)
     kind, _, ids = dependency.partition(":")
     others = [state.jobs.get(int(i)) for i in ids.split(":") if i.isdigit()]
     if any(o is None or o.state not in FINISHED_STATES for o in others):
         return "unfulfilled"
     if kind == "afterok" and any(o is not None and o.state != "COMPLETED" for o in others):
         return "failed"
+    return "fulfilled"
+
+
+def singleton_status(state: State, j: Job, held_too: bool = False) -> str:
+    """slurmctld's _find_singleton_job: unfulfilled while another job of the user and name runs, or waits
+    submitted first; an array's tasks split off are jobs of their own to it (singleton_array.txt). It
+    tests at submission and when it schedules, never a held job (whose state stays as last tested), and
+    drops a dependency it found met."""
+    if j.held and not held_too:
+        return "unfulfilled"
+    for o in state.jobs.values():
+        if o is j or (o.user, o.name) != (j.user, j.name):
+            continue
+        if o.state == "RUNNING" or (o.state == "PENDING" and o.job_id < j.job_id):
+            return "unfulfilled"
+    j.dependency = ""
     return "fulfilled"

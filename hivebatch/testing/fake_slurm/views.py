@@ -10,7 +10,7 @@ from hivebatch.testing.fake_slurm.state import Job, State
 
 def dependency_text(state: State, j: Job) -> str:
     """squeue's form: the condition with its state, "" once fulfilled (Slurm drops it then)."""
-    status = dependency_status(state, j.dependency)
+    status = dependency_status(state, j)
     return "" if status == "fulfilled" or j.state != "PENDING" else f"{j.dependency}({status})"
 
 
