@@ -198,8 +198,12 @@ class SlurmJob:
 
     @property
     def array_pending_meta(self) -> bool:
-        """A record standing for pending array tasks not yet split off: never placed as one job."""
-        return bool(self.array_pending)
+        """A record standing for pending array tasks not yet split off: never placed as one job.
+
+        An array of one task (``--array=3``) keeps that form until it starts (squeue's ``520_[3]``), and
+        Slurm splits nothing off it: it is placed as the one job it is, named by its own id, which
+        ``scontrol release`` takes where ``520_3`` changes nothing (tests/fixtures/slurm/array_single_task.txt)."""
+        return bool(self.array_pending) and not self.array_pending.partition("%")[0].isdigit()
 
     @property
     def cancelled_on_invalid_dep(self) -> bool:

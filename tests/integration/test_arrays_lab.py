@@ -46,6 +46,23 @@ def test_array_tasks_run_each_on_their_own_gpu_within_the_throttle(ctl: Ctl) -> 
         assert seen[task] == (node, idx[0]) and ctl.job(jid).state == "done"
 
 
+def test_an_array_of_one_task_runs_on_the_gpu_the_cells_chose(ctl: Ctl) -> None:
+    # Slurm keeps it as 520_[3] until it starts and splits nothing off it; it waited for a split for ever
+    # (tests/fixtures/slurm/array_single_task.txt)
+    out = run_as("alice", ["sbatch", "--parsable", "-J", f"{ctl.tag}-one", "--array=3", "--gres=gpu:1", "-t", "5",
+                           "--chdir", str(ctl.jobs_dir), "-o", f"{ctl.tag}-one-%A_%a.out",
+                           "--wrap", 'echo "task=$SLURM_ARRAY_TASK_ID cvd=$CUDA_VISIBLE_DEVICES"'], timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    array = int(out.stdout.strip())
+    ctl.mine.add(array)
+    ctl.until(
+        lambda: ctl.job(array).state in ("placed", "running", "done"), what=lambda: ctl.job(array).reason
+    )
+    text = ctl.lab.wait_for_file(ctl.jobs_dir / f"{ctl.tag}-one-{array}_3.out", "cvd=")
+    ((node, idx),) = ctl.job(array).placement.items()
+    assert f"task=3 cvd={idx[0]}" in text and len(idx) == 1
+
+
 def test_an_array_its_owner_holds_waits_for_their_release(ctl: Ctl) -> None:
     # plain Slurm keeps it held; the controller's split, an admin's hold to Slurm, let its tasks be placed
     # without the owner's release (tests/fixtures/slurm/array_owner_hold.txt)

@@ -211,3 +211,16 @@ def test_a_placed_task_of_a_singleton_array_drops_the_dependency(tmp_path):
     assert [j.state for j in tasks] == ["RUNNING"] * 3, [(j.job_id, j.state, j.reason) for j in tasks]
     cleared = {args[0] for _, method, args in env.slurm.calls if method == "clear_dependency"}
     assert cleared and cleared <= {j.job_id for j in tasks}
+
+
+@pytest.mark.parametrize("spec", ["3", "1,1,1", "5%1"])
+def test_an_array_of_one_task_is_placed_as_the_job_it_is(tmp_path, spec):
+    # recorded on the lab (tests/fixtures/slurm/array_single_task.txt): Slurm keeps such a record as
+    # 520_[3] until it starts and splits nothing off it; hivebatch waited for a split for ever
+    env = make_env(tmp_path)
+    array = env.submit("alice", "cv", 1, extra=[f"--array={spec}"])
+    assert env.ctl.job(array).array_task_id is None and env.ctl.job(array).array_pending
+    env.cycle()
+    job = env.ctl.job(array)
+    assert job.state == "RUNNING" and job.array_task_id == int(spec[0]) and len(job.gpus) == 1
+    assert env.job(array).placement == {n: list(g) for n, g in job.gpus.items()}

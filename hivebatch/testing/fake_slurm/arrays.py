@@ -14,10 +14,8 @@ def make_array(j: Job, spec: str) -> None:
     """``--array=SPEC`` on a new job: it stands for every task until they are split off."""
     tasks, j.array_max = array_tasks(spec)
     j.array_job_id = j.job_id
-    if len(tasks) == 1:
-        j.array_task_id = tasks[0]
-    else:
-        j.array_pending = tasks
+    # an array of one task too: squeue shows it as 520_[3] until it starts (array_single_task.txt)
+    j.array_pending = tasks
 
 
 def split_task(state: State, array_job_id: int, task_id: int) -> Job:
@@ -32,6 +30,8 @@ def split_task(state: State, array_job_id: int, task_id: int) -> Job:
     )
     if meta is None:
         raise SlurmError(["scontrol", "hold", f"{array_job_id}_{task_id}"], 1, "Invalid job id specified")
+    if meta.array_pending == [task_id]:
+        return meta  # Slurm splits nothing off a record of one task (array_single_task.txt)
     meta.array_pending.remove(task_id)
     jid = state.next_id
     state.next_id += 1

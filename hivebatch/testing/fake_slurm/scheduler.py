@@ -167,6 +167,8 @@ def try_start(state: State, j: Job) -> bool:
         j.reason = "Resources"
         return False
     j.state, j.reason = "RUNNING", "None"
+    if len(j.array_pending) == 1:  # a record of one task runs as that task (array_single_task.txt)
+        j.array_task_id = j.array_pending.pop()
     j.nodes = list(chosen)
     j.gpus = {n: g for n, (g, _) in chosen.items() if g}
     j.shards = {n: s for n, (_, s) in chosen.items() if s}
