@@ -131,15 +131,19 @@ class CliBackend(SlurmBackend):
     def submit_told(
         self, script_text: str, sbatch_args: list[str], env: dict[str, str] | None = None
     ) -> tuple[int, list[str]]:
-        if not script_text.startswith("#!"):
-            raise SlurmError(["sbatch"], 1, "the batch script must start with a #! line")
-        res = self._completed(["sbatch", "--parsable", *sbatch_args], stdin=script_text, env=env)
+        res = self._sbatch("--parsable", script_text, sbatch_args, env)
         return parse_job_id(res.stdout), [ln for ln in res.stderr.splitlines() if ln.strip()]
 
     def check_submission(self, script_text: str, sbatch_args: list[str]) -> None:
+        self._sbatch("--test-only", script_text, sbatch_args)
+
+    def _sbatch(
+        self, mode: str, script_text: str, sbatch_args: list[str], env: dict[str, str] | None = None
+    ) -> Completed:
+        """sbatch ``mode`` (--parsable or --test-only) with the script on its standard input."""
         if not script_text.startswith("#!"):
             raise SlurmError(["sbatch"], 1, "the batch script must start with a #! line")
-        self._completed(["sbatch", "--test-only", *sbatch_args], stdin=script_text)
+        return self._completed(["sbatch", mode, *sbatch_args], stdin=script_text, env=env)
 
     def update_pending(
         self,
