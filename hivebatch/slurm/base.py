@@ -135,7 +135,7 @@ class SlurmBackend(ABC):
 
     @abstractmethod
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:
-        """The GPU indices per node Slurm allocated a running job (``scontrol -d show job``, IDX)."""
+        """The GPU indices per node Slurm allocated a running job, read afresh (IDX of its gres detail)."""
 
     @abstractmethod
     def ping(self) -> None:

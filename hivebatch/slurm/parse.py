@@ -502,20 +502,6 @@ def parse_sacct(text: str, fields: Iterable[str] = SACCT_FIELDS, delimiter: str 
     return records
 
 
-_DETAIL_LINE = re.compile(r"^\s*Nodes=(?P<nodes>\S+)\s.*\bGRES=(?P<gres>\S*)", re.MULTILINE)
-
-
-def parse_job_gpus(text: str) -> dict[str, list[int]]:
-    """Whole-GPU indices per node from ``scontrol -d show job`` (its ``Nodes=… GRES=gpu:g0:1(IDX:0)`` lines)."""
-    out: dict[str, list[int]] = {}
-    for m in _DETAIL_LINE.finditer(text):
-        gpus, _shards = gpus_in_detail(m.group("gres"))
-        for node in expand_hostlist(m.group("nodes")):
-            if gpus:
-                out[node] = sorted(set(out.get(node, [])) | set(gpus))
-    return out
-
-
 def parse_job_id(stdout: str) -> int:
     """``sbatch --parsable`` prints 'ID' or 'ID;cluster'."""
     first = stdout.strip().splitlines()[-1] if stdout.strip() else ""

@@ -57,16 +57,22 @@ def test_listing_through_the_cli_backend_raises_on_the_recorded_outage() -> None
         CliBackend(lambda argv, stdin, env: down).list_jobs()
 
 
-def test_scontrol_detail_and_squeue_agree_on_the_gpu_indices() -> None:
-    """The indices the controller checks a grant against: squeue's gres detail, confirmed by
-    ``scontrol -d show job`` (both recorded for the same running job 3 of the lab)."""
-    from hivebatch.slurm.parse import parse_job_gpus
+def test_a_jobs_gpu_indices_are_read_from_squeues_structured_record() -> None:
+    """The indices a suspected grant mismatch is checked against come from squeue's JSON gres detail.
+    ``scontrol -d show job`` prints the job's name as typed, so a name with a line break adds a detail
+    line of the owner's choosing (recorded for the same lab job: node4 IDX 7 on a job running on node1)."""
+    recorded = (FIXTURES / "squeue_feigned_detail_name.json").read_text()
+    asked: list[list[str]] = []
 
-    squeue = {j.job_id: j for j in parse_squeue_json((FIXTURES / "squeue.json").read_text())}
-    scontrol = parse_job_gpus((FIXTURES / "scontrol_show_job_multinode.txt").read_text())
-    assert scontrol == squeue[3].gpus == {"node3": [0, 1], "node4": [0, 1]}
-    recorded = Completed(0, (FIXTURES / "scontrol_show_job_multinode.txt").read_text(), "")
-    assert CliBackend(lambda argv, stdin, env: recorded).job_gpus(3) == scontrol
+    def answer(argv: list[str], stdin: str | None, env: object) -> Completed:
+        asked.append(argv)
+        return Completed(0, recorded, "")
+
+    feigned = (FIXTURES / "scontrol_feigned_detail_name.txt").read_text()
+    assert "Nodes=node4 CPU_IDs=0 Mem=0 GRES=gpu:g7:1(IDX:7)" in feigned.splitlines()[1]
+    assert CliBackend(answer).job_gpus(619) == {"node1": [4, 5]}
+    assert CliBackend(answer).job_gpus(620) == {}
+    assert asked[0][:2] == ["squeue", "--json"]
 
 
 def test_admin_comment_is_read_and_is_not_the_owners_to_change() -> None:

@@ -109,7 +109,7 @@ def picked_within(job: Job, actual: dict[str, list[int]]) -> bool:
 
 def granted_kept(session: Session, rec: Recorder, job: Job, sj: SlurmJob, backend: SlurmBackend) -> bool:
     """Does Slurm run the job on the GPU indices it was granted (IDX in squeue's gres detail, confirmed
-    by ``scontrol -d show job``), or, pinned untyped, on GPUs among those held for it? If not, that is
+    by a fresh read of the job), or, pinned untyped, on GPUs among those held for it? If not, that is
     an incident, never accepted: the job is requeued and held, to be placed again (a typed job on its
     granted indices, as Slurm keeps its typed gres). Until the requeue succeeds the ledger keeps the
     granted GPUs, and the ones really in use are held as foreign from the nodes' GPU use."""

@@ -582,8 +582,7 @@ class FakeSlurm(SlurmBackend):
         return self.user in ("root", "slurm")  # the fake's SlurmUser is slurm
 
     def job_gpus(self, job_id: int) -> dict[str, list[int]]:
-        self._answering("scontrol -d show job", CONTROLLER_UNREACHABLE)
-        return {n: list(g) for n, g in self._get(job_id, "scontrol").gpus.items()}
+        return next((j.gpus for j in self.list_jobs([job_id])), {})
 
     def ping(self) -> None:
         if not self._s.controller_up:
