@@ -38,6 +38,8 @@ class Submission:
     sbatch_args: list[str]
     env: dict[str, str]
     parsable: bool = False
+    quiet: bool = False
+    wait: bool = False
     dry_run: bool = False
     test_only: bool = False
     config_path: Path | None = None
@@ -47,6 +49,17 @@ class Submission:
     # options that must sit in the job script, where Slurm's job_submit plugin can read them
     directives: list[str] = field(default_factory=list)
     _job_script: str | None = None
+
+    @property
+    def attached(self) -> bool:
+        """Whether sbatch itself shows the outcome (-Q prints nothing, --wait waits for the job's end)."""
+        return self.quiet or self.wait
+
+    def sbatch_command(self) -> list[str]:
+        """What hsub runs: sbatch with --parsable (hsub prints the id itself), or, attached, with the
+        user's own choice of output."""
+        wanted = ["--parsable"] if self.parsable or not self.attached else []
+        return ["sbatch", *wanted, *self.sbatch_args]
 
     def job_script(self) -> str:
         if self._job_script is None:
@@ -375,6 +388,8 @@ def prepare(
         sbatch_args=[],
         env=submit_env(environ),
         parsable=bool(values.get("parsable")),
+        quiet=bool(values.get("quiet")),
+        wait=bool(values.get("wait")),
         dry_run=bool(values.get("dry_run")),
         test_only=bool(values.get("test_only")),
     )

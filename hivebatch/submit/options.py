@@ -96,6 +96,8 @@ READ_BY_HSUB: dict[str, str] = {
     "dependency": "start after other jobs, e.g. afterok:123",
     "array": "job array indices, e.g. 0-9%2",
     "parsable": "print only the job id",
+    "quiet": "print no job id, only errors",
+    "wait": "wait for the job to end, then exit with its exit code",
     "wrap": "run this shell command instead of a script",
     "requeue": "allow the job to be requeued",
     "no-requeue": "do not requeue (not allowed for opportunistic jobs)",

@@ -404,3 +404,31 @@ def test_hsub_test_only_refuses_what_sbatch_test_only_refuses(
     assert live.stderr.startswith(f"hsub: error: {refusal}") and len(live.stderr.splitlines()) == 1, (
         live.stderr
     )
+
+
+def test_hsub_quiet_and_wait_show_what_sbatch_shows(site: Site, slurm_lab, lab_jobs) -> None:  # type: ignore[no-untyped-def]
+    # plain sbatch on the lab: tests/fixtures/slurm/sbatch_quiet_wait.txt
+    script = write_script(site, "exit3.sh", "#!/bin/bash\nsleep 2\nexit 3\n")
+    name = f"quiet-{uuid.uuid4().hex[:8]}"
+    quiet = site.as_user("alice", "hsub", "-Q", "-J", name, "--gpus=1", "-o", "/dev/null", str(script))
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    listed = subprocess.run(
+        ["squeue", "-h", "-n", name, "-o", "%i %u"], capture_output=True, text=True, check=True
+    )
+    job, user = listed.stdout.split()
+    lab_jobs.append(int(job))
+    assert user == "alice"
+
+    exe = str(site.user_bin / "hsub")
+    waiting = subprocess.Popen(["runuser", "-u", "alice", "--", exe, "--wait", "--gpus=1", "-o", "/dev/null", str(script)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=site.env(), cwd=site.dir)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while waiting.poll() is None and time.monotonic() < deadline:
+        site.controller_once()  # places it; sbatch --wait returns once the job has ended
+        time.sleep(1)
+    if waiting.poll() is None:
+        waiting.kill()
+    out, err = waiting.communicate()
+    assert waiting.returncode == 3, (out, err)
+    assert re.fullmatch(r"Submitted batch job \d+\n", out), (out, err)
+    lab_jobs.append(int(out.split()[-1]))

@@ -11,8 +11,12 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 from hivebatch.errors import HivebatchError
+
+if TYPE_CHECKING:
+    from hivebatch.submit.build import Submission
 
 PROG = "hsub"
 
@@ -72,13 +76,14 @@ def run(argv: list[str]) -> int:
     from hivebatch.submit.build import prepare, stdin_reader
 
     sub = prepare(argv, stdin_read=stdin_reader())
-    for note in sub.notes:
-        print(f"{PROG}: note: {note}", file=sys.stderr)
+    if not sub.quiet:  # sbatch -Q shows no notes either
+        for note in sub.notes:
+            print(f"{PROG}: note: {note}", file=sys.stderr)
 
     if sub.dry_run:
         script = sub.job_script()
         print("# sbatch command (the job script below is given on its standard input):")
-        print(shlex.join(["sbatch", "--parsable", *sub.sbatch_args]))
+        print(shlex.join(sub.sbatch_command()))
         print("# job script:")
         sys.stdout.write(script)
         return 0
@@ -102,6 +107,8 @@ def run(argv: list[str]) -> int:
             get_backend().check_submission(script, sub.sbatch_args)
             print(prediction)
             return 0
+        if sub.attached:
+            return _attached(sub, script)
         job_id, told = get_backend().submit_told(script, sub.sbatch_args)
     except SlurmError as exc:
         raise HivebatchError(slurm_refusal(exc, sub.request.vc, sub.request.qos)) from None
@@ -111,6 +118,31 @@ def run(argv: list[str]) -> int:
     else:
         print(f"Submitted batch job {job_id}")
     return 0
+
+
+# what sbatch --wait says while it waits, after the job was accepted (src/sbatch/sbatch.c, _job_wait)
+_WAITING = ("sbatch: error: Job ", "sbatch: error: Currently unable to load job state")
+
+
+def _attached(sub: Submission, script: str) -> int:
+    """sbatch shows the outcome itself (-Q, --wait); hsub passes its exit code on (with --wait, the
+    job's) and turns a refusal into hsub's one line, as for any other submission."""
+    from hivebatch.slurm.attached import sbatch_attached
+
+    refused: list[str] = []
+
+    def told(line: str) -> None:
+        if line.startswith("sbatch: error: ") and not line.startswith(_WAITING):
+            refused.append(line)
+        else:
+            relay_told([line], sub.notes)
+
+    code = sbatch_attached(script, sub.sbatch_command()[1:], told)
+    if code != 0 and refused:
+        raise HivebatchError(slurm_refusal(Exception("\n".join(refused)), sub.request.vc, sub.request.qos))
+    for line in refused:
+        print(line, file=sys.stderr)
+    return code
 
 
 def relay_told(lines: list[str], said: list[str]) -> None:
