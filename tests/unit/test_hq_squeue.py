@@ -173,7 +173,8 @@ def _recorded_squeue(
     recorded = json.loads(
         (Path(__file__).resolve().parents[1] / "fixtures" / "squeue" / f"{name}.json").read_text()
     )
-    assert marked_format(flag, recorded["format"])[0] == recorded["marked"]
+    assert marked_format(flag, recorded["format"], recorded.get("tag", ""))[0] == recorded["marked"]
+    monkeypatch.setattr(hq_squeue, "new_tag", lambda: recorded.get("tag", ""))
     asked: list[list[str]] = []
     monkeypatch.setattr(
         hq_squeue, "run_squeue", lambda args: asked.append(list(args)) or recorded["squeue_stdout"]
@@ -200,3 +201,31 @@ def test_hq_long_iterating_prints_squeues_date_line_once(
         hq_cli.run(["-l", "-i", "5"])
     out = capsys.readouterr().out.splitlines()
     assert out[0] == long["plain_squeue_long"].splitlines()[0] and out[1].split()[0] == "JOBID"
+
+
+def test_hq_start_keeps_a_name_with_a_line_break_or_markers_with_its_job(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # recorded on the lab (tests/fixtures/squeue/start_names.json): job 754 is named "two\nlines", and
+    # job 755 is named with the characters of job 753's marker in an untagged format
+    import datetime as dt
+
+    from hivebatch.cli.hq import main as hq_cli
+    from hivebatch.cli.hq.rows import JobRow
+
+    at = {753: dt.datetime(2026, 11, 30, 12, 0), 754: dt.datetime(2026, 11, 30, 11, 0), 755: dt.datetime(2026, 11, 30, 11, 30)}  # fmt: skip
+    rows = [JobRow(job_id=j, state="PENDING", predicted_start=t, reason=f"waits {j}") for j, t in at.items()]
+    start, asked = _recorded_squeue(monkeypatch, "start_names", "o", rows)
+    monkeypatch.setattr(hq_cli, "_now", lambda: dt.datetime(2026, 11, 30, 10, 0))
+    assert hq_cli.run(["--start", "-u", "alice"]) == 0
+    assert asked == [["--start", "-u", "alice", "-o", start["marked"]]]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == start["plain_squeue_start"].splitlines()[0]
+    # by predicted start, the name's two lines together: 754 (11:00), 755 (11:30), 753 (12:00)
+    assert lines[1].split()[:3] == ["754", "gpu", "two"]
+    assert lines[2].split()[0] == "line" and lines[2].endswith("(waits 754)")
+    assert (
+        lines[3].split()[0] == "755" and "\x01753\x020\x03" in lines[3] and lines[3].endswith("(waits 755)")
+    )
+    assert lines[4].split()[0] == "753" and lines[4].endswith("(waits 753)")
+    assert len(lines) == 5 and not any("\x1e" in line or "hb0123456789ab" in line for line in lines)

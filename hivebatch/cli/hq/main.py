@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -321,43 +320,56 @@ def _show_jobs(args: Any, fmt: tuple[str, str] | None) -> None:
 
 def _show_marked(args: Any, fmt: tuple[str, str]) -> None:
     """squeue's output for the format asked, hivebatch's columns filled in from hivebatch's rows."""
+    from hivebatch.cli.hq import squeue as sq
     from hivebatch.cli.hq.columns import FIELDS
-    from hivebatch.cli.hq.squeue import fill_markers, marked_format, run_squeue
 
     flag, text = fmt
-    marked, cols = marked_format(flag, text)
-    out = run_squeue([*_without_format(args.squeue), f"-{flag}", marked])
-    ids = sorted({int(m) for m in re.findall(r"(\d+) *\x02", out)})
+    tag = sq.new_tag()
+    marked, cols = sq.marked_format(flag, text, tag)
+    out = sq.run_squeue([*_without_format(args.squeue), f"-{flag}", marked])
+    ids = sq.marked_ids(out, tag)
     by_id = {r.job_id: r for r in _rows(args, ids)} if ids else {}
     now = _now()
     if "start" in args.options and "sort" not in args.options:
-        out = _by_predicted_start(out, by_id)
+        out = _by_predicted_start(out, by_id, tag)
 
     def value(field: str, job_id: int) -> str:
         row = by_id.get(job_id)
         return FIELDS[field].get(row, now) if row is not None else "-"
 
-    sys.stdout.write(fill_markers(out, cols, value))
+    sys.stdout.write(sq.fill_markers(out, cols, value, tag))
 
 
-def _by_predicted_start(out: str, by_id: dict[int, Any]) -> str:
-    """squeue --start's lines in order of the start shown (hivebatch's prediction, else Slurm's; unknown
-    last), as squeue sorts by its own (--sort=S); lines without a job (the header) stay first."""
+def _by_predicted_start(out: str, by_id: dict[int, Any], tag: str) -> str:
+    """squeue --start's records in order of the start shown (hivebatch's prediction, else Slurm's;
+    unknown last), as squeue sorts by its own (--sort=S); records without a job (the header) stay
+    first. A record is a line, or with an -o format all that follows its start (a name may hold a
+    line break)."""
     import datetime as dt
 
-    lines = out.split("\n")
-    tail = [lines.pop()] if lines and lines[-1] == "" else []
+    from hivebatch.cli.hq.squeue import RECORD, job_of_record
+
+    start = f"{RECORD}{tag}"
+    if tag and start in out:
+        before, *records = out.split(start)
+        records = [start + r for r in records]
+        tail: list[str] = []
+        joiner = ""
+    else:
+        lines = out.split("\n")
+        tail = [lines.pop()] if lines and lines[-1] == "" else []
+        before, records, joiner = "", lines, "\n"
     head: list[str] = []
     jobs: list[tuple[dt.datetime, str]] = []
-    for line in lines:
-        match = re.search(r"\x01(\d+)\x02", line)
-        if match is None:
-            head.append(line)
+    for record in records:
+        job = job_of_record(record, tag)
+        if job is None:
+            head.append(record)
             continue
-        row = by_id.get(int(match[1]))
+        row = by_id.get(job)
         shown = row.expected_start if row is not None else None
-        jobs.append((shown or dt.datetime.max, line))
-    return "\n".join([*head, *(line for _, line in sorted(jobs, key=lambda j: j[0])), *tail])
+        jobs.append((shown or dt.datetime.max, record))
+    return before + joiner.join([*head, *(r for _, r in sorted(jobs, key=lambda j: j[0])), *tail])
 
 
 def run_vc(argv: list[str]) -> int:

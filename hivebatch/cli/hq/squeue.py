@@ -9,6 +9,7 @@ sort and width keeps squeue's exact bytes.
 from __future__ import annotations
 
 import re
+import secrets
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -108,7 +109,30 @@ def read_args(argv: Sequence[str]) -> HqArgs:
 
 # -o: %[.][size]{name} for hivebatch's columns; -O: name[:[.][size][suffix]]
 _HB_PERCENT = re.compile(r"%(\.?)(\d*)\{(\w+)\}")
-_FILLED = re.compile("(?:^|\x01)([^\\s\x01]*) *\x02(\\d+)\x03")
+# starts each job's record in an -o format: a job name may hold a line break
+RECORD = "\x1e"
+
+
+def new_tag() -> str:
+    """A word no job name can know, in every marker of one squeue call: a name printed with the markers'
+    own characters must not read as another job's marker."""
+    return f"hb{secrets.token_hex(6)}"
+
+
+def _filled(tag: str) -> re.Pattern[str]:
+    return re.compile("(?:^|\x01)([^\\s\x01]*) *\x02" + re.escape(tag) + "(\\d+)\x03")
+
+
+def job_of_record(text: str, tag: str) -> int | None:
+    """The job a line (or an -o record) of marked squeue output is of: the id before its first marker."""
+    match = re.search("\x01(\\d+)\x02" + re.escape(tag) + "\\d+\x03", text) or re.search(
+        "^(\\d+) *\x02" + re.escape(tag) + "\\d+\x03", text, re.MULTILINE
+    )
+    return int(match[1]) if match else None
+
+
+def marked_ids(text: str, tag: str) -> list[int]:
+    return sorted({int(m) for m in re.findall("(\\d+) *\x02" + re.escape(tag) + "\\d+\x03", text)})
 
 
 @dataclass(frozen=True)
@@ -133,17 +157,19 @@ def _hb(name: str) -> tuple[str, str]:
     return found
 
 
-def marked_format(flag: str, text: str) -> tuple[str, list[HbColumn]]:
-    """The format given to squeue (hivebatch's columns as id markers) and those columns, in order."""
+def marked_format(flag: str, text: str, tag: str = "") -> tuple[str, list[HbColumn]]:
+    """The format given to squeue (hivebatch's columns as id markers carrying ``tag``) and those columns,
+    in order. With a tag, an -o format also starts each record with ``RECORD`` and the tag."""
     cols: list[HbColumn] = []
     if flag == "o":
 
         def mark(m: re.Match[str]) -> str:
             field, header = _hb(m.group(3))
             cols.append(HbColumn(field, header, int(m.group(2)) if m.group(2) else None, bool(m.group(1))))
-            return f"\x01%A\x02{len(cols) - 1}\x03"
+            return f"\x01%A\x02{tag}{len(cols) - 1}\x03"
 
-        return _HB_PERCENT.sub(mark, text), cols
+        marked = _HB_PERCENT.sub(mark, text)
+        return (f"{RECORD}{tag}{marked}" if tag else marked), cols
     # each of squeue's own fields goes to squeue as typed: a suffix after its width ("jobarrayid:.18 ,"
     # as squeue -l has it) is part of its output
     parts = text.split(",")
@@ -158,7 +184,7 @@ def marked_format(flag: str, text: str) -> tuple[str, list[HbColumn]]:
             # squeue's width when none is given; 0: as wide as the value (squeue -l's reasonlist:0)
             width = int(m.group(2)) if m.group(2) else 20
             cols.append(HbColumn(field, header, width or None, bool(m.group(1)), m.group(3)))
-            part = f"JobID:40\x02{len(cols) - 1}\x03"
+            part = f"JobID:40\x02{tag}{len(cols) - 1}\x03"
         if follows_hb:
             part += "\x01" if ":" in part else ":20\x01"  # squeue's width when none is given
         out.append(part)
@@ -172,9 +198,9 @@ def _fit(value: str, width: int | None, right: bool) -> str:
     return value.rjust(width) if right else value.ljust(width)
 
 
-def fill_markers(text: str, cols: list[HbColumn], value: Callable[[str, int], str]) -> str:
+def fill_markers(text: str, cols: list[HbColumn], value: Callable[[str, int], str], tag: str = "") -> str:
     """Each marker replaced by its column's value for that job (``value(field, job_id)``), or its header
-    on squeue's header line (where squeue printed JOBID for the marker)."""
+    on squeue's header line (where squeue printed JOBID for the marker); record starts dropped."""
 
     def one(m: re.Match[str]) -> str:
         col = cols[int(m.group(2))]
@@ -182,7 +208,10 @@ def fill_markers(text: str, cols: list[HbColumn], value: Callable[[str, int], st
         shown = col.header if not job.isdigit() else value(col.field, int(job))
         return _fit(shown, col.width, col.right) + col.suffix
 
-    return "\n".join(_FILLED.sub(one, line) for line in text.split("\n"))
+    if tag:
+        text = text.replace(f"{RECORD}{tag}", "")
+    filled = _filled(tag)
+    return "\n".join(filled.sub(one, line) for line in text.split("\n"))
 
 
 def run_squeue(args: Sequence[str]) -> str:
