@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,27 @@ def run_cli(command: click.Command, args: list[str] | None = None, prog_name: st
         sys.exit(1)
     except BrokenPipeError:
         sys.exit(0)
+
+
+class FiniteFloat(click.FloatRange):
+    """A number, optionally bounded. click's FLOAT and FloatRange take 'nan' and 'inf' (a NaN passes
+    every bound), on which a virtual clock, a rate or a deadline never ends: ``simulate --rate nan`` ran
+    for ever."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
+        return "FLOAT"
+
+
+#: a float option's type on every command
+FINITE = FiniteFloat()
 
 
 #: ``--config FILE``, the same on every command that reads etc/hivebatch.yaml

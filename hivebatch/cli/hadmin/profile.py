@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from hivebatch.cli.common import options
+from hivebatch.cli.common import FINITE, options
 from hivebatch.errors import HivebatchError
 
 
@@ -129,7 +129,7 @@ _MEASURE_OPTIONS = (
 _MODEL_OPTIONS = (
     click.option("--like", help="similar known model whose communication terms to borrow"),
     click.option("--family", help="model family (cnn, rnn, transformer, ...)"),
-    click.option("--params-m", type=float, help="parameter count in millions"),
+    click.option("--params-m", type=FINITE, help="parameter count in millions"),
 )
 
 #: the Slurm job and the wait for it
@@ -149,9 +149,9 @@ _JOB_OPTIONS = (
         "--wait/--no-wait", default=True, show_default=True, help="wait for the job and store the profile"
     ),
     click.option(
-        "--timeout", type=float, default=3600, show_default=True, help="seconds to wait for the job"
+        "--timeout", type=FINITE, default=3600, show_default=True, help="seconds to wait for the job"
     ),
-    click.option("--poll", type=float, default=2.0, hidden=True),
+    click.option("--poll", type=FINITE, default=2.0, hidden=True),
 )
 
 #: where the profile goes and how the result is printed

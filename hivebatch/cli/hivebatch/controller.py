@@ -8,7 +8,7 @@ import time
 
 import click
 
-from hivebatch.cli.common import config_option
+from hivebatch.cli.common import FiniteFloat, config_option
 from hivebatch.errors import HivebatchError
 
 log = logging.getLogger("hivebatch.controller")
@@ -34,7 +34,7 @@ def controller() -> None:
 @click.option("--loop", "mode", flag_value="loop", help="Run cycles until stopped.")
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloat(min=0.1),
     default=None,
     metavar="S",
     help="Seconds between cycles with --loop (default: controller.interval_s, 60).",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hivebatch.cli.common import config_option, options
+from hivebatch.cli.common import FINITE, config_option, options
 from hivebatch.errors import ConfigError, HivebatchError
 
 if TYPE_CHECKING:  # at run time imported where used, so --help does not load numpy
@@ -115,12 +115,12 @@ _FIT_OPTIONS = (
     ),
     click.option(
         "--holdout",
-        type=float,
+        type=FINITE,
         help="fraction of the placements rows held out to measure prediction error (e.g. 0.3)",
     ),
     click.option("--seed", type=int, default=0, show_default=True, help="seed of the random holdout split"),
     click.option("--family", help="model family for similarity fallback (cnn, rnn, transformer, ...)"),
-    click.option("--params-m", type=float, help="parameter count in millions, for similarity fallback"),
+    click.option("--params-m", type=FINITE, help="parameter count in millions, for similarity fallback"),
     click.option("--dry-run", is_flag=True, help="fit and report, store nothing"),
 )
 
@@ -274,10 +274,10 @@ _PREDICT_OPTIONS = (
     ),
     click.option("--like", help="use this model's profile when NAME has none"),
     click.option("--family", help="model family, for fallback when NAME has no profile"),
-    click.option("--params-m", type=float, help="parameter count in millions, for fallback"),
+    click.option("--params-m", type=FINITE, help="parameter count in millions, for fallback"),
     click.option(
         "--overhead",
-        type=float,
+        type=FINITE,
         help="start-up overhead v in seconds (default: qos.startup_overhead_s, else 30)",
     ),
 )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hivebatch.cli.common import options
+from hivebatch.cli.common import FINITE, FiniteFloat, options
 from hivebatch.errors import HivebatchError
 
 if TYPE_CHECKING:
@@ -33,16 +33,16 @@ _SLICE_OPTIONS = (
         type=click.Path(dir_okay=False),
         help="vc,nodes CSV of the trace's own VCs (Philly); their jobs are mapped onto the config's VCs.",
     ),
-    click.option("--start", "start_h", type=float, default=0.0, show_default=True,
+    click.option("--start", "start_h", type=FINITE, default=0.0, show_default=True,
                  help="Start of the slice, trace hours after the trace's first arrival."),
-    click.option("--hours", type=float, default=1.0, show_default=True, help="Length of the slice's arrival window, trace hours."),
+    click.option("--hours", type=FINITE, default=1.0, show_default=True, help="Length of the slice's arrival window, trace hours."),
     click.option("--max-jobs", type=int, help="Replay only the slice's first N jobs."),
     click.option("--alone", metavar="VC",
                  help="Replay only this VC's jobs of the slice, at the same times: its private cluster, measured "
                       "on Slurm (the simulator's baseline for its excess wait)."),
-    click.option("--speedup", type=float, default=8.0, show_default=True, help="Trace seconds per real second."),
-    click.option("--min-run", type=float, default=3.0, show_default=True, help="Shortest run, real seconds."),
-    click.option("--max-run", type=float, default=60.0, show_default=True, help="Longest run, real seconds (longer jobs are cut)."),
+    click.option("--speedup", type=FINITE, default=8.0, show_default=True, help="Trace seconds per real second."),
+    click.option("--min-run", type=FINITE, default=3.0, show_default=True, help="Shortest run, real seconds."),
+    click.option("--max-run", type=FINITE, default=60.0, show_default=True, help="Longest run, real seconds (longer jobs are cut)."),
 )  # fmt: skip
 
 _RUN_OPTIONS = (
@@ -61,8 +61,8 @@ _RUN_OPTIONS = (
     ),
     click.option("--operator", default="hbctl", show_default=True, help="The controller's user (a Slurm Operator)."),
     click.option("--user", "users", multiple=True, metavar="VC=USER", help="Who submits a VC's jobs in hivebatch mode (repeatable)."),
-    click.option("--interval", type=float, default=2.0, show_default=True, help="Controller cycle period, real seconds."),
-    click.option("--start-latency", type=click.FloatRange(min=0), default=0.8, show_default=True,
+    click.option("--interval", type=FINITE, default=2.0, show_default=True, help="Controller cycle period, real seconds."),
+    click.option("--start-latency", type=FiniteFloat(min=0), default=0.8, show_default=True,
                  help="For the simulator: real seconds from the controller's release of a placed job to Slurm's "
                       "start of it (0.6-0.9 s on average on the lab, from slurmctld's log)."),
     click.option("--phases", type=click.IntRange(min=0), default=16, show_default=True,
@@ -71,14 +71,14 @@ _RUN_OPTIONS = (
     click.option("--policy", help="The controller's policy (default: the config's controller.policy, else qos)."),
     click.option("--plain-policy", default="tetris-perf", show_default=True,
                  help="Simulator policy predicting plain Slurm (tetris-perf: arrival order, later jobs fill gaps, as backfill does)."),
-    click.option("--timeout", type=float, default=1800.0, show_default=True, help="Give up on a replay after this many real seconds."),
+    click.option("--timeout", type=FINITE, default=1800.0, show_default=True, help="Give up on a replay after this many real seconds."),
     click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
                  help="Keep the hivebatch run's ledger and config in this new directory, to read the "
                       "controller's decisions afterwards (hadmin events --config DIR/hivebatch.yaml)."),
     click.option("--json", "as_json", is_flag=True, help="One JSON object with every figure."),
-    click.option("--until", "until_h", type=float, help="--mode find: scan slices starting up to this trace hour (default: the trace's end)."),
-    click.option("--step", "step_h", type=float, default=1.0, show_default=True, help="--mode find: trace hours between the slices' starts."),
-    click.option("--budget", type=float, default=900.0, show_default=True,
+    click.option("--until", "until_h", type=FINITE, help="--mode find: scan slices starting up to this trace hour (default: the trace's end)."),
+    click.option("--step", "step_h", type=FINITE, default=1.0, show_default=True, help="--mode find: trace hours between the slices' starts."),
+    click.option("--budget", type=FINITE, default=900.0, show_default=True,
                  help="--mode find: real seconds each replay of a slice may take, waits included (as simulated)."),
 )  # fmt: skip
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hivebatch.cli.common import options
+from hivebatch.cli.common import FINITE, options
 from hivebatch.errors import HivebatchError
 
 if TYPE_CHECKING:  # at run time imported where used, so --help does not load numpy
@@ -278,14 +278,14 @@ _WORKLOAD_OPTIONS = (
     ),
     click.option(
         "--rate",
-        type=float,
+        type=FINITE,
         default=10.0,
         show_default=True,
         help="Paper workload: Poisson arrivals, jobs per hour.",
     ),
     click.option(
         "--hours",
-        type=float,
+        type=FINITE,
         default=24.0,
         show_default=True,
         help="Paper workload: arrival window in hours.",
@@ -344,7 +344,7 @@ _REPLAY_OPTIONS = (
     ),
     click.option(
         "--opportunistic",
-        type=float,
+        type=FINITE,
         default=0.0,
         show_default=True,
         help="Paper workload: fraction of jobs submitted as opportunistic.",
@@ -358,7 +358,7 @@ _REPLAY_OPTIONS = (
     ),
     click.option(
         "--target-load",
-        type=float,
+        type=FINITE,
         help="With --vcs: resize each VC to its jobs' demand so the replay runs at this load (e.g. 0.7).",
     ),
     click.option("--no-private", is_flag=True, help="Skip the private-cluster baseline runs."),
@@ -369,14 +369,14 @@ _REPLAY_OPTIONS = (
     ),
     click.option(
         "--starve-after-h",
-        type=float,
+        type=FINITE,
         default=12.0,
         show_default=True,
         help="With reservations: a job waiting this long (hours) becomes its VC's head, whatever the policy's order.",
     ),
     click.option(
         "--fairshare-half-life-h",
-        type=float,
+        type=FINITE,
         help="Order a VC's jobs of one class by their users' GPU-hours decaying with this half-life (hours).",
     ),
 )
