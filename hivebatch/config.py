@@ -8,6 +8,7 @@ module locates the file, refuses duplicate keys, unknown sections and unknown ke
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,9 @@ def controller_seconds(section: dict[str, Any], key: str, default: float) -> flo
         value = float(section.get(key, default))
     except (TypeError, ValueError):
         raise ConfigError(f"controller.{key} must be a number of seconds, e.g. {default:.0f}") from None
-    if value <= 0:
-        raise ConfigError(f"controller.{key} must be more than 0 seconds")
+    if not math.isfinite(value) or value <= 0:
+        # YAML reads .nan and .inf as floats: a NaN interval or timeout would pass a plain bound
+        raise ConfigError(
+            f"controller.{key} must be more than 0 seconds (a finite number), e.g. {default:.0f}"
+        )
     return value

@@ -113,3 +113,17 @@ def test_a_loaded_config_can_be_written_back() -> None:
 def test_the_limits_section_the_example_documents_is_a_known_section(tmp_path: Path) -> None:
     path = variant(tmp_path, "# limits:", "limits: {gpus: 64}\n# limits:")
     assert load_config(path)[1]["limits"] == {"gpus": 64}
+
+
+@pytest.mark.parametrize("word", [".nan", ".inf"])
+def test_a_controller_time_yaml_reads_as_nan_or_inf_is_refused(word: str) -> None:
+    import yaml
+
+    from hivebatch.config import ConfigError, controller_seconds
+
+    section = yaml.safe_load(f"{{interval_s: {word}, start_timeout_s: 120}}")
+    with pytest.raises(
+        ConfigError, match=r"^controller.interval_s must be more than 0 seconds \(a finite number\)"
+    ):
+        controller_seconds(section, "interval_s", 60.0)
+    assert controller_seconds(section, "start_timeout_s", 300.0) == 120.0
