@@ -48,7 +48,7 @@ def _step(env: Env, job: Job, state: str, held: bool) -> tuple[Ledger, Backend, 
         session.add(job)
         session.flush()
         sj = slurm_job(job, held=held, state=state)
-        sj.start_time = NOW
+        sj.start_time = NOW.replace(tzinfo=dt.UTC)  # as every backend reads it: aware UTC
         ledger = Ledger(jobs={job.slurm_job_id: job}, slurm={job.slurm_job_id: sj})
         follow(session, Recorder(NOW), ledger, job, sj, phase(state), backend)
         return ledger, backend, _kinds(session)
