@@ -40,6 +40,7 @@ def faults(
     else:
         url = f"sqlite:///{work / 'hb.db'}"
     lab = FaultLab(slurm_lab, work, write_config(work, url), url)
+    lab.ensure_slurmctld()
     lab.cancel_all()
     try:
         yield lab

@@ -144,13 +144,13 @@ class FaultLab:
     # --- the controller --------------------------------------------------------------------------
 
     def once(
-        self, kill_at: str | None = None, config: Path | None = None
+        self, kill_at: str | None = None, config: Path | None = None, timeout_s: float = 120.0
     ) -> subprocess.CompletedProcess[str]:
         """One controller cycle in its own process; ``kill_at`` names the step where it is killed (-9)."""
         argv = [sys.executable, KILLER, kill_at, str(config or self.config)] if kill_at else [
             HIVEBATCH, "controller", "run", "--once", "--config", str(config or self.config)]  # fmt: skip
         self.rounds += 1
-        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
 
     def until_all_run(self, timeout_s: float = 60.0) -> None:
         """Cycles until every submitted job runs in Slurm (and the ledger says so)."""
@@ -190,6 +190,20 @@ class FaultLab:
                 return
             time.sleep(0.2)
         raise AssertionError("slurmctld did not come back")
+
+    def ensure_slurmctld(self) -> None:
+        """slurmctld up, started again if a test before this one left it stopped (its failure stays its
+        own instead of failing every test after it)."""
+        if subprocess.run(["scontrol", "ping"], capture_output=True, check=False).returncode == 0:
+            return
+        pid_file = self.lab.dir / "run" / "slurmctld.pid"
+        try:
+            os.kill(int(pid_file.read_text()), 0)
+            return  # it is there, only slow to answer: the test will say so
+        except (OSError, ValueError):
+            pass
+        self.start_slurmctld()
+        self.wait_registered()
 
     def wait_registered(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -245,10 +259,15 @@ class FaultLab:
     def cancel_all(self) -> None:
         for user in USERS:
             subprocess.run(["scancel", "-u", user], capture_output=True, check=False, timeout=30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(
-            j.state in ("RUNNING", "COMPLETING") for j in self.slurm_jobs().values()
-        ):
+        # until the nodes have ended them: squeue's JSON shows such a job CANCELLED at once, its text
+        # state COMPLETING. A slurmctld stopped meanwhile waits for those ends before it exits (seen
+        # on the lab: 57 s, which ran a bounced cycle past its time limit)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            listed = subprocess.run(["squeue", "-h", "-t", "CF,R,CG,S", "-u", ",".join(USERS), "-o", "%i"],
+                                    capture_output=True, text=True, check=False, timeout=30)  # fmt: skip
+            if listed.returncode == 0 and not listed.stdout.strip():
+                return
             time.sleep(0.3)
 
 

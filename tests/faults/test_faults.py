@@ -44,7 +44,10 @@ def test_slurmctld_stopped_mid_cycle_and_restarted(faults: FaultLab) -> None:
 
 def test_slurmctld_stopped_and_restarted_inside_one_cycle(faults: FaultLab) -> None:
     _submit_spread(faults)
-    res = faults.once(kill_at="ctld-bounce")  # 6 placements: the bounce makes at least the 1st fail
+    # 6 placements: the bounce makes at least the 1st fail. Each scontrol update sent while slurmctld is
+    # down waits out SlurmctldTimeout (30 s on the lab) before it fails: on a loaded machine the cycle
+    # took over 120 s, and slurmctld was left stopped for the tests after it
+    res = faults.once(kill_at="ctld-bounce", timeout_s=400)
     assert res.returncode == 1, res.stderr
     failed = [line for line in res.stderr.splitlines() if line.startswith("error: placement of job")]
     # how many more fail depends on how soon the restarted slurmctld takes updates again: until slurmdbd
