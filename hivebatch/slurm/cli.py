@@ -266,11 +266,6 @@ class CliBackend(SlurmBackend):
         # kill_invalid_depend_site.txt)
         return "kill_invalid_depend" in self.config().get("DependencyParameters", "").lower()
 
-    def job_gpus(self, job_id: int) -> dict[str, list[int]]:
-        # not `scontrol -d show job`: it prints the name as typed, and a line break in it adds a
-        # detail line of the owner's choosing (tests/fixtures/slurm/scontrol_feigned_detail_name.txt)
-        return next((j.gpus for j in self.list_jobs([job_id])), {})
-
     def ping(self) -> None:
         # 'Slurmctld(primary) at HOST is UP' (exit 0) or '… is DOWN' and a banner (exit 1)
         try:

@@ -581,9 +581,6 @@ class FakeSlurm(SlurmBackend):
     def may_notify_others(self) -> bool:
         return self.user in ("root", "slurm")  # the fake's SlurmUser is slurm
 
-    def job_gpus(self, job_id: int) -> dict[str, list[int]]:
-        return next((j.gpus for j in self.list_jobs([job_id])), {})
-
     def ping(self) -> None:
         if not self._s.controller_up:
             raise SlurmUnavailable(["scontrol", "ping"], "Slurmctld(primary) at fake is DOWN", 1)
