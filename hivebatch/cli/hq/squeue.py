@@ -119,20 +119,19 @@ def new_tag() -> str:
     return f"hb{secrets.token_hex(6)}"
 
 
-def _filled(tag: str) -> re.Pattern[str]:
-    return re.compile("(?:^|\x01)([^\\s\x01]*) *\x02" + re.escape(tag) + "(\\d+)\x03")
+def _markers(tag: str) -> re.Pattern[str]:
+    """A marker as squeue prints it: the job id (or JOBID on the header line) after a line start or
+    \x01, then \x02, the tag, the column's index and \x03."""
+    return re.compile("(?:^|\x01)([^\\s\x01]*) *\x02" + re.escape(tag) + "(\\d+)\x03", re.MULTILINE)
 
 
 def job_of_record(text: str, tag: str) -> int | None:
-    """The job a line (or an -o record) of marked squeue output is of: the id before its first marker."""
-    match = re.search("\x01(\\d+)\x02" + re.escape(tag) + "\\d+\x03", text) or re.search(
-        "^(\\d+) *\x02" + re.escape(tag) + "\\d+\x03", text, re.MULTILINE
-    )
-    return int(match[1]) if match else None
+    """The job a line (or an -o record) of marked squeue output is of: the id in its first marker."""
+    return next((int(m[1]) for m in _markers(tag).finditer(text) if m[1].isdigit()), None)
 
 
 def marked_ids(text: str, tag: str) -> list[int]:
-    return sorted({int(m) for m in re.findall("(\\d+) *\x02" + re.escape(tag) + "\\d+\x03", text)})
+    return sorted({int(m[1]) for m in _markers(tag).finditer(text) if m[1].isdigit()})
 
 
 @dataclass(frozen=True)
@@ -210,8 +209,8 @@ def fill_markers(text: str, cols: list[HbColumn], value: Callable[[str, int], st
 
     if tag:
         text = text.replace(f"{RECORD}{tag}", "")
-    filled = _filled(tag)
-    return "\n".join(filled.sub(one, line) for line in text.split("\n"))
+    markers = _markers(tag)
+    return "\n".join(markers.sub(one, line) for line in text.split("\n"))
 
 
 def run_squeue(args: Sequence[str]) -> str:
