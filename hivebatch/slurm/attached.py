@@ -8,7 +8,6 @@ line by line as it comes (recorded: tests/fixtures/slurm/sbatch_quiet_wait.txt).
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable, Sequence
 
@@ -29,7 +28,6 @@ def sbatch_attached(script_text: str, args: Sequence[str], told: Callable[[str],
             stderr=subprocess.PIPE,
             encoding="utf-8",
             errors="replace",
-            env=dict(os.environ),
         )
     except FileNotFoundError:
         raise SlurmError(argv, 127, "sbatch: command not found (is slurm-client installed?)") from None
