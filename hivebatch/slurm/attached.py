@@ -22,21 +22,15 @@ def sbatch_attached(script_text: str, args: Sequence[str], told: Callable[[str],
         raise SlurmError(["sbatch"], 1, "the batch script must start with a #! line")
     argv = ["sbatch", *args]
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            encoding="utf-8",
-            errors="replace",
-        )
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError:
         raise SlurmError(argv, 127, "sbatch: command not found (is slurm-client installed?)") from None
     assert proc.stdin is not None and proc.stderr is not None
     try:
-        proc.stdin.write(script_text)
+        proc.stdin.write(script_text.encode("utf-8", "surrogateescape"))  # the bytes the user wrote
         proc.stdin.close()
     except BrokenPipeError:
         pass  # sbatch refused before reading it: its words follow on standard error
     for line in proc.stderr:
-        told(line.rstrip("\n"))
+        told(line.decode("utf-8", "replace").rstrip("\n"))
     return proc.wait()

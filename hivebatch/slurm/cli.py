@@ -59,12 +59,9 @@ def subprocess_runner(timeout_s: float = 60.0) -> Runner:
         try:
             p = subprocess.run(
                 argv,
-                input=stdin,
+                # a job script is the bytes its owner wrote (hivebatch.submit.script.decode_script)
+                input=None if stdin is None else stdin.encode("utf-8", "surrogateescape"),
                 capture_output=True,
-                # a job's name, comment or paths are the bytes its owner gave sbatch, which Slurm prints as
-                # they are: one in Latin-1 stopped every listing (tests/fixtures/slurm/squeue_latin1_name.json)
-                encoding="utf-8",
-                errors="replace",
                 env=full_env,
                 timeout=timeout_s,
                 check=False,
@@ -77,7 +74,11 @@ def subprocess_runner(timeout_s: float = 60.0) -> Runner:
             raise SlurmError(
                 argv, 124, f"no answer within {timeout_s:.0f} s (is slurmctld running?)"
             ) from None
-        return Completed(p.returncode, p.stdout, p.stderr)
+        # a job's name, comment or paths are the bytes its owner gave sbatch, which Slurm prints as they
+        # are: one in Latin-1 stopped every listing (tests/fixtures/slurm/squeue_latin1_name.json)
+        return Completed(
+            p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+        )
 
     return run
 

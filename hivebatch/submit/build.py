@@ -413,4 +413,4 @@ def stdin_reader() -> Callable[[], str] | None:
     """Read the script from standard input when it is not a terminal, as sbatch does."""
     if sys.stdin is None or sys.stdin.isatty():
         return None
-    return sys.stdin.read
+    return lambda: decode_script(sys.stdin.buffer.read())

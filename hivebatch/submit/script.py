@@ -82,12 +82,11 @@ HSUB_MAGIC = "#HSUB"  # hivebatch's own lines: a comment to sbatch
 
 
 def decode_script(data: bytes) -> str:
-    """The script as text: UTF-8, or byte for byte (Latin-1) when it is not UTF-8 — sbatch reads bytes
-    and never refuses a script for its encoding."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data.decode("latin-1")
+    """The script as text whatever its encoding, as sbatch reads bytes and never refuses a script for
+    it: UTF-8, with any other byte kept as a surrogate (``surrogateescape``), so that the job script,
+    sbatch's arguments (a job name) and the environment carry the very bytes the user wrote (seen on
+    the lab: a Latin-1 ``echo "café"`` printed UTF-8 under hsub when the script was read as Latin-1)."""
+    return data.decode("utf-8", "surrogateescape")
 
 
 def script_problems(text: str) -> list[str]:

@@ -36,7 +36,8 @@ class Site:
                 stdin: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
         exe = str((self.user_bin if user else VENV_BIN) / tool)
         argv = ["runuser", "-u", user, "--", exe, *args] if user else [exe, *args]
-        return subprocess.run(argv, capture_output=True, text=True, env={**self.env(), **(extra_env or {})},
+        # errors="replace": hsub --dry-run prints a script's bytes that are not UTF-8 as they are
+        return subprocess.run(argv, capture_output=True, text=True, errors="replace", env={**self.env(), **(extra_env or {})},
                               cwd=cwd or self.dir, timeout=120, input=stdin, check=False)  # fmt: skip
 
     def controller_once(self) -> None:

@@ -187,3 +187,18 @@ def test_hsub_writes_its_signal_into_the_job_script() -> None:
     assert not any(a.startswith("--signal") for a in sub.sbatch_args)
     assert "SBATCH_SIGNAL" not in sub.env  # it would override the directive in sbatch
     assert "#SBATCH --signal=B:USR1@120" in sub.job_script().splitlines()[:3]
+
+
+def test_a_latin1_script_reaches_sbatch_byte_for_byte(tmp_path: Path) -> None:
+    # seen on the lab: a Latin-1 `echo "café"` printed caf\303\251 under hsub and caf\351 under sbatch
+    from hivebatch.slurm.cli import subprocess_runner
+    from hivebatch.submit.build import prepare
+
+    path = tmp_path / "lat.sh"
+    path.write_bytes(b'#!/bin/bash\n#SBATCH -J caf\xe9\necho "caf\xe9"\n')
+    sub = prepare([str(path)], environ={}, stdin_read=None, check_config=False, default_vc="cv")
+    assert (
+        os.fsencode(next(a for a in sub.sbatch_args if a.startswith("--job-name="))) == b"--job-name=caf\xe9"
+    )
+    hex_dump = subprocess_runner()(["od", "-An", "-v", "-tx1"], sub.job_script(), {}).stdout
+    assert b'echo "caf\xe9"\n' in bytes.fromhex("".join(hex_dump.split()))  # what sbatch reads

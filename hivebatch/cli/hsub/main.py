@@ -8,6 +8,7 @@ releases it. Options are parsed by hand (not click) so the same table reads the 
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import sys
@@ -82,6 +83,9 @@ def run(argv: list[str]) -> int:
 
     if sub.dry_run:
         script = sub.job_script()
+        if isinstance(sys.stdout, io.TextIOWrapper):
+            # a script's bytes that are not UTF-8 are printed as they are, as sbatch would get them
+            sys.stdout.reconfigure(errors="surrogateescape")
         print("# sbatch command (the job script below is given on its standard input):")
         print(shlex.join(sub.sbatch_command()))
         print("# job script:")
