@@ -17,14 +17,22 @@ from hivebatch.errors import HivebatchError
 from hivebatch.request import CLASSES, JobRequest
 from hivebatch.slurmconf import SHARD_MIB
 from hivebatch.submit.checks import interpret_shape
-from hivebatch.submit.options import OPTIONS, Parsed, parse_args, parse_directives, parse_env, problems_error
-from hivebatch.submit.script import decode_script, directive_safe
+from hivebatch.submit.options import (
+    OPTIONS,
+    WRITTEN_BY_BUILD,
+    Parsed,
+    parse_args,
+    parse_directives,
+    parse_env,
+    problems_error,
+)
+from hivebatch.submit.script import decode_script
 from hivebatch.submit.timefmt import parse_time_limit
+from hivebatch.submit.xlate import Translated, translate
 
-# sbatch would apply these again (or add GPUs to a job that must have none), so they never reach it
-_GPU_ENV_PREFIXES = ("SBATCH_GPU", "SBATCH_GRES", "SBATCH_MEM_PER_GPU", "SBATCH_CPUS_PER_GPU")
-_ENV_HANDLED = {var for o in OPTIONS for var in o.env}
-_ENV_DROPPED = _ENV_HANDLED | {"SBATCH_OPEN_MODE", "SBATCH_EXCLUSIVE", "SBATCH_REQUEUE", "SBATCH_NO_REQUEUE"}
+# the variables of the options hsub writes itself from what every source said: sbatch must not apply
+# them a second time (the others stay, so that sbatch reads them as variables, as it would without hsub)
+_ENV_DROPPED = frozenset(var for o in OPTIONS if o.name in WRITTEN_BY_BUILD for var in o.env)
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?$", re.IGNORECASE)
 
 
@@ -273,8 +281,8 @@ def build_request(values: Mapping[str, str | bool], default_vc: str | None = Non
 
 
 def submit_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment sbatch runs with: the user's, without what hsub already applied or GPU requests."""
-    return {k: v for k, v in environ.items() if k not in _ENV_DROPPED and not k.startswith(_GPU_ENV_PREFIXES)}
+    """The environment sbatch runs with: the user's, without the variables of what hsub writes itself."""
+    return {k: v for k, v in environ.items() if k not in _ENV_DROPPED}
 
 
 def gpu_ask_arguments(req: JobRequest) -> list[str]:
@@ -289,12 +297,16 @@ def gpu_ask_arguments(req: JobRequest) -> list[str]:
     return [f"--gpus={kind}{req.gpus}"]
 
 
-def sbatch_arguments(
-    req: JobRequest, values: Mapping[str, str | bool], passthrough: Mapping[str, list[str]], name: str
-) -> list[str]:
+def sbatch_arguments(req: JobRequest, merged: Parsed, command_line: Parsed, name: str) -> list[str]:
     """sbatch's arguments: the GPU ask as Slurm options, account and class only where the user chose them
-    (Slurm applies the user's defaults otherwise), hsub's model hints in the comment."""
-    args = [*gpu_ask_arguments(req), f"--job-name={name}", "--open-mode=append"]
+    (Slurm applies the user's defaults otherwise), hsub's model hints in the comment, then the options of
+    the command line hsub passes on as they are. Those of the script stay in the job script and those of
+    SBATCH_* variables in the environment: sbatch judges some pairs by where each was given (--mem from
+    SBATCH_MEM_PER_NODE gives way to a script's --mem-per-cpu, two on the command line are refused)."""
+    values = merged.values
+    args = [*gpu_ask_arguments(req), f"--job-name={name}"]
+    if "open-mode" not in merged.seen:  # a requeued run keeps the earlier output, unless the user chose
+        args.append("--open-mode=append")
     if values.get("account"):
         args.append(f"--account={req.vc}")
     if values.get("qos"):
@@ -303,7 +315,7 @@ def sbatch_arguments(
         args.append("--hold")
     # one comment: hsub's hints first (read back by the controller), then whatever the user wrote
     hints = req.hints_comment()
-    given = passthrough.get("comment") or []
+    given = merged.passthrough.get("comment") or []
     user_comment = given[-1].partition("=")[2] if given else ""
     if hints or user_comment:
         args.append(f"--comment={' '.join(x for x in (hints, user_comment) if x)}")
@@ -326,19 +338,36 @@ def sbatch_arguments(
     ):
         if values.get(dest):
             args.append(f"{flag}={values[dest]}")
-    for dest, tokens in passthrough.items():
-        if dest != "comment" and not (dest in SCRIPT_OPTIONS and all(directive_safe(t) for t in tokens)):
-            args.extend(tokens)
+    args.extend(passed_on(command_line))
+    if "\n" in (signal := _signal(merged)):
+        args.append(signal)  # no #SBATCH line can hold it; sbatch refuses it anyway
     return args
 
 
-#: options passed as ``#SBATCH`` lines of the job script: Slurm 22.05 shows a job's --signal to its
-#: job_submit plugin only there (its preemption notice uses it, see hivebatch.notice)
+#: options passed as ``#SBATCH`` lines of the job script whichever source gave them: Slurm 22.05 shows a
+#: job's --signal to its job_submit plugin only there (its preemption notice uses it, see hivebatch.notice)
 SCRIPT_OPTIONS = ("signal",)
 
 
-def script_directives(passthrough: Mapping[str, list[str]]) -> list[str]:
-    return [t for d in SCRIPT_OPTIONS for t in passthrough.get(d, []) if directive_safe(t)]
+def passed_on(source: Parsed) -> list[str]:
+    """The options of one source that hsub passes on as they are, in the order given."""
+    keep = []
+    for token in source.tokens:
+        name = token[2:].partition("=")[0]
+        if name not in WRITTEN_BY_BUILD and name not in SCRIPT_OPTIONS and name != "comment":
+            keep.append(token)
+    return keep
+
+
+def _signal(merged: Parsed) -> str:
+    return next(iter(merged.passthrough.get("signal") or []), "")
+
+
+def script_directives(merged: Parsed, script: Parsed) -> list[str]:
+    """The job script's ``#SBATCH`` lines: the user's script's own options hsub passes on (its
+    ``#PBS``/``#BSUB`` lines translated), and the --signal of any source."""
+    signal = _signal(merged)
+    return [*passed_on(script), *([signal] if signal and "\n" not in signal else [])]
 
 
 def default_account(user: str | None = None) -> str:
@@ -357,6 +386,53 @@ def default_account(user: str | None = None) -> str:
     return account
 
 
+@dataclass
+class Sources:
+    """Each source of options as sbatch ranks them, lowest first, and all of them merged."""
+
+    script: Parsed  # #SBATCH (and #HSUB) lines, with the #PBS or #BSUB lines translated over them
+    env: Parsed
+    command_line: Parsed
+    merged: Parsed
+    translated: Translated
+
+
+def read_sources(cmd: Parsed, text: str, environ: Mapping[str, str]) -> Sources:
+    script = parse_directives(text)
+    env = parse_env(environ)
+    ignore_pbs = any(source.seen.get("ignore-pbs") for source in (cmd, env, script))
+    translated = Translated() if ignore_pbs else translate(text, script.seen)
+    if translated.kind:
+        # read after the #SBATCH lines (so over them) and below the variables, as sbatch does
+        wrapper = parse_args(translated.words)
+        wrapper.problems[:0] = translated.problems
+        script = wrapper.merged_over(script)
+    merged = cmd.merged_over(env.merged_over(script))
+    _one_memory_option(merged, cmd, env)
+    return Sources(script, env, cmd, merged, translated)
+
+
+_MEMORY = ("mem", "mem-per-cpu", "mem-per-gpu")
+
+
+def _one_memory_option(merged: Parsed, cmd: Parsed, env: Parsed) -> None:
+    """sbatch's _validate_memory_options: of --mem, --mem-per-cpu and --mem-per-gpu, one given as an
+    option (command line or script) wins over the others' variables; two given as options, or two
+    variables, are refused."""
+    from_env = {n for n in _MEMORY if merged.seen.get(n) and n in env.seen and n not in cmd.seen}
+    options = [n for n in _MEMORY if merged.seen.get(n) and n not in from_env]
+    if len(options) > 1:
+        merged.problems.append("--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive.")
+    elif options:
+        for name in from_env:
+            merged.seen[name] = False
+            merged.values.pop(name.replace("-", "_"), None)
+    elif len(from_env) > 1:
+        merged.problems.append(
+            "SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive."
+        )
+
+
 def prepare(
     argv: list[str],
     environ: Mapping[str, str] | None = None,
@@ -371,7 +447,8 @@ def prepare(
     text, script_name, script_args = read_script(
         cmd.positionals, str(wrap) if isinstance(wrap, str) else None, stdin_read
     )
-    merged: Parsed = cmd.merged_over(parse_env(environ).merged_over(parse_directives(text)))
+    sources = read_sources(cmd, text, environ)
+    merged, translated = sources.merged, sources.translated
     values, problems = interpret_shape(merged.values)
     merged.problems += problems
     merged.raise_problems()
@@ -400,12 +477,18 @@ def prepare(
         explicit = values.get("config")
         sub.config_path, sub.config = load_config(str(explicit) if explicit else None)
         sub.request, sub.notes, sub.job_env = check_request(req, sub.config, sub.config_path)
-    sub.sbatch_args = sbatch_arguments(sub.request, values, merged.passthrough, name)
-    sub.directives = script_directives(merged.passthrough)
-    if sub.directives:
+    merged.values = values
+    sub.sbatch_args = sbatch_arguments(sub.request, merged, cmd, name)
+    sub.directives = script_directives(merged, sources.script)
+    if _signal(merged):
         # hsub merged it already (command line over environment over script); in the environment it
         # would override the directive, which sbatch ranks lowest
         sub.env.pop("SBATCH_SIGNAL", None)
+    if translated.kind:
+        # the job script holds the user's script, #PBS/#BSUB lines too: sbatch must not read them again
+        sub.sbatch_args.append("--ignore-pbs")
+        if translated.umask is not None and "SLURM_UMASK" not in environ:
+            sub.env["SLURM_UMASK"] = f"0{translated.umask:03o}"  # what sbatch sets from -W umask=
     return sub
 
 

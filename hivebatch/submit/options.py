@@ -13,6 +13,7 @@ every problem is collected so the user sees all of them at once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -108,7 +109,7 @@ READ_BY_HSUB: dict[str, str] = {
     "version": "show the version",
 }
 # what build.py adds to sbatch's arguments itself from the values (so they are not passed twice)
-_WRITTEN_BY_BUILD = frozenset(
+WRITTEN_BY_BUILD = frozenset(
     [
         "account",
         "qos",
@@ -228,8 +229,15 @@ def problems_error(problems: list[str]) -> HivebatchError:
     return HivebatchError(f"{len(problems)} problems:\n  " + "\n  ".join(problems))
 
 
+#: options that set one field in sbatch (slurm_opt.c): the last one given, or reset, decides for both
+_SAME_FIELD = {"requeue": "no-requeue", "no-requeue": "requeue", "exclusive": "oversubscribe",
+               "oversubscribe": "exclusive"}  # fmt: skip
+
+
 def _store(parsed: Parsed, opt: Opt, value: str | None) -> None:
     stored: str | bool = True if value is None else value
+    if opt.name in _SAME_FIELD:
+        _reset(parsed, BY_LONG[_SAME_FIELD[opt.name]], direct=False)
     parsed.seen[opt.name] = stored
     if opt.read:
         parsed.values[opt.dest] = stored
@@ -237,8 +245,22 @@ def _store(parsed: Parsed, opt: Opt, value: str | None) -> None:
         return
     token = f"--{opt.name}" if value is None else f"--{opt.name}={value}"
     parsed.tokens.append(token)
-    if opt.name not in _WRITTEN_BY_BUILD:
+    if opt.name not in WRITTEN_BY_BUILD:
         parsed.passthrough[opt.dest] = [token]
+
+
+def _reset(parsed: Parsed, opt: Opt, direct: bool = True) -> None:
+    """The option as never given (False overrides a lower source's value when merged); its variable
+    stays in sbatch's environment, which resets it there too. Resetting one option of a shared field
+    resets the field: the other option's value, though sbatch still lists it as given."""
+    if direct:
+        parsed.seen[opt.name] = False
+    if opt.read:
+        parsed.values[opt.dest] = False
+    if opt.sbatch and opt.name not in WRITTEN_BY_BUILD:
+        parsed.passthrough[opt.dest] = []
+    if direct and opt.name in _SAME_FIELD:
+        _reset(parsed, BY_LONG[_SAME_FIELD[opt.name]], direct=False)
 
 
 def _getopt_table() -> Table:
@@ -267,18 +289,29 @@ def parse_args(args: Iterable[str], where: str = "", stop_at_positional: bool = 
 
 
 def parse_env(environ: Mapping[str, str]) -> Parsed:
-    """The ``SBATCH_*`` input variables, as sbatch applies them (a flag's variable sets it whatever its
-    value); the environment itself reaches sbatch unchanged."""
+    """The ``SBATCH_*`` input variables, as sbatch applies them. A flag's variable sets the flag when it
+    is empty, ``yes`` or a number other than 0; any other value resets it, undoing a ``#SBATCH`` line
+    (slurm_opt.c slurm_process_option; recorded: tests/fixtures/sbatch/jobscripts.json, env-flag-*)."""
     parsed = Parsed()
     for opt in OPTIONS:
         for var in opt.env:
             if var in environ:
                 value = environ[var]
-                if opt.arg == NO_ARG or opt.arg == OPTIONAL and not value:
+                if opt.arg == NO_ARG and not env_flag_set(value):
+                    _reset(parsed, opt)
+                elif opt.arg == NO_ARG or opt.arg == OPTIONAL and not value:
                     _store(parsed, opt, None)
                 else:
                     _store(parsed, opt, value)
     return parsed
+
+
+_NONZERO = re.compile(r"[ \t\n\v\f\r]*[+-]?0*[1-9][0-9]*")
+
+
+def env_flag_set(value: str) -> bool:
+    """Whether a flag's ``SBATCH_*`` value sets it: strtol(value) != 0 with nothing after the number."""
+    return not value or value.lower() == "yes" or bool(_NONZERO.fullmatch(value))
 
 
 def parse_directives(script: str | bytes) -> Parsed:

@@ -39,7 +39,7 @@ def render_job_script(
     job_env: dict[str, str] | None = None,
     directives: list[str] | None = None,
 ) -> str:
-    """``directives``: sbatch options written as ``#SBATCH`` lines (each checked by ``directive_safe``)."""
+    """``directives``: sbatch options written as ``#SBATCH`` lines, one each."""
     import jinja2  # only when a script is really generated
 
     directory = template_dir()
@@ -62,17 +62,22 @@ def render_job_script(
         qos=qos,
         gpu_mem_mib=gpu_mem_mib,
         job_env=dict(sorted((job_env or {}).items())),
-        directives=[d for d in directives or [] if directive_safe(d)],
+        directives=[directive_text(d) for d in directives or []],
     )
 
 
 _DIRECTIVE = re.compile(r"^--[a-z-]+=[A-Za-z0-9:@+._-]+$")
 
 
-def directive_safe(option: str) -> bool:
-    """An option that can stand on a ``#SBATCH`` line as it is: one word, nothing a shell or sbatch's
-    directive reader would split or expand."""
-    return bool(_DIRECTIVE.match(option))
+def directive_text(option: str) -> str:
+    """``option`` as the words of a ``#SBATCH`` line that sbatch reads back as that one word: as it is
+    when plain, else double-quoted with ``\\`` and ``"`` escaped (get_argument). It cannot hold a line
+    break, which no ``#SBATCH`` line can."""
+    if "\n" in option:
+        raise ValueError(f"an #SBATCH line cannot hold a line break: {option!r}")
+    if _DIRECTIVE.match(option):
+        return option
+    return '"' + option.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 # --- reading the script's directives exactly as sbatch does (src/sbatch/opt.c _opt_batch_script) ---
@@ -105,7 +110,7 @@ def script_problems(text: str) -> list[str]:
     return []
 
 
-def _words(line: str) -> tuple[list[str], str | None]:
+def argument_words(line: str) -> tuple[list[str], str | None]:
     """sbatch's get_argument(): words split on blanks, quotes group, a backslash escapes the next
     character, an unescaped ``#`` outside quotes ends the line. Returns (words, problem)."""
     words: list[str] = []
@@ -143,10 +148,11 @@ def _words(line: str) -> tuple[list[str], str | None]:
             started = True
         if quote:
             return words, f"unmatched {quote} in {line!r}"
-        if started:
-            words.append("".join(word))
-        elif pos >= n:
+        if not started:
+            # an empty word ("" or a lone backslash) is get_argument's NULL: the rest of the line is
+            # not read (tests/fixtures/sbatch/jobscripts.json, 24_empty_word.sh)
             return words, None
+        words.append("".join(word))
 
 
 def directive_words(text: str, magic: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -168,7 +174,7 @@ def directive_words(text: str, magic: tuple[str, ...]) -> tuple[list[str], list[
         if rest.split(maxsplit=1)[:1] in (["hetjob"], ["packjob"]):
             problems.append(f"script line {lineno}: heterogeneous jobs (hetjob) are not supported by hsub")
             break
-        found, problem = _words(line[len(word) :])
+        found, problem = argument_words(line[len(word) :])
         if problem:
             problems.append(f"script line {lineno}: {word} line cannot be read: {problem}")
         words.extend(found)
