@@ -149,3 +149,28 @@ def test_bsub_lines_are_read_instead_of_pbs_lines() -> None:
     t = translate("#!/bin/sh\n#PBS -N pbs\n#BSUB -J lsf\n")
     assert (t.kind, t.words) == ("#BSUB", ["--job-name=lsf"])
     assert translate("#!/bin/sh\ntrue\n").kind is None
+
+
+def test_hsub_runs_sbatch_with_the_translated_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    import hivebatch.slurm
+    from hivebatch.cli.hsub.main import run
+    from hivebatch.slurm.cli import CliBackend, Completed
+
+    seen: list[dict[str, str]] = []
+
+    def sbatch(argv: list[str], stdin: str | None, env: dict[str, str]) -> Completed:
+        seen.append(dict(os.environ))  # the real runner gives sbatch this process's environment
+        return Completed(0, "105\n", "")
+
+    monkeypatch.setattr(hivebatch.slurm, "get_backend", lambda *a, **k: CliBackend(sbatch))
+    monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin:/bin", "SBATCH_GPUS": "4", "SBATCH_WCKEY": "w"})
+    config = tmp_path / "hivebatch.yaml"
+    config.write_text((Path(__file__).resolve().parents[2] / "etc" / "hivebatch.example.yaml").read_text())
+    (tmp_path / "job.sh").write_text("#!/bin/sh\n#PBS -W umask=077\ntrue\n")
+    assert run(["--config", str(config), "-A", "nlp", str(tmp_path / "job.sh")]) == 0
+    assert capsys.readouterr().out == "Submitted batch job 105\n"
+    assert seen == [{"PATH": "/usr/bin:/bin", "SBATCH_WCKEY": "w", "SLURM_UMASK": "0077"}]

@@ -99,10 +99,12 @@ def run(argv: list[str]) -> int:
 
         prediction = render_prediction(sub, predict(sub))
     script = sub.job_script()
-    # the backend runs sbatch with this process's environment: drop what hsub already applied (and any
-    # GPU request, which must not reach Slurm) so sbatch cannot apply it a second time
+    # the backend runs sbatch with this process's environment: drop the variables of what hsub writes
+    # itself (the GPU ask among them) so sbatch cannot apply them a second time, and add what hsub
+    # translated into one (#PBS -W umask= is SLURM_UMASK)
     for name in [k for k in os.environ if k not in sub.env]:
         del os.environ[name]
+    os.environ.update(sub.env)
     try:
         if prediction is not None:
             # Slurm judges the job first, as it would at submission: seen on the lab, hsub --test-only
