@@ -129,16 +129,33 @@ def parse_size_mib(raw: str) -> int:
     return int(mib)
 
 
+def locate_script(name: str, search: str | None) -> Path:
+    """Where sbatch finds the script its command line names (src/common/proc_args.c search_path): a
+    name starting with ``.`` or ``/`` as it is; any other in the working directory, else in the first
+    directory of ``search`` (PATH) that has it, else as it is."""
+    if name.startswith((".", "/")):
+        return Path(name)
+    for directory in [".", *[d for d in (search or "").split(":") if d]]:
+        candidate = Path(directory) / name
+        if candidate.exists() and not candidate.is_dir():
+            return candidate
+    return Path(name)
+
+
 def read_script(
-    positionals: list[str], wrap: str | None, stdin_read: Callable[[], str] | None
+    positionals: list[str],
+    wrap: str | None,
+    stdin_read: Callable[[], str] | None,
+    search: str | None = None,
 ) -> tuple[str, str, list[str]]:
-    """(script text, name, args) from ``SCRIPT ARGS``, ``--wrap CMD`` or standard input."""
+    """(script text, name, args) from ``SCRIPT ARGS``, ``--wrap CMD`` or standard input; ``search``:
+    the PATH a script named without a directory is also looked for in, as sbatch does."""
     if wrap is not None:
         if positionals:
             raise HivebatchError("a script and --wrap cannot be used together")
         return f"#!/bin/sh\n# This script was created by hsub --wrap.\n\n{wrap}\n", "wrap", []
     if positionals:
-        path = Path(positionals[0])
+        path = locate_script(positionals[0], search)
         try:
             text = decode_script(path.read_bytes())
         except FileNotFoundError:
@@ -445,7 +462,7 @@ def prepare(
     cmd = parse_args(argv)
     wrap = cmd.values.get("wrap")
     text, script_name, script_args = read_script(
-        cmd.positionals, str(wrap) if isinstance(wrap, str) else None, stdin_read
+        cmd.positionals, str(wrap) if isinstance(wrap, str) else None, stdin_read, environ.get("PATH")
     )
     sources = read_sources(cmd, text, environ)
     merged, translated = sources.merged, sources.translated

@@ -251,3 +251,23 @@ def test_opportunistic_jobs_stay_requeueable(tmp_path: Path) -> None:
 def test_env_options_parse() -> None:
     assert parse_env({"SBATCH_TIMELIMIT": "5", "SBATCH_PARTITION": "gpu"}).values == {"time": "5"}
     assert parse_env({"SBATCH_PARTITION": "gpu"}).passthrough == {"partition": ["--partition=gpu"]}
+
+
+def test_a_script_named_without_a_directory_is_also_found_in_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sbatch's search_path: the working directory first, then PATH (recorded: sbatch_script_in_path.txt)
+    tools, work = tmp_path / "tools", tmp_path / "work"
+    tools.mkdir()
+    work.mkdir()
+    (tools / "train.sh").write_text("#!/bin/bash\n#SBATCH -J from-path\ntrue\n")
+    (tools / "data").mkdir()
+    monkeypatch.chdir(work)
+    env = {"PATH": f"::{tools}:/usr/bin"}
+    assert prep(["-A", "cv", "train.sh"], env=env).job_name == "from-path"
+    (work / "train.sh").write_text("#!/bin/bash\n#SBATCH -J from-cwd\ntrue\n")
+    assert prep(["-A", "cv", "train.sh"], env=env).job_name == "from-cwd"
+    with pytest.raises(HivebatchError, match="does not exist"):
+        prep(["-A", "cv", "./data"], env={"PATH": str(tools)})  # ./ is the working directory only
+    with pytest.raises(HivebatchError, match="data"):
+        prep(["-A", "cv", "data"], env={"PATH": str(tools)})  # a directory is passed over
