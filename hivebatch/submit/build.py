@@ -54,8 +54,10 @@ class Submission:
     config: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     job_env: dict[str, str] = field(default_factory=dict)  # e.g. a GPU slice's limit (HIVEBATCH_GPU_MEM_*)
-    # options that must sit in the job script, where Slurm's job_submit plugin can read them
+    # the job script's #SBATCH lines: the user's script's own options, and --signal (build.SCRIPT_OPTIONS)
     directives: list[str] = field(default_factory=list)
+    # the variables hsub keeps from sbatch that sbatch would have passed on to the job (carried_variables)
+    carried_env: dict[str, str] = field(default_factory=dict)
     _job_script: str | None = None
 
     @property
@@ -81,6 +83,7 @@ class Submission:
                 self.request.gpu_mem_mib,
                 self.job_env,
                 self.directives,
+                self.carried_env,
             )
         return self._job_script
 
@@ -501,12 +504,33 @@ def prepare(
         # hsub merged it already (command line over environment over script); in the environment it
         # would override the directive, which sbatch ranks lowest
         sub.env.pop("SBATCH_SIGNAL", None)
+    sub.carried_env = carried_variables(
+        {k: v for k, v in environ.items() if k not in sub.env}, merged.seen.get("export")
+    )
     if translated.kind:
         # the job script holds the user's script, #PBS/#BSUB lines too: sbatch must not read them again
         sub.sbatch_args.append("--ignore-pbs")
         if translated.umask is not None and "SLURM_UMASK" not in environ:
             sub.env["SLURM_UMASK"] = f"0{translated.umask:03o}"  # what sbatch sets from -W umask=
     return sub
+
+
+_EXPORT_ITEM = re.compile(r"""(?:[^,"']|"[^"]*"|'[^']*')+""")
+
+
+def carried_variables(removed: Mapping[str, str], export: str | bool | None) -> dict[str, str]:
+    """Of the variables hsub keeps from sbatch (it writes their options itself), those sbatch would have
+    passed on to the job (src/common/env.c env_merge_filter): seen on the lab, a job got SBATCH_ACCOUNT
+    and SBATCH_TIMELIMIT from sbatch but not from hsub, so an sbatch inside the job read other defaults.
+    All of them unless --export says otherwise: none with NONE, those named in a list without ALL."""
+    if not isinstance(export, str) or export.upper() == "ALL":
+        return dict(removed)
+    items = _EXPORT_ITEM.findall(export)
+    if export.upper() == "NONE" or not items:
+        return {}
+    if any(item.upper() == "ALL" for item in items):
+        return dict(removed)
+    return {name: value for name, value in removed.items() if name in items}
 
 
 def stdin_reader() -> Callable[[], str] | None:

@@ -38,8 +38,10 @@ def render_job_script(
     gpu_mem_mib: int | None = None,
     job_env: dict[str, str] | None = None,
     directives: list[str] | None = None,
+    carried_env: dict[str, str] | None = None,
 ) -> str:
-    """``directives``: sbatch options written as ``#SBATCH`` lines, one each."""
+    """``directives``: sbatch options written as ``#SBATCH`` lines, one each; ``carried_env``: variables
+    the job gets from the job script (sbatch would have passed them on from the submitting shell)."""
     import jinja2  # only when a script is really generated
 
     directory = template_dir()
@@ -63,6 +65,7 @@ def render_job_script(
         gpu_mem_mib=gpu_mem_mib,
         job_env=dict(sorted((job_env or {}).items())),
         directives=[directive_text(d) for d in directives or []],
+        carried_env=dict(sorted((carried_env or {}).items())),
     )
 
 

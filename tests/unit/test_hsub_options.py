@@ -271,3 +271,28 @@ def test_a_script_named_without_a_directory_is_also_found_in_path(
         prep(["-A", "cv", "./data"], env={"PATH": str(tools)})  # ./ is the working directory only
     with pytest.raises(HivebatchError, match="data"):
         prep(["-A", "cv", "data"], env={"PATH": str(tools)})  # a directory is passed over
+
+
+def _recorded_job_env() -> list[tuple[list[str], dict[str, str]]]:
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "job_env_sbatch_vars.txt"
+    cases = []
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            option, _, seen = line.partition("\t")
+            cases.append(
+                ([] if option == "(none)" else [option], dict(v.split("=", 1) for v in seen.split()))
+            )
+    return cases
+
+
+@pytest.mark.parametrize(("options", "job_saw"), _recorded_job_env())
+def test_the_job_gets_the_variables_hsub_keeps_from_sbatch(
+    tmp_path: Path, options: list[str], job_saw: dict[str, str]
+) -> None:
+    # seen on the lab: the job got SBATCH_ACCOUNT and SBATCH_TIMELIMIT from sbatch but not from hsub, so
+    # an sbatch inside the job read other defaults; the job script now exports what sbatch would pass on
+    env = {"SBATCH_ACCOUNT": "cv", "SBATCH_TIMELIMIT": "5", "SBATCH_WCKEY": "w", "SBATCH_GPUS": "1"}
+    sub = prep([*options, script(tmp_path, "#!/bin/bash\nenv\n")], env=env)
+    assert sub.carried_env == {k: v for k, v in job_saw.items() if k not in sub.env}
+    exports = [ln for ln in sub.job_script().splitlines() if ln.startswith("export SBATCH_")]
+    assert exports == [f"export {k}={v}" for k, v in sorted(sub.carried_env.items())]
