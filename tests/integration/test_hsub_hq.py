@@ -351,6 +351,26 @@ def test_hq_output_is_squeues_byte_for_byte(args: list[str], site: Site, squeue_
     assert ours == theirs
 
 
+@pytest.mark.parametrize(
+    "env",
+    [{"SQUEUE_NAMES": "hq-fidelity-held"}, {"SQUEUE_STATES": "R"}, {"SQUEUE_SORT": "-i"}, {"SQUEUE_ARRAY": ""},
+     {"SQUEUE_USERS": "bob"}, {"SQUEUE_ACCOUNT": "cv", "SQUEUE_STATES": "PD"}],
+    ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()),
+)  # fmt: skip
+def test_hq_lists_the_jobs_squeue_lists_under_squeues_variables(
+    env: dict[str, str], site: Site, squeue_jobs: list[int]
+) -> None:
+    # seen on the lab: `SQUEUE_USERS=bob hq` listed alice's jobs too (tests/fixtures/squeue/env_selection.txt)
+    hq = site.as_user("alice", "hq", "-h", extra_env=env)
+    squeue = subprocess.run(["runuser", "-u", "alice", "--", "squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                            env={**site.env(), **env}, cwd=site.dir, timeout=60, check=False)  # fmt: skip
+    assert hq.returncode == squeue.returncode == 0, hq.stderr + squeue.stderr
+    ours, theirs = [ln.split()[0] for ln in hq.stdout.splitlines()], squeue.stdout.split()
+    if "SQUEUE_SORT" not in env:  # unsorted, hq's view lists running jobs, then by predicted start
+        ours, theirs = sorted(ours), sorted(theirs)
+    assert ours == theirs
+
+
 @pytest.mark.parametrize("option", ["--start", "-l"])
 def test_hq_start_and_long_are_squeues_with_hivebatchs_reasons(
     option: str, site: Site, squeue_jobs: list[int]

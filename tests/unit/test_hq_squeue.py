@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hivebatch.cli.hq.squeue import HB_FIELDS, fill_markers, hb_fields_in, marked_format, read_args
+from hivebatch.cli.hq.squeue import HB_FIELDS, env_words, fill_markers, hb_fields_in, marked_format, read_args
 
 RECORDED = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "squeue" / "marked.json").read_text()
@@ -229,3 +229,17 @@ def test_hq_start_keeps_a_name_with_a_line_break_or_markers_with_its_job(
     )
     assert lines[4].split()[0] == "753" and lines[4].endswith("(waits 753)")
     assert len(lines) == 5 and not any("\x1e" in line or "hb0123456789ab" in line for line in lines)
+
+
+def test_squeues_variables_are_read_as_the_options_they_stand_for() -> None:
+    # tests/fixtures/squeue/env_selection.txt: squeue selects and sorts by them; hq listed every job
+    env = {"SQUEUE_USERS": "bob", "SQUEUE_STATES": "PD", "SQUEUE_SORT": "-i", "SQUEUE_ALL": "", "HOME": "/h",
+           "SQUEUE_SIB": "1", "SQUEUE_SIBLING": "1", "SQUEUE_FORMAT": "%i"}  # fmt: skip
+    words = env_words(env, [])
+    assert words == ["-a", "--sibling", "-S", "-i", "-t", "PD", "-u", "bob"]
+    # given before the command line's options, which win, as in squeue
+    args = read_args([*words, "-u", "alice"])
+    assert args.options["user"] == "alice" and args.options["sort"] == "-i" and args.format is None
+    # squeue reads SQUEUE_LICENSES only when the command line names no partition
+    assert env_words({"SQUEUE_LICENSES": "x"}, []) == ["-L", "x"]
+    assert env_words({"SQUEUE_LICENSES": "x"}, ["-p", "gpu"]) == []

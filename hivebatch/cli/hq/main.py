@@ -85,9 +85,9 @@ _SQUEUE_OUTPUTS = frozenset({"long", "steps", "start", "version", "usage", "yaml
 
 
 def run_jobs(argv: list[str]) -> int:
-    from hivebatch.cli.hq.squeue import hb_fields_in, read_args
+    from hivebatch.cli.hq.squeue import env_words, hb_fields_in, read_args
 
-    args = read_args(argv)
+    args = read_args([*env_words(os.environ, argv), *argv])
     if args.problems:
         raise HivebatchError("; ".join(args.problems) + " (see hq --help)")
     if args.options.get("help"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import secrets
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hivebatch.errors import HivebatchError
@@ -86,6 +86,29 @@ class HqArgs:
     problems: list[str]
     words: list[str]  # plain words (squeue reads a job list after a bare -j)
     format: tuple[str, str] | None = None  # ("o" or "O", text) of the last -o/-O
+
+
+# squeue's input variables (src/squeue/opts.c): a flag's is read whatever its value; each is read as its
+# option given before the command line's, which win
+_ENV_FLAGS = {("SQUEUE_ALL",): "-a", ("SQUEUE_ARRAY",): "-r", ("SQUEUE_ARRAY_UNIQUE",): "--array-unique",
+              ("SQUEUE_FEDERATION",): "--federation", ("SQUEUE_LOCAL",): "--local", ("SQUEUE_PRIORITY",): "-P",
+              ("SQUEUE_SIB", "SQUEUE_SIBLING"): "--sibling"}  # fmt: skip
+_ENV_VALUES = {"SQUEUE_SORT": "-S", "SQUEUE_ACCOUNT": "-A", "SQUEUE_NAMES": "-n", "SQUEUE_PARTITION": "-p",
+               "SQUEUE_QOS": "-q", "SQUEUE_STATES": "-t", "SQUEUE_USERS": "-u"}  # fmt: skip
+
+
+def env_words(environ: Mapping[str, str], argv: Sequence[str]) -> list[str]:
+    """squeue's input variables as the options they stand for. SQUEUE_LICENSES counts only when the
+    command line names no partition (squeue tests the partitions there). SQUEUE_FORMAT and
+    SQUEUE_FORMAT2 shape squeue's own default listing, which hq's default view replaces: squeue reads
+    them itself where hq shows squeue's output (-l, --steps, …)."""
+    words = [flag for names, flag in _ENV_FLAGS.items() if any(n in environ for n in names)]
+    for var, option in _ENV_VALUES.items():
+        if var in environ:
+            words += [option, environ[var]]
+    if "SQUEUE_LICENSES" in environ and "partitions" not in read_args(argv).options:
+        words += ["-L", environ["SQUEUE_LICENSES"]]
+    return words
 
 
 def read_args(argv: Sequence[str]) -> HqArgs:
