@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -309,7 +310,11 @@ def test_a_job_waiting_for_its_begin_time_starts_then_in_hq_as_in_squeue() -> No
         Filters(),
     )  # fmt: skip
     text = render_plain(rows, [Column("jobid"), Column("start")], False, False, NOW)
-    assert text.splitlines() == ["7 13:00", "8 -"]
+    assert text.splitlines() == [
+        f"7 {formats.format_time(begin, NOW)}",
+        "8 -",
+    ]  # local time, as squeue shows it
+    assert formats.format_time(begin, NOW) == begin.replace(tzinfo=dt.UTC).astimezone().strftime("%H:%M")
 
 
 def test_the_plugins_begin_time_marks_are_no_start_and_no_begin_time_of_the_owners() -> None:
@@ -368,3 +373,20 @@ def test_a_vcs_reason_in_brackets_is_shown_as_it_is_on_a_terminal(capsys: pytest
     _rich(report)
     out = capsys.readouterr().out
     assert "job [/] waits" in out and "job 7: node1:[0]" in out
+
+
+def test_a_start_time_is_printed_as_slurm_prints_it_under_slurm_time_format() -> None:
+    # hq --start printed ISO times under SLURM_TIME_FORMAT=relative (tests/fixtures/squeue/time_format.txt)
+    import re
+
+    from hivebatch.cli.hq.columns import slurm_time_text
+
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "squeue" / "time_format.txt").read_text()
+    blocks = re.findall(r"^\$ SLURM_TIME_FORMAT='([^']*)'.*\n((?:[^$#].*\n)+)", text, re.MULTILINE)
+    printed = {fmt: dict(line.split(" ", 1) for line in body.splitlines()) for fmt, body in blocks}
+    times = {job: dt.datetime.fromtimestamp(int(t), dt.UTC) for job, t in printed.pop("%s").items()}
+    assert len(printed) == 3 and len(times) == 4
+    for fmt, shown in printed.items():
+        for job, when in times.items():
+            assert slurm_time_text(when, fmt, today=dt.date(2026, 11, 30)) == shown[job], (fmt, job)
+    assert slurm_time_text(times["1997"], "bogus") == "2026-12-01T20:34:12"  # squeue: "invalid …", then ISO

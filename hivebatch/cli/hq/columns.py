@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,7 +59,39 @@ def _start_time(row: JobRow, now: dt.datetime) -> str:
         start = row.start_time
     if start is None:
         return "N/A"
-    return start.replace(tzinfo=dt.UTC).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+    return slurm_time_text(start.replace(tzinfo=dt.UTC).astimezone(), os.environ.get("SLURM_TIME_FORMAT"))
+
+
+def slurm_time_text(when: dt.datetime, time_format: str | None, today: dt.date | None = None) -> str:
+    """A local time as Slurm's commands print it under SLURM_TIME_FORMAT (src/common/parse_time.c
+    slurm_make_time_str): ISO unless it is ``relative`` or a strftime format under 32 characters."""
+    fmt = "%Y-%m-%dT%H:%M:%S"
+    if time_format == "relative":
+        fmt = _relative_format(when, today or dt.date.today())
+    elif time_format and time_format != "standard" and "%" in time_format and len(time_format) < 32:
+        fmt = time_format
+    return when.strftime(fmt)
+
+
+def _relative_format(when: dt.datetime, today: dt.date) -> str:
+    """_relative_date_fmt: days apart counted as 1000 × year + day of the year, as Slurm counts them
+    (so 31 December to 1 January is far)."""
+
+    def day(d: dt.date) -> int:
+        return 1000 * d.year + d.timetuple().tm_yday - 1
+
+    distance = day(when.date()) - day(today)
+    if distance == -1:
+        return "Ystday %H:%M"
+    if distance == 0:
+        return "%H:%M:%S"
+    if distance == 1:
+        return "Tomorr %H:%M"
+    if abs(distance) > 365:
+        return "%-d %b %Y"
+    if distance < -1 or distance > 6:
+        return "%-d %b %H:%M"
+    return "%a %H:%M"
 
 
 def _nodelist_reason(row: JobRow) -> str:
