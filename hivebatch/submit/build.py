@@ -351,7 +351,6 @@ def sbatch_arguments(req: JobRequest, merged: Parsed, command_line: Parsed, name
         ("time", "--time"),
         ("output", "--output"),
         ("error", "--error"),
-        ("mail_type", "--mail-type"),
         ("mail_user", "--mail-user"),
         ("dependency", "--dependency"),
         ("array", "--array"),

@@ -117,7 +117,6 @@ WRITTEN_BY_BUILD = frozenset(
         "time",
         "output",
         "error",
-        "mail-type",
         "mail-user",
         "dependency",
         "array",
@@ -207,8 +206,9 @@ class Parsed:
     seen: dict[str, str | bool] = field(default_factory=dict)  # every option by long name, last wins
 
     def merged_over(self, lower: Parsed) -> Parsed:
-        """This source's options on top of ``lower``'s (``lower`` loses on every option both set)."""
-        return Parsed(
+        """This source's options on top of ``lower``'s (``lower`` loses on every option both set, but
+        for those whose values add up)."""
+        merged = Parsed(
             {**lower.values, **self.values},
             {**lower.passthrough, **self.passthrough},
             self.positionals,
@@ -216,6 +216,13 @@ class Parsed:
             [*lower.problems, *self.problems],
             {**lower.seen, **self.seen},
         )
+        for name in ADDS_UP:
+            both = [str(p.seen[name]) for p in (lower, self) if isinstance(p.seen.get(name), str)]
+            if len(both) == 2:
+                merged.seen[name] = ",".join(both)
+                if BY_LONG[name].read:
+                    merged.values[BY_LONG[name].dest] = merged.seen[name]
+        return merged
 
     def raise_problems(self) -> None:
         if self.problems:
@@ -234,8 +241,15 @@ _SAME_FIELD = {"requeue": "no-requeue", "no-requeue": "requeue", "exclusive": "o
                "oversubscribe": "exclusive"}  # fmt: skip
 
 
+#: options whose every value counts: sbatch ORs each --mail-type into the last (slurm_opt.c
+#: arg_set_mail_type), so three lines BEGIN, END and FAIL ask for all three (and NONE clears nothing)
+ADDS_UP = ("mail-type",)
+
+
 def _store(parsed: Parsed, opt: Opt, value: str | None) -> None:
     stored: str | bool = True if value is None else value
+    if opt.name in ADDS_UP and isinstance(before := parsed.seen.get(opt.name), str) and value is not None:
+        stored = f"{before},{value}"
     if opt.name in _SAME_FIELD:
         _reset(parsed, BY_LONG[_SAME_FIELD[opt.name]], direct=False)
     parsed.seen[opt.name] = stored

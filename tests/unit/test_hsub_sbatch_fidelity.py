@@ -112,6 +112,8 @@ def same_value(option: str, ours: str | bool, theirs: str) -> bool:
     are not UTF-8 as surrogates); sbatch prints a memory size's unit in capitals (Torque's ``16gb``)."""
     if option in ("mem", "mem-per-cpu", "mem-per-gpu"):
         ours = str(ours).upper()
+    if option == "mail-type":  # sbatch prints the types it ORed together, each once
+        return isinstance(ours, str) and set(ours.upper().split(",")) == set(theirs.split(","))
     return isinstance(ours, str) and ours.encode("utf-8", "surrogateescape") == theirs.encode("latin-1")
 
 
