@@ -27,7 +27,7 @@ from hivebatch.submit.options import (
     problems_error,
 )
 from hivebatch.submit.script import decode_script
-from hivebatch.submit.timefmt import parse_time_limit
+from hivebatch.submit.timefmt import parse_time_option
 from hivebatch.submit.xlate import Translated, translate
 
 # the variables of the options hsub writes itself from what every source said: sbatch must not apply
@@ -249,6 +249,26 @@ def _gpu_shape(
     return gpus, gpn, nodes, types
 
 
+def _shard_ask(
+    values: Mapping[str, str | bool], problems: list[str]
+) -> tuple[Mapping[str, str | bool], int | None]:
+    """``--gres=shard[:TYPE][:N]``, Slurm's own way to ask for part of a GPU (one shard is 1 GiB of its
+    memory), read as one GPU with ``--gpu-mem N``G, which hsub passes to Slurm as that very shard ask."""
+    raw = values.get("gres")
+    if not isinstance(raw, str) or raw.strip().split(":")[0] != "shard":
+        return values, None
+    parts = raw.strip().split(":")[1:]
+    kind = parts[0] if parts and not parts[0].isdigit() else None
+    count = parts[-1] if parts and parts[-1].isdigit() else "1"
+    if "," in raw or len(parts) > 2 or (len(parts) == 2 and kind is None) or int(count) < 1:
+        problems.append(f"--gres {raw!r}: ask for part of a GPU as shard[:TYPE][:N], e.g. shard:4 (4 GiB)")
+        return {k: v for k, v in values.items() if k != "gres"}, None
+    if values.get("gpu_mem"):
+        problems.append("--gres=shard and --gpu-mem both ask for part of a GPU: give one of them")
+    shaped = {k: v for k, v in values.items() if k != "gres"}
+    return {**shaped, "gpus": f"{kind}:1" if kind else "1"}, int(count) * SHARD_MIB
+
+
 def _model_hints(
     values: Mapping[str, str | bool], problems: list[str]
 ) -> tuple[str | None, str | None, int | None, int | None]:
@@ -272,12 +292,13 @@ def build_request(values: Mapping[str, str | bool], default_vc: str | None = Non
     problem found is told at once, as sbatch's own option errors are."""
     problems: list[str] = []
     vc, qos = _account_and_class(values, default_vc, problems)
+    values, shard_mib = _shard_ask(values, problems)
     gpus, gpn, nodes, types = _gpu_shape(values, problems)
     time_raw = values.get("time")
-    time_limit_s = _guarded(problems, lambda: parse_time_limit(str(time_raw)) if time_raw else None, None)
+    time_limit_s = _guarded(problems, lambda: parse_time_option(str(time_raw)) if time_raw else None, None)
     model, like, batch, iters = _model_hints(values, problems)
     mem = _guarded(
-        problems, lambda: parse_size_mib(str(values["gpu_mem"])) if values.get("gpu_mem") else None, None
+        problems, lambda: parse_size_mib(str(values["gpu_mem"])) if values.get("gpu_mem") else shard_mib, None
     )
     if problems:
         raise problems_error(problems)

@@ -36,6 +36,20 @@ def parse_time_limit(text: str) -> int | None:
     return total
 
 
+def parse_time_option(text: str) -> int | None:
+    """Seconds of a ``-t/--time`` value as sbatch sets the job's limit: in whole minutes (seconds round
+    up), and zero is no limit like UNLIMITED (slurm_opt.c arg_set_time_limit; recorded:
+    tests/fixtures/sbatch/time_limits.txt). Raises HivebatchError on bad input."""
+    value = text.strip()
+    if value.lower() in ("unlimited", "infinite", "-1"):
+        return None
+    if not (_DAYS.match(value) or _CLOCK.match(value)):
+        raise HivebatchError(f"time limit {text!r} is not a Slurm time: use {_FORMATS}")
+    if not value.strip("0:-"):
+        return None
+    return -(-parse_time_limit(value) // 60) * 60
+
+
 def format_duration(seconds: float | None) -> str:
     """Seconds as Slurm prints them: [D-]HH:MM:SS."""
     if seconds is None:

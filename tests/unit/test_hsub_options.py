@@ -10,7 +10,7 @@ from hivebatch.errors import HivebatchError
 from hivebatch.request import read_hints
 from hivebatch.submit.build import build_request, prepare, submit_env
 from hivebatch.submit.options import parse_args, parse_directives, parse_env
-from hivebatch.submit.timefmt import format_duration, parse_time_limit
+from hivebatch.submit.timefmt import format_duration, parse_time_option
 
 
 def script(tmp_path: Path, body: str, name: str = "job.sh") -> str:
@@ -27,22 +27,27 @@ def prep(argv: list[str], env: dict[str, str] | None = None, default_vc: str | N
     ("text", "seconds"),
     [
         ("10", 600),
-        ("10:30", 630),
         ("1:00:00", 3600),
         ("2-0", 2 * 86400),
         ("1-2:03", 86400 + 2 * 3600 + 180),
-        ("1-02:03:04", 86400 + 7200 + 184),
         ("UNLIMITED", None),
+        # tests/fixtures/sbatch/time_limits.txt: seconds round up to a minute, zero is no limit
+        ("10:30", 660),
+        ("0:30", 60),
+        ("1-02:03:04", 86400 + 7200 + 240),
+        ("0", None),
+        ("00:00:00", None),
+        ("0-0", None),
     ],
 )
 def test_time_formats_follow_slurm(text: str, seconds: int | None) -> None:
-    assert parse_time_limit(text) == seconds
+    assert parse_time_option(text) == seconds
 
 
-@pytest.mark.parametrize("bad", ["ten", "1h", "1:2:3:4", "-5", "0", "1-"])
+@pytest.mark.parametrize("bad", ["ten", "1h", "1:2:3:4", "-5", "1-"])
 def test_bad_time_is_one_clear_error(bad: str) -> None:
     with pytest.raises(HivebatchError, match="time"):
-        parse_time_limit(bad)
+        parse_time_option(bad)
 
 
 def test_format_duration() -> None:
@@ -206,7 +211,7 @@ def test_gpu_arithmetic(
         ({"account": "cv", "gpus": "V100:2", "gpu_type": "A100"}, "conflicting GPU types"),
         ({"account": "cv", "model": "resnet50"}, "--batch-size and --iters"),
         ({"account": "cv", "like": "resnet50"}, "give --model"),
-        ({"account": "cv", "gres": "shard:2"}, "only gpu"),
+        ({"account": "cv", "gres": "mps:2"}, "only gpu"),
         ({"account": "cv", "time": "soon"}, "not a Slurm time"),
         ({"account": "bad vc"}, "may only contain"),
         ({"account": "cv", "gpu_mem": "lots"}, "not a size"),
@@ -296,3 +301,27 @@ def test_the_job_gets_the_variables_hsub_keeps_from_sbatch(
     assert sub.carried_env == {k: v for k, v in job_saw.items() if k not in sub.env}
     exports = [ln for ln in sub.job_script().splitlines() if ln.startswith("export SBATCH_")]
     assert exports == [f"export {k}={v}" for k, v in sorted(sub.carried_env.items())]
+
+
+@pytest.mark.parametrize(
+    ("gres", "mib", "kind"),
+    [
+        ("shard", 1024, None),
+        ("shard:4", 4096, None),
+        ("shard:v100:2", 2048, "v100"),
+        ("shard:v100", 1024, "v100"),
+    ],
+)
+def test_slurms_own_shard_ask_is_part_of_one_gpu(gres: str, mib: int, kind: str | None) -> None:
+    # seen on the lab: `#SBATCH --gres=shard:4` ran under sbatch (gres/shard=4), hsub refused it
+    sub = prep(["-A", "nlp", f"--gres={gres}", "--wrap", "true"])
+    assert (sub.request.gpus, sub.request.gpu_mem_mib, sub.request.gpu_type) == (1, mib, kind)
+    assert f"--gres=shard:{kind + ':' if kind else ''}{mib // 1024}" in sub.sbatch_args
+
+
+@pytest.mark.parametrize("gres", ["shard:0", "shard:4,gpu:1", "shard:a:b:3"])
+def test_a_shard_ask_hsub_cannot_read_is_one_clear_error(gres: str) -> None:
+    with pytest.raises(HivebatchError, match=r"shard\[:TYPE\]\[:N\]"):
+        prep(["-A", "nlp", f"--gres={gres}", "--wrap", "true"])
+    with pytest.raises(HivebatchError, match="give one of them"):
+        prep(["-A", "nlp", "--gres=shard:2", "--gpu-mem=2G", "--wrap", "true"])

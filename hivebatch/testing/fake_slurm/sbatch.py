@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from hivebatch.cells.config import parse_memory_mib
 from hivebatch.errors import ConfigError
 from hivebatch.slurm.types import SlurmError
-from hivebatch.submit.timefmt import parse_time_limit
+from hivebatch.submit.timefmt import parse_time_option
 
 OPTS_WITH_VALUE = {
     "-J": "name",
@@ -114,7 +114,7 @@ def sbatch_lines(script: str) -> list[str]:
 
 def time_limit(text: str | None) -> int | None:
     """Seconds of a ``-t`` value as sbatch reads it (None: none given, or UNLIMITED)."""
-    return parse_time_limit(text) if text else None
+    return parse_time_option(text) if text else None
 
 
 def size_mb(text: str, option: str = "--tmp") -> int:
