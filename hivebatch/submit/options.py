@@ -341,8 +341,9 @@ def help_text() -> str:
         "       hsub [OPTIONS] --wrap CMD",
         "",
         "Submit a GPU job through hivebatch. hsub takes every sbatch option, as #SBATCH lines too, and",
-        "SBATCH_* variables, exactly as sbatch reads them; hivebatch's own options may also be given as",
-        "#HSUB lines. The command line wins over SBATCH_* variables, which win over the script's lines.",
+        "SBATCH_* variables and a Torque or LSF script's #PBS or #BSUB lines, exactly as sbatch reads",
+        "them; hivebatch's own options may also be given as #HSUB lines. The command line wins over",
+        "SBATCH_* variables, which win over the script's lines.",
         "",
         "Options hsub reads:",
     ]
