@@ -25,6 +25,7 @@ from hivebatch.submit.options import (
     parse_directives,
     parse_env,
     problems_error,
+    reset_option,
 )
 from hivebatch.submit.script import decode_script
 from hivebatch.submit.timefmt import parse_time_option
@@ -260,12 +261,12 @@ def _shard_ask(
     parts = raw.strip().split(":")[1:]
     kind = parts[0] if parts and not parts[0].isdigit() else None
     count = parts[-1] if parts and parts[-1].isdigit() else "1"
+    shaped = {k: v for k, v in values.items() if k != "gres"}
     if "," in raw or len(parts) > 2 or (len(parts) == 2 and kind is None) or int(count) < 1:
         problems.append(f"--gres {raw!r}: ask for part of a GPU as shard[:TYPE][:N], e.g. shard:4 (4 GiB)")
-        return {k: v for k, v in values.items() if k != "gres"}, None
+        return shaped, None
     if values.get("gpu_mem"):
         problems.append("--gres=shard and --gpu-mem both ask for part of a GPU: give one of them")
-    shaped = {k: v for k, v in values.items() if k != "gres"}
     return {**shaped, "gpus": f"{kind}:1" if kind else "1"}, int(count) * SHARD_MIB
 
 
@@ -428,11 +429,9 @@ def default_account(user: str | None = None) -> str:
 
 @dataclass
 class Sources:
-    """Each source of options as sbatch ranks them, lowest first, and all of them merged."""
+    """The script's options (which stay in the job script) and every source merged as sbatch ranks them."""
 
     script: Parsed  # #SBATCH (and #HSUB) lines, with the #PBS or #BSUB lines translated over them
-    env: Parsed
-    command_line: Parsed
     merged: Parsed
     translated: Translated
 
@@ -449,7 +448,7 @@ def read_sources(cmd: Parsed, text: str, environ: Mapping[str, str]) -> Sources:
         script = wrapper.merged_over(script)
     merged = cmd.merged_over(env.merged_over(script))
     _one_memory_option(merged, cmd, env)
-    return Sources(script, env, cmd, merged, translated)
+    return Sources(script, merged, translated)
 
 
 _MEMORY = ("mem", "mem-per-cpu", "mem-per-gpu")
@@ -465,8 +464,7 @@ def _one_memory_option(merged: Parsed, cmd: Parsed, env: Parsed) -> None:
         merged.problems.append("--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive.")
     elif options:
         for name in from_env:
-            merged.seen[name] = False
-            merged.values.pop(name.replace("-", "_"), None)
+            reset_option(merged, name)
     elif len(from_env) > 1:
         merged.problems.append(
             "SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive."

@@ -13,12 +13,12 @@ every problem is collected so the user sees all of them at once.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hivebatch.errors import HivebatchError
 from hivebatch.getopt import NO_ARG, OPTIONAL, REQUIRED, Found, Spec, Table, getopt
+from hivebatch.strtol import strtol
 
 # sbatch 22.05's long options (``name=`` takes a value, ``name[=]`` an optional one, ``/X`` is the
 # short letter), in slurm_opt.c's table order: glibc resolves abbreviations in this order.
@@ -263,6 +263,11 @@ def _store(parsed: Parsed, opt: Opt, value: str | None) -> None:
         parsed.passthrough[opt.dest] = [token]
 
 
+def reset_option(parsed: Parsed, name: str) -> None:
+    """The option named as never given in ``parsed``, as sbatch resets it."""
+    _reset(parsed, BY_LONG[name])
+
+
 def _reset(parsed: Parsed, opt: Opt, direct: bool = True) -> None:
     """The option as never given (False overrides a lower source's value when merged); its variable
     stays in sbatch's environment, which resets it there too. Resetting one option of a shared field
@@ -320,12 +325,10 @@ def parse_env(environ: Mapping[str, str]) -> Parsed:
     return parsed
 
 
-_NONZERO = re.compile(r"[ \t\n\v\f\r]*[+-]?0*[1-9][0-9]*")
-
-
 def env_flag_set(value: str) -> bool:
     """Whether a flag's ``SBATCH_*`` value sets it: strtol(value) != 0 with nothing after the number."""
-    return not value or value.lower() == "yes" or bool(_NONZERO.fullmatch(value))
+    number, rest = strtol(value)
+    return not value or value.lower() == "yes" or (number != 0 and not rest)
 
 
 def parse_directives(script: str | bytes) -> Parsed:

@@ -43,11 +43,9 @@ def parse_time_option(text: str) -> int | None:
     value = text.strip()
     if value.lower() in ("unlimited", "infinite", "-1"):
         return None
-    if not (_DAYS.match(value) or _CLOCK.match(value)):
-        raise HivebatchError(f"time limit {text!r} is not a Slurm time: use {_FORMATS}")
-    if not value.strip("0:-"):
+    if not value.strip("0:-") and (_DAYS.match(value) or _CLOCK.match(value)):
         return None
-    return -(-parse_time_limit(value) // 60) * 60
+    return -(-parse_time_limit(text) // 60) * 60
 
 
 def format_duration(seconds: float | None) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from hivebatch.getopt import NO_ARG, OPTIONAL, REQUIRED, Found, Spec, Table, getopt
+from hivebatch.strtol import strtol
 from hivebatch.submit.script import argument_words
 
 NON_COMMENT_LINES = 100  # xlate_batch_script stops after this many lines not starting with '#'
@@ -83,6 +84,13 @@ class _Out:
     def set(self, name: str, value: str | None = None) -> None:
         self.result.words.append(f"--{name}" if value is None else f"--{name}={value}")
         self.current[name] = True if value is None else value
+
+    def add(self, name: str, value: str, in_front: bool = False) -> None:
+        """``value`` added to what an #SBATCH line or an earlier line gave the option, comma-separated."""
+        before = self.current.get(name)
+        if isinstance(before, str) and before:
+            value = f"{value},{before}" if in_front else f"{before},{value}"
+        self.set(name, value)
 
     def fail(self, problem: str) -> None:
         self.result.problems.append(problem)
@@ -156,8 +164,7 @@ def _pbs_option(out: _Out, name: str, value: str | None) -> None:
     elif name == "mail_options":
         out.set("mail-type", _mail_type(arg))
     elif name == "variable_list":
-        before = out.current.get("export")
-        out.set("export", f"{before},{arg}" if isinstance(before, str) and before else arg)
+        out.add("export", arg)
     elif name == "attributes":
         if arg[:6].lower() == "umask=":
             _umask(out, arg[6:])
@@ -177,11 +184,7 @@ def _mail_type(arg: str) -> str:
 def _umask(out: _Out, raw: str) -> None:
     """strtol(raw, NULL, 0): octal with a leading 0, hex with 0x, decimal otherwise; what follows the
     number is ignored."""
-    m = re.match(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)?", raw)
-    digits = m.group(2) if m else None
-    value = int(digits, 0) if digits and not re.fullmatch(r"0[0-7]+", digits) else int(digits or "0", 8)
-    if m and m.group(1) == "-":
-        value = -value
+    value = strtol(raw, 0)[0]
     if not 0 <= value <= 0o777:
         out.fail("Invalid -W umask= specification")
     else:
@@ -238,17 +241,15 @@ def _resource_list(out: _Out, rl: str) -> None:
             out.set("ntasks-per-node", value(":"))
         elif at("naccelerators=", fold=True):
             raw = value(",")
-            if not re.fullmatch(r"\s*[+-]?[0-9]+", raw) or int(raw) <= 0:
+            gpus, rest = strtol(raw)  # Slurm's parse_int: the whole value, above 0
+            if rest or gpus <= 0:
                 out.fail(f'Invalid numeric value "{raw}" for naccelerators.')
                 return
-            gpus = int(raw)
         elif at("ncpus=", fold=True):
             pbs_pro |= 2
             out.set("mincpus", value(":"))
         elif at("proc="):
-            feature = value(",")
-            before = out.current.get("constraint")
-            out.set("constraint", f"{feature},{before}" if isinstance(before, str) and before else feature)
+            out.add("constraint", value(","), in_front=True)
             skip_entry()
         elif at("select=", fold=True):
             pbs_pro |= 1
@@ -264,13 +265,14 @@ def _resource_list(out: _Out, rl: str) -> None:
         if per_node > 0 and cpus > per_node:
             out.set("cpus-per-task", str(cpus // per_node))
     if gpus > 0:
-        before = out.current.get("gres")
-        out.set("gres", f"{before},gpu:{gpus}" if isinstance(before, str) and before else f"gpu:{gpus}")
+        out.add("gres", f"gpu:{gpus}")
 
 
 def _number(raw: str | bool | None) -> int:
-    m = re.match(r"\s*([+-]?[0-9]+)", raw) if isinstance(raw, str) else None
-    return int(m.group(1)) if m else 0
+    return strtol(raw)[0] if isinstance(raw, str) else 0
+
+
+_NODE_PART = re.compile(r"[^+:]*[+:]?")  # up to the next + or :, and it
 
 
 def _nodes(out: _Out, opts: str) -> None:
@@ -281,7 +283,7 @@ def _nodes(out: _Out, opts: str) -> None:
 
     def part() -> str:
         nonlocal i
-        m = re.compile(r"[^+:]*[+:]?").match(opts, i)
+        m = _NODE_PART.match(opts, i)
         assert m is not None  # the pattern matches the empty string
         i = m.end()
         return m.group().rstrip("+:")
