@@ -270,7 +270,9 @@ def slurm_conf(
         "MpiDefault=none",
         # lets each slurmd claim the fake sockets/cores/memory of its NodeName line
         "SlurmdParameters=config_overrides",
-        "ReturnToService=2",
+        # an admin's State=DOWN stays until State=RESUME, as at most sites; a slurmd that stopped
+        # answering (the lab restarts them) still comes back when it registers again
+        "ReturnToService=1",
         "MailProg=/bin/true",
         "KillWait=5",
         "MinJobAge=300",
