@@ -14,11 +14,11 @@ from recorded_sacct import RECORDED_FIELDS
 from hivebatch.cli.common import run_cli
 from hivebatch.cli.hivebatch.main import cli
 from hivebatch.errors import HivebatchError
-from hivebatch.replay import compare
+from hivebatch.replay import compare, live
 from hivebatch.replay.measure import job_error, job_name, measured_records, measured_summary
 from hivebatch.replay.plan import Plan, SliceSpec, plan_replay, select_slice
 from hivebatch.sim.workload import SimJob
-from hivebatch.slurm.parse import parse_sacct
+from hivebatch.slurm.parse import parse_sacct, requeue_delay_s
 
 PROJECT = Path(__file__).resolve().parents[2]
 FIXTURES = PROJECT / "tests" / "fixtures"
@@ -363,8 +363,12 @@ def test_the_slice_search_keeps_to_the_budget_and_to_slices_hivebatch_runs_whole
 
 
 def test_find_mode_lists_slices_and_refuses_a_bad_step(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the requeue delay is read from slurmctld; the lab's, without waiting on a slurmctld that is down
+    monkeypatch.setattr(
+        live, "requeue_delay", lambda: (requeue_delay_s({"AuthInfo": "cred_expire=10"}), "lab")
+    )
     trace = tmp_path / "anomaly.csv"
     rows = [f"2017-10-03 10:00:{int(j.arrival):02d},{j.duration_s:.0f},{j.gpus},0,{j.vc}" for j in ANOMALY]
     trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + "\n".join(rows) + "\n")

@@ -93,6 +93,17 @@ def _users(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def _requeue_trace_s(mode: str, speedup: float) -> float:
+    """Trace seconds before a job hivebatch preempted may start again, read from the live slurmctld."""
+    from hivebatch.replay import live
+
+    if mode == "plain":
+        return 0.0  # plain Slurm preempts nothing
+    delay_s, source = live.requeue_delay()
+    click.echo(f"a preempted job may start again {delay_s} s after its requeue ({source})", err=True)
+    return delay_s * speedup
+
+
 @click.command("replay")
 @options(*_SLICE_OPTIONS, *_RUN_OPTIONS)
 def replay(
@@ -174,13 +185,9 @@ def replay(
     slice_spec = SliceSpec(start_h * 3600, hours * 3600, max_jobs, speedup, min_run, max_run)
     cfg_dir = Path(cfg).resolve().parent
     platform = setup.build_platform(spec, parse_qos_config(data, cfg_dir))
-    requeue_trace_s = 0.0  # plain Slurm preempts nothing
-    if mode != "plain":
-        delay_s, source = live.requeue_delay()
-        click.echo(f"a preempted job may start again {delay_s} s after its requeue ({source})", err=True)
-        requeue_trace_s = delay_s * speedup
     if mode == "find":
         scan = _scan(jobs, slice_spec, until_h, step_h, budget)
+        requeue_trace_s = _requeue_trace_s(mode, speedup)
         timing = (interval * speedup, requeue_trace_s, start_latency * speedup)
         limits = (platform.gpus_per_node, platform.max_nodes)
         _print_found(scan, find_slices(jobs, scan, data, cfg_dir, vc_gpus, limits, (plain_policy, policy), timing),
@@ -193,6 +200,7 @@ def replay(
         whose = f"of VC {alone} " if alone is not None else ""
         raise HivebatchError(f"{trace}: no jobs {whose}in the slice ({report.summary()})")
     click.echo(plan.summary(), err=True)
+    requeue_trace_s = _requeue_trace_s(mode, speedup)
     settings = live.LiveSettings(
         operator=operator,
         users=vc_users,
