@@ -3,8 +3,9 @@
 Slurm accepts far more than hivebatch can plan with: on the lab, ``sbatch -t 99999999999999`` is
 taken (partition MaxTime UNLIMITED) and squeue shows a limit of 4,285,083,375 minutes, past the last
 date Python can represent. Such numbers make the QoS model overflow. Every bound here is far above
-any real job, so a real job never meets one; a request past one is refused with one line saying
-which number to change.
+any real job, so a real job never meets one; a model hint past one is refused with one line saying
+which number to change. A time limit is Slurm's to judge, not a hint: past its bound it is planned
+as no limit at all (as ``-t UNLIMITED``), and the job runs under the limit Slurm took.
 
 Request validation calls ``request_problem(req, limits)`` (or ``check_request(req, limits)``, which
 raises); the controller calls it for every waiting job, so a request that got past an older ``hsub``
@@ -29,7 +30,7 @@ DAY_S = 86_400
 class Limits:
     """The largest value each request number may take (``limits:`` in the config overrides them)."""
 
-    time_limit_s: int = 365 * DAY_S
+    time_limit_s: int = 365 * DAY_S  # the longest time limit planned with: a longer one is planned as none
     iters: int = 10**12
     batch_size: int = 2**20
     gpus: int = 4096
@@ -37,18 +38,13 @@ class Limits:
     gpus_per_node: int = 64
     gpu_mem_mib: int = 2**20  # 1 TiB per GPU
 
-    def time_limit_for(self, partition_max_s: int | None) -> int:
-        """The partition's MaxTime when it has one (not UNLIMITED), never more than the configured bound."""
-        return min(self.time_limit_s, partition_max_s) if partition_max_s else self.time_limit_s
-
 
 DEFAULT_LIMITS = Limits()
 # every waiting job's request is checked every cycle; dataclasses.fields() each time cost more than the check
-_BOUNDED = tuple(f.name for f in fields(Limits))
+_BOUNDED = tuple(f.name for f in fields(Limits) if f.name != "time_limit_s")
 
 #: how each bounded field is named on the hsub command line, and its unit in messages
 _OPTION = {
-    "time_limit_s": ("-t/--time", "seconds"),
     "iters": ("--iters", "iterations"),
     "batch_size": ("--batch-size", "samples"),
     "gpus": ("--gpus", "GPUs"),
@@ -63,7 +59,7 @@ def parse_limits(data: Mapping[str, Any]) -> Limits:
     section = data.get("limits") or {}
     if not isinstance(section, Mapping):
         raise ConfigError("limits: must be a mapping, e.g. {time_limit_s: 2592000, iters: 1000000000}")
-    known = set(_BOUNDED)
+    known = {f.name for f in fields(Limits)}
     values: dict[str, int] = {}
     for key, value in section.items():
         if key not in known:
@@ -71,6 +67,12 @@ def parse_limits(data: Mapping[str, Any]) -> Limits:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"limits.{key} must be a positive whole number, got {value!r}")
         values[str(key)] = value
+    longest = DEFAULT_LIMITS.time_limit_s
+    if values.get("time_limit_s", 0) > longest:
+        # squeue's limits are read against this bound before any config is (hivebatch.slurm.parse)
+        raise ConfigError(
+            f"limits.time_limit_s may be at most {longest} (a year), got {values['time_limit_s']}"
+        )
     return Limits(**values)
 
 
@@ -84,23 +86,18 @@ def number_problem(name: str, value: int | None, limit: int) -> str | None:
     )
 
 
-def request_problem(
-    req: JobRequest, limits: Limits = DEFAULT_LIMITS, partition_max_s: int | None = None
-) -> str | None:
+def request_problem(req: JobRequest, limits: Limits = DEFAULT_LIMITS) -> str | None:
     """The first number of ``req`` past its bound, in one line; None when all are within."""
     for name in _BOUNDED:
-        limit = limits.time_limit_for(partition_max_s) if name == "time_limit_s" else getattr(limits, name)
-        problem = number_problem(name, getattr(req, name, None), limit)
+        problem = number_problem(name, getattr(req, name, None), getattr(limits, name))
         if problem:
             return problem
     return None
 
 
-def check_request(
-    req: JobRequest, limits: Limits = DEFAULT_LIMITS, partition_max_s: int | None = None
-) -> None:
+def check_request(req: JobRequest, limits: Limits = DEFAULT_LIMITS) -> None:
     """Raise HivebatchError (one line) when a number of ``req`` is past its bound."""
-    problem = request_problem(req, limits, partition_max_s)
+    problem = request_problem(req, limits)
     if problem:
         raise HivebatchError(problem)
 

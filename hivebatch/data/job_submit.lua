@@ -491,11 +491,9 @@ function M.request(job_desc, found, exclusive)
     end
   end
   local tl = get(job_desc, "time_limit")
-  if is_set(tl) then
-    -- sbatch keeps minutes in 32 bits: -t 99999999999999 arrives wrapped, still absurdly long
-    if tl > SITE.max_time_min then
-      fail("time limit of " .. tl .. " minutes is more than hivebatch accepts (" .. SITE.max_time_min .. "): ask for less with -t")
-    end
+  -- Slurm takes any limit (sbatch wraps -t 99999999999999 into 32 bits); one past the bound says no
+  -- more of the job's length than -t infinite does, and is planned as such, while Slurm keeps it
+  if is_set(tl) and tl <= SITE.max_time_min then
     req.time_limit_s = tl * 60
   end
   check_size(req)

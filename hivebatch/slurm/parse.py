@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from hivebatch.bounds import slurm_time_limit
 from hivebatch.errors import HivebatchError
 from hivebatch.slurm.types import (
     BAD_NODE_WORDS,
@@ -279,8 +280,10 @@ def job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         pre_suspend_s=_num(job.get("pre_sus_time")) or 0,
         preempt_time=preempted_at,
         grace_end=epoch(job.get("end_time")) if preempted_at and not finished else None,
-        time_limit_s=limit_min * 60 if limit_min else None,
-        time_min_s=(_num(job.get("time_minimum")) or 0) * 60 or None,
+        # sbatch -t 99999999999999 is taken (wrapped into 32 bits) and would end past any date: past the
+        # bound, a limit says no more of the job's length than UNLIMITED does
+        time_limit_s=slurm_time_limit(limit_min * 60 if limit_min else None),
+        time_min_s=slurm_time_limit((_num(job.get("time_minimum")) or 0) * 60 or None),
         deadline=epoch(job.get("deadline")),
         num_nodes=_num(job.get("node_count")) or 1,
         held=state == "PENDING" and (reason in HELD_REASONS or priority == 0),

@@ -5,14 +5,14 @@ read-only database, hostile numbers. After each: 0 jobs lost, 0 placed twice, 0 
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 import threading
 import time
 
 import pytest
-from faultlab import FaultLab, Loop, write_config
+from faultlab import SCRIPT, FaultLab, Loop, write_config
 
 from hivebatch.bounds import DEFAULT_LIMITS
-from hivebatch.slurm.types import SlurmError
 
 SPREAD = [("alice", 2), ("bob", 4), ("carol", 1), ("alice", 1), ("bob", 2), ("carol", 2)]
 
@@ -146,16 +146,24 @@ def test_locked_then_read_only_database(faults: FaultLab) -> None:
 
 
 def test_hostile_numbers_do_not_stop_the_others(faults: FaultLab) -> None:
-    # a time limit is Slurm's own number: the job_submit plugin refuses an absurd one at submit
-    # (sbatch wraps -t into 32 bits: 99999999999999 minutes arrive as 4,285,083,375)
-    for t in ("99999999999999", "9999999999"):
-        with pytest.raises(SlurmError, match="minutes is more than hivebatch accepts"):
+    # a time limit is Slurm's own number, which it takes whatever it is (sbatch wraps -t into 32 bits:
+    # 99999999999999 minutes arrive as 4,285,083,375): such a job is planned as one without a limit
+    # and runs. A plain job running under one (no GPUs: not hivebatch's) once failed every cycle
+    plain = faults.lab.backend("hbctl").submit(
+        SCRIPT.format(sleep=600),
+        ["-A", "hivebatch", "-t", "99999999999999", "-o", "/dev/null", "--chdir", str(faults.dir)],
+    )
+    try:
+        faults.lab.wait_for(plain, {"RUNNING"})
+        for t in ("99999999999999", "9999999999", "600000"):
             faults.submit("alice", 1, extra=["-t", t])
-    # a model hint is the owner's own: the controller rejects that job alone, with its reason
-    hostile = faults.submit("bob", 1, model="resnet50", batch_size=32, iters=999999999999999999)
-    faults.submitted.remove(hostile)
-    _submit_spread(faults)
-    faults.until_all_run()
+        # a model hint is the owner's own: the controller rejects that job alone, with its reason
+        hostile = faults.submit("bob", 1, model="resnet50", batch_size=32, iters=999999999999999999)
+        faults.submitted.remove(hostile)
+        _submit_spread(faults)
+        faults.until_all_run()
+    finally:
+        subprocess.run(["scancel", str(plain)], capture_output=True, check=False, timeout=30)
     ledger = faults.ledger()
     assert ledger[hostile].state == "rejected"
     assert ledger[hostile].reason.startswith(

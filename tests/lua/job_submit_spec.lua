@@ -63,6 +63,19 @@ describe("slurm_job_submit", function()
     assert.are.same({ vc = "cv", qos = "normal", gpus = 2, gpus_per_node = 2, nodes = 1 }, r)
   end)
 
+  it("holds a job whose time limit is past the bound, planned as one without a limit, the limit Slurm's", function()
+    -- sbatch -t 99999999999999 arrives wrapped into 32 bits; -t 600000 (416 days) as it is
+    for _, tl in ipairs({ 4285083375, 600000 }) do
+      local d = desc({ tres_per_node = "gres:gpu:1", time_limit = tl })
+      assert.are.equal(slurm.SUCCESS, slurm_job_submit(d, {}, 1001))
+      assert.are.same({ vc = "cv", qos = "normal", gpus = 1, gpus_per_node = 1, nodes = 1 }, request_of(d))
+      assert.are.equal(tl, d.time_limit)
+    end
+    local d = desc({ tres_per_node = "gres:gpu:1", time_limit = 525600 })
+    slurm_job_submit(d, {}, 1001)
+    assert.are.equal(525600 * 60, request_of(d).time_limit_s)
+  end)
+
   it("keeps other GRES and licenses on the job", function()
     local d = desc({ tres_per_node = "gres:gpu:1,gres:nic:1" })
     slurm_job_submit(d, {}, 1001)
@@ -326,7 +339,6 @@ describe("slurm_job_submit", function()
     { "a shard over two nodes", { tres_per_node = "gres:shard:4", min_nodes = 2, max_nodes = 2 }, "one node" },
     { "more GPU memory than one GPU has", { tres_per_node = "gres:shard:40" }, "one GPU has 32" },
     { "a count that is no number", { tres_per_node = "gres:gpu:v100:two" }, "cannot read" },
-    { "a time limit past the bound", { tres_per_node = "gres:gpu:1", time_limit = 4285083375 }, "more than hivebatch accepts" },
     -- seen on the lab: --begin=2999-12-31 went unrecorded, and the controller would have started the job at once
     { "a --begin among hivebatch's own marks", { tres_per_node = "gres:gpu:1", begin_time = 32503680000 }, "on or after 2100-01-01" },
     { "no node at all (-N 0), as slurmctld would", { tres_per_node = "gres:gpu:1", min_nodes = 0, max_nodes = 0 }, "Node count specification invalid" },

@@ -31,8 +31,6 @@ def env(tmp_path: Path) -> Env:
 @pytest.mark.parametrize(
     ("fields", "reason"),
     [
-        ({"time_limit_s": 99999999999999 * 60}, "-t/--time 5999999999999940 is more than hivebatch accepts"),
-        ({"time_limit_s": 9999999999 * 60}, "-t/--time 599999999940 is more than hivebatch accepts"),
         (
             {"model": "resnet50", "batch_size": 32, "iters": 999999999999999999},
             "--iters 999999999999999999 is",
@@ -50,6 +48,19 @@ def test_hostile_numbers_are_rejected_and_the_others_placed(env: Env, fields: di
     assert env.job(good).state == "placed"
     env.cycle()  # the same reason again: no new event
     assert len(env.events(bad, kind="rejected")) == 1
+
+
+@pytest.mark.parametrize("minutes", [99999999999999, 9999999999, 600000])
+def test_a_time_limit_past_the_bound_is_planned_as_none_and_its_job_placed(env: Env, minutes: int) -> None:
+    # Slurm takes them all (416 days, and the absurd two wrapped into 32 bits); a running one's end
+    # once overflowed the date of every cycle, for every job
+    long = env.submit("alice", "cv", 1, extra=["-t", str(minutes)])
+    assert env.cycle().ok and env.job(long).state == "placed"
+    env.slurm.advance(2)
+    assert env.cycle().ok and env.job(long).state == "running"
+    other = env.submit("bob", "nlp", 2)
+    assert env.cycle().ok and env.job(other).state == "placed"
+    assert "time_limit_s" not in (env.job(long).request or {})
 
 
 def test_a_hostile_gpu_memory_slice_is_refused_at_submit(env: Env) -> None:
@@ -106,16 +117,26 @@ def test_slurm_time_limits_past_the_bound_say_nothing_about_the_job() -> None:
 
     jobs = {j.job_id: j for j in parse_squeue_json((FIXTURES / "squeue_huge_time_limits.json").read_text())}
     # sbatch -t 99999999999999 / 9999999999 / 99999999 / UNLIMITED, as the lab's squeue shows them
-    assert [slurm_time_limit(jobs[i].time_limit_s) for i in (1, 2, 3, 4)] == [None, None, None, None]
+    assert [jobs[i].time_limit_s for i in (1, 2, 3, 4)] == [None, None, None, None]
     assert slurm_time_limit(3600) == 3600
+    running = parse_squeue_json((FIXTURES / "squeue_huge_limits_running.json").read_text())
+    assert [(j.state, j.time_limit_s) for j in running] == [("RUNNING", None), ("RUNNING", None)]
+
+
+def test_hq_shows_a_job_running_under_a_limit_past_any_date() -> None:
+    from hivebatch.cli.hq.rows import row_from_slurm
+    from hivebatch.slurm.parse import parse_squeue_json
+
+    for job in parse_squeue_json((FIXTURES / "squeue_huge_limits_running.json").read_text()):
+        row = row_from_slurm(job)
+        assert row.state == "RUNNING" and row.predicted_end is None
 
 
 def test_bounds_check_and_config() -> None:
     req = JobRequest(vc="cv", gpus=2, time_limit_s=7200)
     assert request_problem(req) is None
-    assert request_problem(req, partition_max_s=3600) == (
-        "-t/--time 7200 is more than hivebatch accepts (3600 seconds); ask for at most that"
-    )
+    # a time limit is Slurm's to judge: past the bound it is planned as none, never refused
+    assert request_problem(JobRequest(vc="cv", gpus=2, time_limit_s=10**12)) is None
     with pytest.raises(HivebatchError, match="--gpus 5000 is more"):
         check_request(JobRequest(vc="cv", gpus=5000))
     assert parse_limits({"limits": {"iters": 10}}) == Limits(iters=10)
@@ -124,3 +145,6 @@ def test_bounds_check_and_config() -> None:
         parse_limits({"limits": {"iter": 10}})
     with pytest.raises(ConfigError, match="positive whole number"):
         parse_limits({"limits": {"iters": -1}})
+    assert parse_limits({"limits": {"time_limit_s": 86400}}).time_limit_s == 86400
+    with pytest.raises(ConfigError, match="limits.time_limit_s may be at most 31536000"):
+        parse_limits({"limits": {"time_limit_s": 2 * 31536000}})

@@ -13,8 +13,8 @@ from hivebatch.controller.tell import tell_clients
 from hivebatch.db.models import Job
 from hivebatch.slurm.types import SlurmError
 
-# a time limit beyond the site's bound (limits.time_limit_s): Slurm takes it, the controller rejects it
-TOO_LONG = ["-t", "99999999"]
+# a model hint past its bound (limits.iters): Slurm takes the comment, the controller rejects the job
+HOSTILE = {"model": "resnet50", "batch_size": 32, "iters": 10**18}
 
 
 @pytest.fixture()
@@ -24,7 +24,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
 
 
 def test_the_terminal_of_a_rejected_interactive_job_hears_why_once(env: Env) -> None:
-    jid = env.submit("alice", "cv", 1, extra=TOO_LONG)
+    jid = env.submit("alice", "cv", 1, **HOSTILE)
     env.slurm.as_interactive(jid)
     for _ in range(3):
         env.cycle(env.slurm)  # root
@@ -47,7 +47,7 @@ def test_a_waiting_interactive_job_hears_its_first_reason_only(env: Env) -> None
 
 
 def test_the_operator_does_not_try_what_slurm_would_refuse_it(env: Env) -> None:
-    jid = env.submit("alice", "cv", 1, extra=TOO_LONG)
+    jid = env.submit("alice", "cv", 1, **HOSTILE)
     env.slurm.as_interactive(jid)
     env.cycle()  # as the Operator
     assert env.job(jid).state == "rejected"
@@ -57,7 +57,7 @@ def test_the_operator_does_not_try_what_slurm_would_refuse_it(env: Env) -> None:
 
 
 def test_a_rejected_batch_job_is_left_to_hq(env: Env) -> None:
-    jid = env.submit("alice", "cv", 1, extra=TOO_LONG)
+    jid = env.submit("alice", "cv", 1, **HOSTILE)
     env.cycle(env.slurm)
     assert env.job(jid).state == "rejected"
     assert not [c for c in env.slurm.calls if c[1] == "notify"]

@@ -87,7 +87,7 @@ class TaskBuilder:
         if shape is None and not usable_model:
             shape = plain_shape(req.gpus, gpus_per_node(spec, req.gpu_type))
         # Slurm's limit first: its owner may have lowered it since submitting (scontrol update TimeLimit=)
-        time_limit = slurm_time_limit(time_limit_s, self.ctx.limits) or req.time_limit_s
+        time_limit = slurm_time_limit(time_limit_s or req.time_limit_s, self.ctx.limits)
         return Task(
             job_id=str(job.slurm_job_id),
             vc=req.vc,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
+from hivebatch.bounds import slurm_time_limit
 from hivebatch.cells.config import parse_memory_mib
 from hivebatch.errors import ConfigError
 from hivebatch.slurm.types import SlurmError
@@ -113,8 +114,10 @@ def sbatch_lines(script: str) -> list[str]:
 
 
 def time_limit(text: str | None) -> int | None:
-    """Seconds of a ``-t`` value as sbatch reads it (None: none given, or UNLIMITED)."""
-    return parse_time_option(text) if text else None
+    """Seconds of a ``-t`` value as sbatch reads it (None: none given, or UNLIMITED). Slurm keeps a limit
+    past any date (-t 99999999999999, wrapped into 32 bits), which squeue's reader takes as UNLIMITED:
+    so does the fake, from the start."""
+    return slurm_time_limit(parse_time_option(text)) if text else None
 
 
 def size_mb(text: str, option: str = "--tmp") -> int:
