@@ -177,6 +177,12 @@ def typed_request(tres_per_node: str | None) -> tuple[list[int], dict[int, int]]
     return sorted(gpus), shards
 
 
+#: a date Slurm holds past the last one Python has (seen on the lab: a plain job's
+#: --begin=now+99999999days, eligible in the year 275817, failed every cycle and hq): later than any
+#: real date, with room left for the arithmetic done after it
+FAR_FUTURE = datetime(9000, 1, 1, tzinfo=UTC)
+
+
 def epoch(value: Any) -> datetime | None:
     """Epoch seconds (int or digit string) → aware UTC datetime; 0, '', 'Unknown', 'None' → None."""
     if value is None or isinstance(value, bool):
@@ -189,7 +195,12 @@ def epoch(value: Any) -> datetime | None:
         n = int(value)
     except (TypeError, ValueError):
         return None
-    return datetime.fromtimestamp(n, tz=UTC) if n > 0 else None
+    if n <= 0:
+        return None
+    try:
+        return datetime.fromtimestamp(n, tz=UTC)
+    except (OverflowError, ValueError, OSError):
+        return FAR_FUTURE
 
 
 def _num(value: Any) -> int | None:

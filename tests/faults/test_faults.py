@@ -148,13 +148,14 @@ def test_locked_then_read_only_database(faults: FaultLab) -> None:
 def test_hostile_numbers_do_not_stop_the_others(faults: FaultLab) -> None:
     # a time limit is Slurm's own number, which it takes whatever it is (sbatch wraps -t into 32 bits:
     # 99999999999999 minutes arrive as 4,285,083,375): such a job is planned as one without a limit
-    # and runs. A plain job running under one (no GPUs: not hivebatch's) once failed every cycle
-    plain = faults.lab.backend("hbctl").submit(
-        SCRIPT.format(sleep=600),
-        ["-A", "hivebatch", "-t", "99999999999999", "-o", "/dev/null", "--chdir", str(faults.dir)],
-    )
+    # and runs. A plain job running under one (no GPUs: not hivebatch's) once failed every cycle,
+    # nor did one that waits for a --begin past the last date Python has (the year 275817)
+    operator = faults.lab.backend("hbctl")
+    plain = ["-A", "hivebatch", "-o", "/dev/null", "--chdir", str(faults.dir)]
+    running = operator.submit(SCRIPT.format(sleep=600), [*plain, "-t", "99999999999999"])
+    waiting = operator.submit(SCRIPT.format(sleep=600), [*plain, "--begin=now+99999999days"])
     try:
-        faults.lab.wait_for(plain, {"RUNNING"})
+        faults.lab.wait_for(running, {"RUNNING"})
         for t in ("99999999999999", "9999999999", "600000"):
             faults.submit("alice", 1, extra=["-t", t])
         # a model hint is the owner's own: the controller rejects that job alone, with its reason
@@ -163,7 +164,7 @@ def test_hostile_numbers_do_not_stop_the_others(faults: FaultLab) -> None:
         _submit_spread(faults)
         faults.until_all_run()
     finally:
-        subprocess.run(["scancel", str(plain)], capture_output=True, check=False, timeout=30)
+        subprocess.run(["scancel", str(running), str(waiting)], capture_output=True, check=False, timeout=30)
     ledger = faults.ledger()
     assert ledger[hostile].state == "rejected"
     assert ledger[hostile].reason.startswith(

@@ -172,6 +172,16 @@ def test_held_jobs_keep_their_dependency_and_begin_time(slurm_fixture):
     assert begin.dependency == "" and begin.eligible_time is not None and begin.held
 
 
+def test_a_begin_past_the_last_date_python_has_is_read_as_far_away(slurm_fixture):
+    from hivebatch.cli.hq.rows import row_from_slurm
+    from hivebatch.slurm.parse import FAR_FUTURE
+
+    # a plain job's --begin=now+99999999days: eligible in the year 275817, as Slurm holds it
+    (job,) = parse_squeue_json(slurm_fixture("squeue_begin_past_any_date.json"))
+    assert job.state == "PENDING" and job.eligible_time == FAR_FUTURE and job.reason == "BeginTime"
+    assert row_from_slurm(job).reason
+
+
 def test_an_srun_waiting_for_its_allocation_is_no_batch_job(slurm_fixture):
     (waiting,) = parse_squeue_json(slurm_fixture("squeue_pending_srun.json"))
     assert (waiting.name, waiting.state, waiting.batch) == ("waiting-srun", "PENDING", False)
