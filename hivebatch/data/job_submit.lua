@@ -40,6 +40,11 @@ local function is_set(n)
   return n ~= nil and n ~= NO_VAL and n ~= INFINITE and n ~= NO_VAL16 and n ~= 65535
 end
 
+-- a Lua number is a double: concatenated, --mem=99999999T read "1.0485759895142e+14 MB"
+local function whole(n)
+  return string.format("%.0f", n)
+end
+
 local function fail(msg)
   error({ hivebatch = msg }, 0)
 end
@@ -778,16 +783,16 @@ local function check_node_sizes(job_desc, req, parts)
     if largest.capped_by ~= nil then
       has = "partition " .. largest.capped_by .. " lets a job use " .. have_cpus .. " CPUs of a node (MaxCPUsPerNode)"
     end
-    fail("the job needs " .. cpus .. " CPUs on one node, but " .. has .. ": ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)")
+    fail("the job needs " .. whole(cpus) .. " CPUs on one node, but " .. has .. ": ask for fewer CPUs per node (-c, --cpus-per-gpu, --ntasks-per-node, --mincpus) or spread the tasks over more nodes (-N)")
   end
   local mem = math.max(M.mem_per_node(job_desc, cpus), (per_gpu(job_desc, "mem_per_tres") or 0) * gpus)
   local have_mem = tonumber(field(largest, "mem_mb"))
   if have_mem ~= nil and mem > have_mem then
-    fail("the job needs " .. mem .. " MB of memory on one node, but " .. where .. " has " .. have_mem .. " MB: ask for less (--mem, --mem-per-gpu, --mem-per-cpu)")
+    fail("the job needs " .. whole(mem) .. " MB of memory on one node, but " .. where .. " has " .. have_mem .. " MB: ask for less (--mem, --mem-per-gpu, --mem-per-cpu)")
   end
   local tmp, have_tmp = get(job_desc, "pn_min_tmp_disk"), tonumber(field(largest, "tmp_mb"))
   if is_set(tmp) and have_tmp ~= nil and tmp > have_tmp then
-    fail("the job needs " .. tmp .. " MB of temporary disk on one node (--tmp), but " .. where .. " has " .. have_tmp .. " MB: ask for less, or leave --tmp out")
+    fail("the job needs " .. whole(tmp) .. " MB of temporary disk on one node (--tmp), but " .. where .. " has " .. have_tmp .. " MB: ask for less, or leave --tmp out")
   end
   for _, l in ipairs(LAYOUT) do
     local asked, have = get(job_desc, l[1]), tonumber(field(largest, l[2]))

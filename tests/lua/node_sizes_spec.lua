@@ -79,6 +79,7 @@ describe("the size of a GPU job's node at submit", function()
     { "--mincpus=20", { pn_min_cpus = 20 }, CPUS:format(20) },
     { "--cpus-per-gpu=8 --gres=gpu:4", { tres_per_node = "gres:gpu:4", cpus_per_tres = "gres:gpu:8" }, CPUS:format(32) },
     { "--mem=100G", { min_mem_per_node = 102400 }, MEM:format(102400) },
+    { "--mem=99999999T, in whole MB", { min_mem_per_node = 104857598951424 }, MEM:format(104857598951424) },
     { "--mem-per-cpu=5000 -c 16", { cpus_per_task = 16, pn_min_cpus = 16, min_cpus = 16, min_mem_per_cpu = 5000 }, MEM:format(80000) },
     { "--mem-per-gpu=40G --gres=gpu:2", { tres_per_node = "gres:gpu:2", mem_per_tres = "gres:gpu:40960" }, MEM:format(81920) },
     { "-N 1 --gpus=2 --cpus-per-gpu=12", { tres_per_node = "", tres_per_job = "gres:gpu:2", cpus_per_tres = "gres:gpu:12", min_nodes = 1, max_nodes = 1 }, CPUS:format(24) },
