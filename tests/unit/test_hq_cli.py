@@ -56,8 +56,8 @@ def write_ledger(db: Path) -> None:
     engine.dispose()
 
 
-def hq(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"HIVEBATCH_CONFIG": str(config), "PATH": "/usr/bin:/bin"}
+def hq(config: Path, *args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {"HIVEBATCH_CONFIG": str(config), "PATH": "/usr/bin:/bin", **(env_extra or {})}
     code = python_code("from hivebatch.cli.hq.main import main\nmain()\n")
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                           timeout=60, check=False)  # fmt: skip
@@ -157,6 +157,13 @@ def test_hq_without_a_ledger_or_with_bad_options(config: Path) -> None:
             proc.stderr
         )
         assert proc.stderr.count("\n") == 1
+    # squeue names its variable's bad state as its own; hq named -t, which was never typed
+    proc = hq(config, env_extra={"SQUEUE_STATES": "SLEEPING"})
+    assert proc.returncode == 1 and proc.stderr == (
+        "hq: error: SQUEUE_STATES: unknown state 'SLEEPING' (e.g. PENDING, RUNNING, PD, R, all)\n"
+    )
+    assert hq(config, "-t", "PD", env_extra={"SQUEUE_STATES": "SLEEPING"}).returncode == 0
+    assert "-t/--states: unknown state 'X'" in hq(config, "-t", "X", env_extra={"SQUEUE_STATES": "PD"}).stderr
 
 
 def test_hq_on_a_sqlite_ledger_imports_nothing_heavy(config: Path) -> None:

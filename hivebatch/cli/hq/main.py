@@ -173,7 +173,11 @@ def _rows(args: Any, ids: list[int] | None) -> list[Any]:
     from hivebatch.state.ledger import read_ledger
 
     o = args.options
-    states, all_states = parse_states(str(o["states"])) if "states" in o and ids is None else (None, False)
+    states, all_states = None, False
+    if "states" in o and ids is None:
+        # the variable stands for -t, which the command line overrides
+        typed = os.environ.get("SQUEUE_STATES") != o["states"]
+        states, all_states = parse_states(str(o["states"]), "-t/--states" if typed else "SQUEUE_STATES")
     job_ids: set[int] | None = set(ids) if ids is not None else None
     if ids is None and isinstance(o.get("jobs"), str):
         job_ids = _named_ids(args)

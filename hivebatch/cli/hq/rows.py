@@ -314,8 +314,9 @@ class Filters:
         return row.state in SLURM_ACTIVE_STATES or self.job_ids is not None
 
 
-def parse_states(text: str) -> tuple[set[str] | None, bool]:
-    """squeue's -t: names or codes, comma-separated; ``all`` means every state."""
+def parse_states(text: str, source: str = "-t/--states") -> tuple[set[str] | None, bool]:
+    """squeue's -t: names or codes, comma-separated; ``all`` means every state. ``source``: where the
+    text came from, for the error (SQUEUE_STATES reads as -t)."""
     from hivebatch.errors import HivebatchError
 
     states: set[str] = set()
@@ -331,7 +332,7 @@ def parse_states(text: str) -> tuple[set[str] | None, bool]:
             states.add(CODE_STATES[p])
         else:
             raise HivebatchError(
-                f"-t/--states: unknown state {part.strip()!r} (e.g. PENDING, RUNNING, PD, R, all)"
+                f"{source}: unknown state {part.strip()!r} (e.g. PENDING, RUNNING, PD, R, all)"
             )
     return states, False
 
