@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -141,9 +142,18 @@ def locate_script(name: str, search: str | None) -> Path:
         return Path(name)
     for directory in [".", *[d for d in (search or "").split(":") if d]]:
         candidate = Path(directory) / name
-        if candidate.exists() and not candidate.is_dir():
+        if _exists(candidate):
             return candidate
     return Path(name)
+
+
+def _exists(path: Path) -> bool:
+    """proc_args.c _exists: a path stat() reaches that is no directory; a PATH entry the user may not
+    search (EACCES: /root/... left in PATH by runuser) is passed over, as sbatch does, not an error."""
+    try:
+        return not stat.S_ISDIR(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 def read_script(
@@ -481,6 +491,8 @@ def prepare(
     """Parse, read the script, merge option sources, build and check the request."""
     environ = os.environ if environ is None else environ
     cmd = parse_args(argv)
+    # sbatch stops at a command line it cannot read before it reads the script (from stdin, maybe)
+    cmd.raise_problems()
     wrap = cmd.values.get("wrap")
     text, script_name, script_args = read_script(
         cmd.positionals, str(wrap) if isinstance(wrap, str) else None, stdin_read, environ.get("PATH")

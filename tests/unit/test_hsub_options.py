@@ -276,6 +276,22 @@ def test_a_script_named_without_a_directory_is_also_found_in_path(
         prep(["-A", "cv", "./data"], env={"PATH": str(tools)})  # ./ is the working directory only
     with pytest.raises(HivebatchError, match="data"):
         prep(["-A", "cv", "data"], env={"PATH": str(tools)})  # a directory is passed over
+    # a PATH entry stat() cannot reach is passed over too (seen on the lab: alice's PATH still named
+    # /root/.cargo/bin, EACCES to her, and hsub ended in a PermissionError traceback)
+    unreachable = "/" + "x" * 300  # ENAMETOOLONG: stat fails as it does for a directory not searchable
+    assert prep(["-A", "cv", "train.sh"], env={"PATH": f"{unreachable}:{tools}"}).job_name == "from-cwd"
+    (work / "train.sh").unlink()
+    assert prep(["-A", "cv", "train.sh"], env={"PATH": f"{unreachable}:{tools}"}).job_name == "from-path"
+
+
+def test_a_command_line_sbatch_cannot_read_is_told_before_the_script_is_read() -> None:
+    # sbatch: "option '--wrap' requires an argument"; hsub read the script from standard input first
+    # and said it did not look like a batch script
+    def stdin() -> str:
+        raise AssertionError("standard input read")
+
+    with pytest.raises(HivebatchError, match="^option '--wrap' requires an argument$"):
+        prepare(["--gres=gpu:1", "--wrap"], environ={}, stdin_read=stdin, check_config=False)
 
 
 def _recorded_job_env() -> list[tuple[list[str], dict[str, str]]]:
