@@ -157,6 +157,12 @@ def test_hq_without_a_ledger_or_with_bad_options(config: Path) -> None:
             proc.stderr
         )
         assert proc.stderr.count("\n") == 1
+    # squeue: "error: --iterate=abc"; hq ended in a ValueError traceback
+    for value in ("abc", "0", "-5"):
+        proc = hq(config, "-i", value)
+        assert proc.returncode == 1 and proc.stderr == (
+            f"hq: error: --iterate={value}: give the seconds between listings, a whole number above 0\n"
+        )
     # squeue names its variable's bad state as its own; hq named -t, which was never typed
     proc = hq(config, env_extra={"SQUEUE_STATES": "SLEEPING"})
     assert proc.returncode == 1 and proc.stderr == (

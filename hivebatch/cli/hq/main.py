@@ -105,7 +105,7 @@ def run_jobs(argv: list[str]) -> int:
         fmt, outputs = fmt or default, set()
     if not args.own and ((fmt is not None and not hb_fields_in(*fmt)) or outputs):
         os.execvp("squeue", ["squeue", *args.squeue])  # squeue's own output, byte for byte
-    iterate = int(str(args.options["iterate"])) if "iterate" in args.options else 0
+    iterate = _iterate_s(str(args.options["iterate"])) if "iterate" in args.options else 0
     while True:
         # squeue's -l prints the date line itself (hq -l asks it for its listing)
         if iterate and not args.options.get("noheader") and "long" not in args.options:
@@ -119,6 +119,16 @@ def run_jobs(argv: list[str]) -> int:
         import time
 
         time.sleep(iterate)
+
+
+def _iterate_s(text: str) -> int:
+    """squeue reads -i with atoi() and refuses what is not above 0 (``squeue: error: --iterate=abc``)."""
+    from hivebatch.strtol import strtol
+
+    seconds = min(strtol(text)[0], 2**31 - 1)  # atoi() gives a C int
+    if seconds <= 0:
+        raise HivebatchError(f"--iterate={text}: give the seconds between listings, a whole number above 0")
+    return seconds
 
 
 def _selected_ids(args: Any) -> list[int] | None:
