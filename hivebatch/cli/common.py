@@ -14,7 +14,7 @@ from hivebatch.errors import HivebatchError
 
 def run_cli(command: click.Command, args: list[str] | None = None, prog_name: str | None = None) -> None:
     try:
-        command.main(args=args, prog_name=prog_name, standalone_mode=False)
+        code = command.main(args=args, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(1)
@@ -28,6 +28,10 @@ def run_cli(command: click.Command, args: list[str] | None = None, prog_name: st
         sys.exit(1)
     except BrokenPipeError:
         sys.exit(0)
+    # outside standalone mode click returns a command's ctx.exit(N) instead of exiting: hadmin vc check
+    # exited 0 after printing its errors, which let a deployment it should gate go on
+    if isinstance(code, int) and not isinstance(code, bool) and code:
+        sys.exit(code)
 
 
 class FiniteFloat(click.FloatRange):
