@@ -158,6 +158,24 @@ def test_vc_check_config_only(config: Path) -> None:
     assert "ok     VC sys: 1×V100-SWITCH, 2×V100 = 4 GPUs" in out
 
 
+def test_vc_check_exits_1_on_an_error_and_reads_every_section(config: Path, tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "HIVEBATCH_CONFIG": str(config)}
+    good = _hadmin("vc", "check", "--no-slurm", env=env)
+    assert good.returncode == 0 and "ok     the controller reads every section of the config" in good.stdout
+    # a section besides the cells that the controller refuses: vc check passed it, and exited 0 on errors
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(config.read_text() + "limits: {time_limit_s: 99999999}\n")
+    out = _hadmin("vc", "check", "--no-slurm", "--config", str(bad), env=env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert (
+        "ERROR  the controller cannot start on this config: limits.time_limit_s may be at most 31536000 (a year), "
+        "got 99999999"
+    ) in out.stdout.splitlines()
+    assert out.stdout.splitlines()[-1].startswith("1 error(s), 0 warning(s) in ")
+
+
 def _hadmin(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "from hivebatch.cli.hadmin.main import main; main()", *args],

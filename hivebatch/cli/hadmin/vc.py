@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from hivebatch.cli.common import config_option
+
+if TYPE_CHECKING:
+    from hivebatch.reports.drift import Finding
 
 
 @click.group()
@@ -41,7 +46,7 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
         layouts = []
     else:
         layouts = node_layouts(data)
-        findings = config_findings(data, vcs, layouts)
+        findings = config_findings(data, vcs, layouts) + [_controller_finding(path)]
         if not no_slurm:
             nodes = accounts = qos = None
             why_nodes = why_acct = None
@@ -88,6 +93,20 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
         )
     if errors:
         raise click.exceptions.Exit(1)
+
+
+def _controller_finding(path: Path) -> Finding:
+    """Whether the controller starts on the config: every section besides the cells (limits:,
+    qos:, sharing:, preemption:, user_limits:, controller:) is read as the controller reads it."""
+    from hivebatch.controller.context import load_context
+    from hivebatch.errors import HivebatchError
+    from hivebatch.reports.drift import ERROR, Finding
+
+    try:
+        load_context(path)
+    except HivebatchError as exc:
+        return Finding(ERROR, f"the controller cannot start on this config: {exc}", f"edit {path}")
+    return Finding("ok", "the controller reads every section of the config")
 
 
 def _grace_of(backend: object, qos: str) -> int | None:
