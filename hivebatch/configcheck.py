@@ -58,6 +58,12 @@ def _database(path: Path, data: dict[str, Any]) -> str | None:
     return None
 
 
+def _limits(path: Path, data: dict[str, Any]) -> None:
+    from hivebatch.bounds import parse_limits
+
+    parse_limits(data)
+
+
 def _preemption(path: Path, data: dict[str, Any]) -> None:
     from hivebatch.notice import parse_notice
 
@@ -71,6 +77,7 @@ CHECKS: dict[str, Callable[[Path, dict[str, Any]], str | None]] = {
     "controller": _controller,
     "user_limits": _user_limits,
     "preemption": _preemption,
+    "limits": _limits,
     "database": _database,
 }
 

@@ -90,6 +90,19 @@ def test_config_check_reports_every_section_at_once(tmp_path: Path) -> None:
     assert proc.stderr.count("\n") == 2  # the note about the ledger not created yet, then one error line
 
 
+def test_config_check_reads_every_section_the_config_may_hold(tmp_path: Path) -> None:
+    from hivebatch.config import SCHEMA
+    from hivebatch.configcheck import CHECKS
+
+    # limits: had no check: limits.time_limit_s over a year passed, and the controller refused to start
+    checked = {name for section in CHECKS for name in section.split(" and ")}
+    assert set(SCHEMA) <= checked, set(SCHEMA) - checked
+    path = tmp_path / "hivebatch.yaml"
+    path.write_text(EXAMPLE.read_text() + "limits: {time_limit_s: 99999999}\n")
+    proc = hivebatch("config", "check", "--config", str(path))
+    assert proc.returncode == 1 and "limits.time_limit_s may be at most 31536000 (a year)" in proc.stderr
+
+
 def test_config_check_passes_the_example() -> None:
     proc = hivebatch("config", "check", "--config", str(EXAMPLE))
     assert proc.returncode == 0 and proc.stdout.strip().endswith(": ok")
