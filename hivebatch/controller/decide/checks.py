@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hivebatch.bounds import DEFAULT_LIMITS, Limits, request_problem, slurm_time_limit
+from hivebatch.bounds import DEFAULT_LIMITS, Limits, request_problem
 from hivebatch.cells import ClusterSpec
 from hivebatch.controller.decide.gres import untyped_count
 from hivebatch.db.models import Job
@@ -52,8 +52,6 @@ def check_request(
             req.validate()
     except (TypeError, HivebatchError) as exc:
         return None, f"its hivebatch request is unusable ({exc}); cancel it and submit it again"
-    if req.time_limit_s is not None and slurm_time_limit(req.time_limit_s, limits) is None:
-        req = replace(req, time_limit_s=None)  # Slurm took it; planned as a job without a limit
     out_of_bounds = request_problem(req, limits)
     if out_of_bounds:
         return None, out_of_bounds
