@@ -240,7 +240,9 @@ def owner_holds(job: Any) -> bool:
     # a job requeued held by someone else carries the same marker (controller/reconcile/machine.py)
     if reason not in ("JobHeldUser", REQUEUED_HELD):
         return False
-    return begin == HELD_BEGIN or plugin_extras(job).get("user_hold") == 1
+    # the plugin's record of a submit-time hold (sbatch --hold) says nothing once the job has run: a
+    # requeue-hold of the controller's (an incident, a preemption) of a job they once released is not theirs
+    return begin == HELD_BEGIN or (reason == "JobHeldUser" and plugin_extras(job).get("user_hold") == 1)
 
 
 def owner_hold_marked(job: Any) -> bool:

@@ -3,13 +3,17 @@ granted is an incident: requeued, held and placed again on its granted GPUs — 
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
 from controller_support import Env, make_env
+from sqlalchemy import select
 
 from hivebatch.cells import NodeSpec
+from hivebatch.controller import incidents
 from hivebatch.controller.reconcile.rebuild import why_unusable
+from hivebatch.db.models import Job
 from hivebatch.slurm.types import SlurmNode
 
 
@@ -54,10 +58,71 @@ def test_a_job_run_on_other_gpus_is_requeued_and_placed_again(env: Env) -> None:
     job = env.job(jid)
     assert job.state == "preempted" and job.placement == granted
     (incident,) = env.events(jid, kind="placement_incident")
-    assert incident.data == {"granted": granted, "actual": {node: other}}
+    assert incident.data == {"granted": granted, "actual": {node: other}, "requeued": True}
     assert ("hbctl", "requeue_hold", (jid,)) in env.slurm.calls
     env.slurm.advance(30)
     env.cycle()
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "running" and job.placement == granted and env.slurm.job(jid).gpus == granted
+
+
+def test_a_job_submitted_held_and_released_is_placed_again_after_an_incident(env: Env) -> None:
+    # its submit-time hold is recorded by the plugin (user_hold); the controller's requeue-hold is not theirs
+    jid = env.submit("alice", "cv", 2, extra=["--hold"])
+    env.cycle()
+    assert env.job(jid).reason.startswith("held by its owner")
+    env.slurm.as_user("alice").release(jid)
+    env.cycle()
+    env.slurm.advance(30)
+    env.cycle()
+    env.slurm.advance(30)
+    env.cycle()
+    granted = env.job(jid).placement
+    assert env.job(jid).state == "running"
+    ((node, idx),) = granted.items()
+    env.slurm.misplace(jid, {node: sorted(set(range(8)) - set(idx))[:2]})
+    env.cycle()
+    assert env.job(jid).state == "preempted"
+    env.slurm.advance(30)
+    env.cycle()
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "running" and job.placement == granted, job.reason
+
+
+def test_a_job_slurm_keeps_starting_elsewhere_waits_before_it_is_placed_again(env: Env) -> None:
+    jid = env.submit("alice", "cv", 2)
+    env.cycle()
+    granted = env.job(jid).placement
+    ((node, idx),) = granted.items()
+    other = sorted(set(range(8)) - set(idx))[:2]
+    env.slurm.misplace(jid, {node: other})
+    env.cycle()
+    env.slurm.advance(30)
+    env.cycle()
+    env.cycle()
+    assert env.job(jid).state == "running"  # the first incident: placed again at once
+    env.slurm.misplace(jid, {node: other})
+    env.cycle()
+    job = env.job(jid)
+    assert job.state == "preempted" and job.reason.startswith(incidents.REPEATED)
+    assert "(2 times; Slurm runs it on" in job.reason and "places it again after" in job.reason
+    requeues = len([c for c in env.slurm.calls if c[1] == "requeue_hold"])
+    for _ in range(3):  # it waits, held: not started and requeued again each cycle
+        env.slurm.advance(30)
+        env.cycle()
+    job = env.job(jid)
+    assert job.state == "preempted" and job.reason.startswith(incidents.REPEATED)
+    assert job.predicted_start == job.placed_at + dt.timedelta(seconds=incidents.RETRY_AFTER_S)  # hq's START
+    assert len([c for c in env.slurm.calls if c[1] == "requeue_hold"]) == requeues
+    assert env.slurm.job(jid).state == "PENDING" and env.slurm.job(jid).held
+    with env.factory() as s:  # its wait is over
+        row = s.scalars(select(Job).where(Job.slurm_job_id == jid)).one()
+        row.placed_at -= dt.timedelta(seconds=incidents.RETRY_AFTER_S)
+        s.commit()
+    env.cycle()
+    env.slurm.advance(30)
     env.cycle()
     job = env.job(jid)
     assert job.state == "running" and job.placement == granted and env.slurm.job(jid).gpus == granted

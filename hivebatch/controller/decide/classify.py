@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from hivebatch.controller import incidents
 from hivebatch.controller.decide.arrays import ArrayGate
 from hivebatch.controller.decide.checks import check_request
 from hivebatch.controller.decide.eligible import (
@@ -94,6 +95,13 @@ def _sort_one(r: Round, job: Job, gate: ArrayGate, noticing: set[int]) -> None:
     )
     if not_yet:
         r.out.waits.append(Wait(job, not_yet, not_startable=True))
+        return
+    backing_off = incidents.waiting_out(job, r.now)
+    if backing_off:
+        # its start is known: when it is placed again (hq would show the start of its last run)
+        r.out.waits.append(
+            Wait(job, backing_off, predicted_start=incidents.retry_at(job), not_startable=True)
+        )
         return
     short = short_of_licenses(sj, r.licenses_left)
     if short:

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
-from hivebatch.controller import owner_start
+from hivebatch.controller import incidents, owner_start
 from hivebatch.controller.avoid import avoid_nodes
 from hivebatch.controller.decide.eligible import OWNER_HELD, killed_for_dependency
 from hivebatch.controller.decide.gres import untyped_count
@@ -122,28 +122,30 @@ def granted_kept(session: Session, rec: Recorder, job: Job, sj: SlurmJob, backen
         actual = backend.job_gpus(job.slurm_job_id) or actual
     if actual == granted or picked_within(job, actual):
         return True
-    what = f"Slurm runs it on {placement_text(actual)}, not on the granted {placement_text(granted)}"
+    where = f"Slurm runs it on {placement_text(actual)}, not on the granted {placement_text(granted)}"
     data = {"granted": granted, "actual": actual}
     try:
         backend.requeue_hold(job.slurm_job_id)
     except SlurmError as exc:
-        msg = f"{what}; requeue failed, tried again next cycle: {exc}"
-        rec.event(session, job, "placement_incident", msg, data)
+        msg = f"{where}; requeue failed, tried again next cycle: {exc}"
+        rec.event(session, job, incidents.KIND, msg, data)
         return False
+    times = incidents.earlier_requeues(session, job, rec.now) + 1
     book_preemption(
         session,
         rec,
         job,
         rec.now,
-        "placement_incident",
-        f"{what}; requeued and held to be placed again",
-        data,
+        incidents.KIND,
+        f"{where}; requeued and held to be placed again",
+        {**data, "requeued": True},
     )
-    job.reason = (
-        "Slurm ran it on other GPUs than granted; requeued, it starts again where Slurm has no other GPUs to pick"
-        if untyped_count(job.gres) is not None
-        else "Slurm ran it on other GPUs than granted; requeued, it starts again on its granted GPUs"
-    )
+    if times > 1:
+        job.reason = incidents.repeated_reason(times, where, job)
+    elif untyped_count(job.gres) is not None:
+        job.reason = "Slurm ran it on other GPUs than granted; requeued, it starts again where Slurm has no other GPUs to pick"
+    else:
+        job.reason = "Slurm ran it on other GPUs than granted; requeued, it starts again on its granted GPUs"
     return False
 
 
