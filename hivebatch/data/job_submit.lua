@@ -1413,6 +1413,17 @@ local function changed_ask(job_desc, job_rec, found, rest)
   return ask
 end
 
+-- slurmctld 22.05 counts a waiting job's CPUs again from its CPUs per task only when the same update
+-- gives its node count (job_mgr.c _update_job): `scontrol update JobId=N CPUsPerTask=16` alone kept
+-- NumCPUs=1, and a 2-node job then started with its GPUs on one node only, while hivebatch's pin
+-- named both (recorded: tests/fixtures/slurm/update_cpus_per_task.txt). The node count it has makes
+-- Slurm count them as at submit; the owner cannot give it, the node count being hivebatch's.
+local function carry_cpus_per_task(job_desc, job_rec)
+  if is_set(get(job_desc, "cpus_per_task")) and not is_set(get(job_desc, "min_nodes")) and is_set(job_rec.min_nodes) and job_rec.min_nodes > 0 then
+    job_desc.min_nodes = job_rec.min_nodes
+  end
+end
+
 local function modify(job_desc, job_rec, part_list, submit_uid)
   local managed = string.sub(job_rec.admin_comment or "", 1, #PREFIX) == PREFIX
   if is_operator(submit_uid) then
@@ -1428,6 +1439,9 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
       end
     elseif managed then
       operator_update(job_desc, job_rec)
+      if (job_rec.job_state or 0) % 256 == 0 then
+        carry_cpus_per_task(job_desc, job_rec)
+      end
     end
     return slurm.SUCCESS
   end
@@ -1467,6 +1481,9 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
     if given and not owners then
       fail(what .. " of hivebatch job " .. tostring(job_rec.job_id) .. " is set by hivebatch: cancel and resubmit to change it")
     end
+  end
+  if pending then
+    carry_cpus_per_task(job_desc, job_rec)
   end
   -- until the controller has pinned it (its GPUs back on the job), Slurm must not start the job:
   -- a plugin-set priority 0 is a *user* hold on 22.05, so the owner may release it; it then stays

@@ -273,6 +273,31 @@ def test_gpus_that_do_not_split_evenly_over_the_nodes_run_as_the_same_gpus_on_ea
     assert _by_host((h, [int(x) for x in cvd.split(",")]) for h, cvd in seen) == placed
 
 
+def test_cpus_per_task_changed_while_waiting_reach_every_node_of_the_job(ctl: Ctl, loop: Loop) -> None:
+    # slurmctld 22.05 counts the CPUs again only when the update gives the node count: after
+    # CPUsPerTask=8 alone it kept NumCPUs=1 and started a 2-node job with GPUs on one node, which the
+    # controller then requeued every cycle (tests/fixtures/slurm/update_cpus_per_task.txt)
+    name = f"{ctl.tag}-cpt"
+    out = ctl.jobs_dir / f"{name}.out"
+    step = 'srun bash -c "echo task \\$SLURM_PROCID \\$(hostname) \\$CUDA_VISIBLE_DEVICES"'
+    proc = run_as("bob", ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", "-N", "2",
+                          "--gpus-per-node=2", "-q", "opportunistic", "--hold",
+                          "--wrap", f"{step} && echo steps-ok || echo steps-failed"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jid = int(proc.stdout.strip())
+    ctl.mine.add(jid)
+    for change in (["update", f"JobId={jid}", "CPUsPerTask=8"], ["release", str(jid)]):
+        done = run_as("bob", ["scontrol", *change])
+        assert done.returncode == 0, done.stderr
+    text = _output(ctl, jid, out, "steps-")
+    assert "steps-ok" in text, text
+    seen = [ln.split()[2:] for ln in text.splitlines() if ln.startswith("task ")]
+    placed = _placed(ctl, jid)
+    assert len(placed) == 2 and all(len(g) == 2 for g in placed.values())
+    assert _by_host((h, [int(x) for x in cvd.split(",")]) for h, cvd in seen) == placed
+    assert not ctl.events(jid, "placement_incident")
+
+
 @pytest.mark.parametrize(
     ("ask", "why"),
     [

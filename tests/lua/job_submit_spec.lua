@@ -417,6 +417,29 @@ describe("slurm_job_modify", function()
     assert.are.equal(slurm.ESLURM_ACCESS_DENIED, slurm_job_modify(upd({ req_nodes = "node1" }), running, {}, 1001))
   end)
 
+  it("has Slurm count a waiting job's CPUs again when its owner changes its CPUs per task", function()
+    -- slurmctld recounts them only when the update gives the node count, which is hivebatch's
+    -- (tests/fixtures/slurm/update_cpus_per_task.txt)
+    local waiting = { job_id = 7, admin_comment = managed.admin_comment, priority = 0, tres_per_node = "",
+                      job_state = 0, min_nodes = 2 }
+    local d = upd({ cpus_per_task = 16 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, waiting, {}, 1001))
+    assert.are.equal(2, d.min_nodes)
+    -- an update without it, or of a running job (Slurm refuses that itself), keeps the node count unset
+    -- an admin's (Operator's) too
+    local admin = upd({ cpus_per_task = 16 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(admin, waiting, {}, 0))
+    assert.are.equal(2, admin.min_nodes)
+    local other = upd({ name = "x" })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(other, waiting, {}, 1001))
+    assert.are.equal(NO_VAL, other.min_nodes)
+    local running = { job_id = 10, admin_comment = managed.admin_comment, priority = 100,
+                      tres_per_node = "gres:gpu:g0:1", job_state = 1, min_nodes = 2 }
+    local r = upd({ cpus_per_task = 16 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_modify(r, running, {}, 1001))
+    assert.are.equal(NO_VAL, r.min_nodes)
+  end)
+
   it("lets the owner change name, time limit and comment", function()
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(upd({ name = "x", time_limit = 30, comment = "c" }), managed, {}, 1001))
   end)
