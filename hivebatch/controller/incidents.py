@@ -1,11 +1,14 @@
 """A job Slurm keeps starting elsewhere than granted is not placed again at once, every cycle.
 
 The first incident is requeued and placed again at once (``reconcile.machine.granted_kept``): Slurm
-had a choice and took another GPU. When it happens again, Slurm's record of the job is likely what
+had a choice and took another GPU, in a race with a job ending (docs/controller.md). A second one
+whose GPUs are not even the grant's count on the grant's nodes is no race: Slurm's record of the job
 makes it so, and placing it again each cycle would start and requeue it for ever, running its script
-each time (seen on the lab: a job whose owner updated its CPUsPerTask while it waited was started with
-GPUs on one node of its two, requeued and placed again every 12 s). Such a job waits
-``RETRY_AFTER_S`` from its last placement, with a reason that says so, and is then placed again.
+each time (seen on the lab: a job whose CPUsPerTask was updated while it waited was started with GPUs
+on one node of its two, requeued and placed again every 12 s). Races on other indices of the same
+count repeat too under load (a lab replay had a job meet two), so they are given more tries. Such a
+job waits ``RETRY_AFTER_S`` from its last placement, with a reason that says so, and is then placed
+again.
 """
 
 from __future__ import annotations
@@ -22,6 +25,16 @@ REPEATED = "Slurm keeps starting it elsewhere than granted"
 RETRY_AFTER_S = 1800.0
 # incidents further apart than this are counted apart: a job that ran as granted for a day is not repeating
 WINDOW_S = 86400.0
+# incidents in the window after which a job waits: GPUs elsewhere than the grant's count on its nodes,
+# and other indices of the same count
+SHAPE_TRIES = 2
+INDEX_TRIES = 4
+
+
+def repeating(times: int, granted: dict[str, list[int]], actual: dict[str, list[int]]) -> bool:
+    """Is the ``times``-th incident in the window one to wait after, Slurm having run the job on ``actual``?"""
+    same_shape = set(actual) == set(granted) and all(len(actual[n]) == len(granted[n]) for n in granted)
+    return times >= (INDEX_TRIES if same_shape else SHAPE_TRIES)
 
 
 def earlier_requeues(session: Session, job: Job, now: dt.datetime) -> int:

@@ -140,7 +140,7 @@ def granted_kept(session: Session, rec: Recorder, job: Job, sj: SlurmJob, backen
         f"{where}; requeued and held to be placed again",
         {**data, "requeued": True},
     )
-    if times > 1:
+    if incidents.repeating(times, granted, actual):
         job.reason = incidents.repeated_reason(times, where, job)
     elif untyped_count(job.gres) is not None:
         job.reason = "Slurm ran it on other GPUs than granted; requeued, it starts again where Slurm has no other GPUs to pick"
