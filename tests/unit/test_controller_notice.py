@@ -246,3 +246,33 @@ def test_a_victim_names_its_preemptor_as_squeue_shows_it() -> None:
     assert victim.reason is not None and victim.reason.startswith(
         "preempted by job 1948_0: told to leave its GPUs"
     )
+
+
+def test_a_victim_once_held_at_submit_by_its_owner_is_not_left_held_after_its_preemption(
+    env: Env, clock: Clock
+) -> None:
+    # the plugin records an sbatch --hold in the request; it said "held by its owner" again after the
+    # controller's own requeue-hold, long after the owner had released the job
+    args = ["-A", "sys", "-q", "opportunistic", "--gres=gpu:8", "--hold"]
+    opp = [env.slurm.as_user("carol").submit(PLAIN, args) for _ in range(4)]
+    env.cycle()
+    assert all(env.job(j).reason.startswith("held by its owner") for j in opp)
+    for j in opp:
+        env.slurm.as_user("carol").release(j)
+    env.cycle()
+    clock.advance(30)
+    env.cycle()
+    env.cycle()
+    assert all(env.job(j).state == "running" for j in opp)
+    owner = env.submit("alice", "cv", 8, qos="prior")
+    env.cycle()
+    (victim,) = _signalled(env, opp)
+    clock.advance(121)
+    env.cycle()
+    assert env.job(victim).state == "preempted"
+    env.cycle()
+    assert not env.job(victim).reason.startswith("held by its owner"), env.job(victim).reason
+    env.slurm.finish(owner)
+    env.cycle()
+    env.cycle()
+    assert env.job(victim).state in ("placed", "running"), env.job(victim).reason
