@@ -352,6 +352,23 @@ def test_waiting_jobs_get_reason_and_predicted_start(env: Env) -> None:
     assert abs((waiting.predicted_start - first_job.start_time).total_seconds() - 600) < 120
 
 
+def test_no_start_is_predicted_while_every_node_takes_no_new_work(env: Env) -> None:
+    # seen on the lab: with every node drained for maintenance, hq said START "now" for each waiting job
+    for node in ("node1", "node2", "node3", "node4"):
+        env.slurm.set_node_state(node, "DRAIN", "maintenance")
+    guaranteed, idle = env.submit("alice", "cv", 4), env.submit("bob", "nlp", 2, qos="opportunistic")
+    env.cycle()
+    for jid in (guaranteed, idle):
+        job = env.job(jid)
+        assert job.state == "queued" and job.reason and job.predicted_start is None, (
+            job.reason,
+            job.predicted_start,
+        )
+    env.slurm.set_node_state("node2", "RESUME")
+    env.cycle()
+    assert env.job(guaranteed).state in ("placed", "running")
+
+
 def test_a_job_without_gpus_is_slurms_alone(env: Env) -> None:
     jid = env.slurm.as_user("alice").submit(SCRIPT_FOREIGN, ["-A", "cv"])
     assert env.slurm.job(jid).state == "RUNNING" and env.slurm.job(jid).admin_comment == ""

@@ -66,7 +66,9 @@ def _releases(r: Round) -> tuple[Releases, dict[str, int]]:
 
 def estimate_starts(r: Round) -> None:
     release, used = _releases(r)
-    total_gpus = sum(len(n.gpu_indices) for n in r.ctx.spec.nodes)
+    # GPUs of nodes that take no new work (drained, down) start nothing: with every node drained for
+    # maintenance, hq said START "now" for every waiting job
+    healthy = sum(1 for gpus in r.gmap.values() for use in gpus.values() if not use.bad)
     guaranteed_used = sum(v for k, v in used.items() if k != OPPORTUNISTIC_POOL)
     free: dict[str, float] = {}
     clock: dict[str, float] = {}
@@ -78,7 +80,11 @@ def estimate_starts(r: Round) -> None:
             continue
         pool = _pool(w.job.priority, w.job.vc_name)
         if pool not in free:
-            cap = total_gpus - guaranteed_used if pool == OPPORTUNISTIC_POOL else r.ctx.spec.vc_gpus(pool)
+            cap = (
+                healthy - guaranteed_used
+                if pool == OPPORTUNISTIC_POOL
+                else min(r.ctx.spec.vc_gpus(pool), healthy)
+            )
             free[pool] = cap - used.get(pool, 0)
             clock[pool] = epoch(r.now)
         try:
