@@ -224,12 +224,25 @@ def _output(ctl: Ctl, jid: int, out: Path, marker: str) -> str:
         raise AssertionError(f"{exc}; the controller says: {ctl.job(jid).reason}") from None
 
 
+# each srun task reports its host and GPUs; the batch script ends with steps-ok or steps-failed
+TASK_GPUS = 'srun bash -c "echo task \\$SLURM_PROCID \\$(hostname) \\$CUDA_VISIBLE_DEVICES"'
+
+
+def _ran_two_gpus_on_each_of_two_nodes(ctl: Ctl, jid: int, out: Path) -> None:
+    """The job's tasks ran on the two nodes and GPUs it was placed on, two GPUs on each."""
+    text = _output(ctl, jid, out, "steps-")
+    assert "steps-ok" in text, text
+    seen = [ln.split()[2:] for ln in text.splitlines() if ln.startswith("task ")]
+    placed = _placed(ctl, jid)
+    assert len(placed) == 2 and all(len(g) == 2 for g in placed.values())
+    assert _by_host((h, [int(x) for x in cvd.split(",")]) for h, cvd in seen) == placed
+
+
 def _sbatch_steps(ctl: Ctl, user: str, name: str, *opts: str) -> tuple[int, list[str]]:
     """A batch job whose srun tasks each report their GPUs; its id and the task lines once it ended."""
     out = ctl.jobs_dir / f"{name}.out"
-    step = 'srun bash -c "echo task \\$SLURM_PROCID \\$(hostname) \\$CUDA_VISIBLE_DEVICES"'
     proc = run_as(user, ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", *opts,
-                         "--wrap", f"{step} && echo steps-ok || echo steps-failed"])  # fmt: skip
+                         "--wrap", f"{TASK_GPUS} && echo steps-ok || echo steps-failed"])  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     jid = int(proc.stdout.strip())
     ctl.mine.add(jid)
@@ -258,19 +271,13 @@ def test_gpus_that_do_not_split_evenly_over_the_nodes_run_as_the_same_gpus_on_ea
     # of this controller's config spans two whole nodes, so the job runs on idle GPUs.)
     name = f"{ctl.tag}-uneven"
     out = ctl.jobs_dir / f"{name}.out"
-    step = 'srun bash -c "echo task \\$SLURM_PROCID \\$(hostname) \\$CUDA_VISIBLE_DEVICES"'
     proc = run_as("bob", ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", "-N", "2", "--gpus=3",
-                          "-q", "opportunistic", "--wrap", f"{step} && echo steps-ok || echo steps-failed"])  # fmt: skip
+                          "-q", "opportunistic", "--wrap", f"{TASK_GPUS} && echo steps-ok || echo steps-failed"])  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "hivebatch: note: 3 GPUs run as 2 on each of 2 nodes (4 in all)" in proc.stderr
     jid = int(proc.stdout.strip())
     ctl.mine.add(jid)
-    text = _output(ctl, jid, out, "steps-")
-    assert "steps-ok" in text, text
-    seen = [ln.split()[2:] for ln in text.splitlines() if ln.startswith("task ")]
-    placed = _placed(ctl, jid)
-    assert len(placed) == 2 and all(len(g) == 2 for g in placed.values())
-    assert _by_host((h, [int(x) for x in cvd.split(",")]) for h, cvd in seen) == placed
+    _ran_two_gpus_on_each_of_two_nodes(ctl, jid, out)
 
 
 def test_cpus_per_task_changed_while_waiting_reach_every_node_of_the_job(ctl: Ctl, loop: Loop) -> None:
@@ -279,22 +286,16 @@ def test_cpus_per_task_changed_while_waiting_reach_every_node_of_the_job(ctl: Ct
     # controller then requeued every cycle (tests/fixtures/slurm/update_cpus_per_task.txt)
     name = f"{ctl.tag}-cpt"
     out = ctl.jobs_dir / f"{name}.out"
-    step = 'srun bash -c "echo task \\$SLURM_PROCID \\$(hostname) \\$CUDA_VISIBLE_DEVICES"'
     proc = run_as("bob", ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", "-N", "2",
                           "--gpus-per-node=2", "-q", "opportunistic", "--hold",
-                          "--wrap", f"{step} && echo steps-ok || echo steps-failed"])  # fmt: skip
+                          "--wrap", f"{TASK_GPUS} && echo steps-ok || echo steps-failed"])  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     jid = int(proc.stdout.strip())
     ctl.mine.add(jid)
     for change in (["update", f"JobId={jid}", "CPUsPerTask=8"], ["release", str(jid)]):
         done = run_as("bob", ["scontrol", *change])
         assert done.returncode == 0, done.stderr
-    text = _output(ctl, jid, out, "steps-")
-    assert "steps-ok" in text, text
-    seen = [ln.split()[2:] for ln in text.splitlines() if ln.startswith("task ")]
-    placed = _placed(ctl, jid)
-    assert len(placed) == 2 and all(len(g) == 2 for g in placed.values())
-    assert _by_host((h, [int(x) for x in cvd.split(",")]) for h, cvd in seen) == placed
+    _ran_two_gpus_on_each_of_two_nodes(ctl, jid, out)
     assert not ctl.events(jid, "placement_incident")
 
 
@@ -378,10 +379,9 @@ def test_a_jobs_gpu_variables_stay_and_its_srun_takes_every_gpu_of_its_nodes(ctl
     # (tests/fixtures/slurm/step_gpu_env.txt)
     name = f"{ctl.tag}-gpuenv"
     out = ctl.jobs_dir / f"{name}.out"
-    step = 'srun bash -c "echo task \\$SLURM_PROCID \\$(hostname) \\$CUDA_VISIBLE_DEVICES"'
     # steps asking for themselves beside the per-node ask they read from the environment
     own = "srun -N 1 -n 1 --gpus=1 true && srun -N 1 -n 1 --gres=gpu:2 true && echo own-ok || echo own-failed"
-    script = f'echo "per-node $SLURM_GPUS_PER_NODE"; {step} && echo steps-ok || echo steps-failed; {own}'
+    script = f'echo "per-node $SLURM_GPUS_PER_NODE"; {TASK_GPUS} && echo steps-ok || echo steps-failed; {own}'
     proc = run_as("bob", ["sbatch", "--parsable", "-J", name, "-o", str(out), "-t", "5", "-N", "2",
                           "--gpus-per-node=2", "-q", "opportunistic", "--wrap", script])  # fmt: skip
     assert proc.returncode == 0, proc.stderr
