@@ -63,6 +63,5 @@ def repeated_reason(times: int, where: str, job: Job) -> str:
 def waiting_out(job: Job, now: dt.datetime) -> str | None:
     """The job's reason while it waits RETRY_AFTER_S after a repeated incident."""
     reason = job.reason or ""
-    if not reason.startswith(REPEATED) or job.placed_at is None:
-        return None
-    return reason if (now - job.placed_at).total_seconds() < RETRY_AFTER_S else None
+    retry = retry_at(job)
+    return reason if reason.startswith(REPEATED) and retry is not None and now < retry else None

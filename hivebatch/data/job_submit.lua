@@ -1205,6 +1205,11 @@ end
 local OPERATOR_HOLD_SITE = -1
 local OWNER_HOLD_SITE = -3
 
+-- JOB_PENDING is 0 in the low byte of job_state (the high bits are flags such as REQUEUED)
+local function is_pending(job_rec)
+  return (job_rec.job_state or 0) % 256 == 0
+end
+
 local function operator_held(job_rec)
   return job_rec.site_factor == OPERATOR_HOLD_SITE
 end
@@ -1231,7 +1236,7 @@ end
 -- controller itself releases only pinned jobs, but for one past its --deadline, whose begin time it
 -- clears after the release so that Slurm ends it.
 local function operator_update(job_desc, job_rec)
-  local pending = (job_rec.job_state or 0) % 256 == 0
+  local pending = is_pending(job_rec)
   local priority = get(job_desc, "priority")
   if not pending then
     return
@@ -1419,7 +1424,7 @@ end
 -- named both (recorded: tests/fixtures/slurm/update_cpus_per_task.txt). The node count it has makes
 -- Slurm count them as at submit; the owner cannot give it, the node count being hivebatch's.
 local function carry_cpus_per_task(job_desc, job_rec)
-  if is_set(get(job_desc, "cpus_per_task")) and not is_set(get(job_desc, "min_nodes")) and is_set(job_rec.min_nodes) and job_rec.min_nodes > 0 then
+  if is_pending(job_rec) and is_set(get(job_desc, "cpus_per_task")) and not is_set(get(job_desc, "min_nodes")) and is_set(job_rec.min_nodes) and job_rec.min_nodes > 0 then
     job_desc.min_nodes = job_rec.min_nodes
   end
 end
@@ -1439,9 +1444,7 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
       end
     elseif managed then
       operator_update(job_desc, job_rec)
-      if (job_rec.job_state or 0) % 256 == 0 then
-        carry_cpus_per_task(job_desc, job_rec)
-      end
+      carry_cpus_per_task(job_desc, job_rec)
     end
     return slurm.SUCCESS
   end
@@ -1461,7 +1464,7 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
   end
   check_class_change(job_desc, job_rec)
   local waiting = #split_gpu(job_rec.tres_per_node) == 0
-  local pending = (job_rec.job_state or 0) % 256 == 0
+  local pending = is_pending(job_rec)
   local found, rest = gpu_fields(job_desc)
   local ask, asked_fields = nil, {}
   local start, start_free = nil, true
@@ -1482,9 +1485,7 @@ local function modify(job_desc, job_rec, part_list, submit_uid)
       fail(what .. " of hivebatch job " .. tostring(job_rec.job_id) .. " is set by hivebatch: cancel and resubmit to change it")
     end
   end
-  if pending then
-    carry_cpus_per_task(job_desc, job_rec)
-  end
+  carry_cpus_per_task(job_desc, job_rec)
   -- until the controller has pinned it (its GPUs back on the job), Slurm must not start the job:
   -- a plugin-set priority 0 is a *user* hold on 22.05, so the owner may release it; it then stays
   -- pending behind a far begin time, which the controller reads as "released by the owner"

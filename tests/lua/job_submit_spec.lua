@@ -425,11 +425,11 @@ describe("slurm_job_modify", function()
     local d = upd({ cpus_per_task = 16 })
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(d, waiting, {}, 1001))
     assert.are.equal(2, d.min_nodes)
-    -- an update without it, or of a running job (Slurm refuses that itself), keeps the node count unset
     -- an admin's (Operator's) too
     local admin = upd({ cpus_per_task = 16 })
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(admin, waiting, {}, 0))
     assert.are.equal(2, admin.min_nodes)
+    -- an update without it, or of a running job (Slurm refuses that itself), keeps the node count unset
     local other = upd({ name = "x" })
     assert.are.equal(slurm.SUCCESS, slurm_job_modify(other, waiting, {}, 1001))
     assert.are.equal(NO_VAL, other.min_nodes)

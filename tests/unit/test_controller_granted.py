@@ -26,6 +26,11 @@ def _node(state: str, gpus: int = 8) -> SlurmNode:
     return SlurmNode("node1", state, bad=False, gpu_indices=list(range(gpus)))
 
 
+def _two_others(idx: list[int]) -> list[int]:
+    """Two GPU indices of an 8-GPU node besides the granted ones: where Slurm runs it instead."""
+    return sorted(set(range(8)) - set(idx))[:2]
+
+
 def test_why_a_node_is_unusable() -> None:
     spec = NodeSpec("node1", "V100", list(range(8)), {}, "c")
     assert why_unusable(spec, None) == "not known to Slurm"
@@ -52,7 +57,7 @@ def test_a_job_run_on_other_gpus_is_requeued_and_placed_again(env: Env) -> None:
     env.cycle()
     granted = env.job(jid).placement
     ((node, idx),) = granted.items()
-    other = sorted(set(range(8)) - set(idx))[:2]
+    other = _two_others(idx)
     env.slurm.misplace(jid, {node: other})
     env.cycle()
     job = env.job(jid)
@@ -81,7 +86,7 @@ def test_a_job_submitted_held_and_released_is_placed_again_after_an_incident(env
     granted = env.job(jid).placement
     assert env.job(jid).state == "running"
     ((node, idx),) = granted.items()
-    env.slurm.misplace(jid, {node: sorted(set(range(8)) - set(idx))[:2]})
+    env.slurm.misplace(jid, {node: _two_others(idx)})
     env.cycle()
     assert env.job(jid).state == "preempted"
     env.slurm.advance(30)
@@ -107,9 +112,7 @@ def test_a_job_slurm_keeps_starting_elsewhere_waits_before_it_is_placed_again(
     env.cycle()
     granted = env.job(jid).placement
     ((node, idx),) = granted.items()
-    elsewhere = (
-        {node: idx[:1]} if runs_on == "one of its GPUs" else {node: sorted(set(range(8)) - set(idx))[:2]}
-    )
+    elsewhere = {node: idx[:1]} if runs_on == "one of its GPUs" else {node: _two_others(idx)}
     for _ in range(tries - 1):
         env.slurm.misplace(jid, elsewhere)
         env.cycle()
@@ -148,7 +151,7 @@ def test_while_the_requeue_fails_the_ledger_keeps_the_granted_gpus(env: Env) -> 
     env.cycle()
     granted = env.job(jid).placement
     ((node, idx),) = granted.items()
-    other = sorted(set(range(8)) - set(idx))[:2]
+    other = _two_others(idx)
     env.slurm.misplace(jid, {node: other})
 
     def refuse(job_id: int) -> None:
