@@ -78,11 +78,19 @@ def sync_vcs(session: Session, spec: ClusterSpec, now: dt.datetime) -> None:
             row.cells = [VCCell(cell_type=t, count=int(c)) for t, c in sorted(cells.items())]
             session.add(row)
             continue
-        have = {c.cell_type: c.count for c in row.cells}
-        if have != cells or row.gpus != gpus:
+        have = {c.cell_type: c for c in row.cells}
+        if {t: c.count for t, c in have.items()} != cells or row.gpus != gpus:
             row.gpus = gpus
             row.updated_at = now
-            row.cells = [VCCell(cell_type=t, count=int(c)) for t, c in sorted(cells.items())]
+            # in place: a replaced list would insert a type's new row before deleting its old one
+            for t, cell in have.items():
+                if t not in cells:
+                    row.cells.remove(cell)
+                else:
+                    cell.count = int(cells[t])
+            row.cells.extend(
+                VCCell(cell_type=t, count=int(c)) for t, c in sorted(cells.items()) if t not in have
+            )
     for row in rows.values():
         session.delete(row)
 

@@ -56,7 +56,10 @@ def check_request(
     if out_of_bounds:
         return None, out_of_bounds
     if req.vc not in spec.vcs:
-        return None, f"unknown VC {req.vc!r}: the config has {', '.join(sorted(spec.vcs))}"
+        return None, (
+            f"unknown VC {req.vc!r}: the config has {', '.join(sorted(spec.vcs))}; move it to one of them "
+            f"(scontrol update job {job.slurm_job_id} Account=VC) or cancel it"
+        )
     problem = _slurm_mismatch(job, req, sj) if sj is not None else None
     if problem:
         return None, problem

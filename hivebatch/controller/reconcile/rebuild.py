@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from hivebatch.cells import CellAllocator, ClusterSpec, NodeSpec
+from hivebatch.cells import OPPORTUNISTIC, CellAllocator, ClusterSpec, NodeSpec
 from hivebatch.controller.ledger import Ledger
 from hivebatch.controller.observe import Observation
 from hivebatch.controller.record import Recorder, set_state
@@ -76,12 +76,35 @@ def _adopt_holders(
             in_cells.append(job)
             continue
         why = decision.reason or decision.error or "its GPUs conflict with other work"
+        if _adopt_beyond_cells(session, rec, alloc, job, placement, why):
+            in_cells.append(job)
+            continue
         msg = f"cannot be counted in VC {job.vc_name}'s cells ({why}); its GPUs are held as foreign"
         if job.reason != msg:
             job.reason = msg
             rec.event(session, job, "adopt_failed", msg, {"placement": placement})
         _occupy(alloc, f"slurm:{job.slurm_job_id}", placement)
     return in_cells
+
+
+def _adopt_beyond_cells(
+    session: Session, rec: Recorder, alloc: CellAllocator, job: Job, placement: dict[str, list[int]], why: str
+) -> bool:
+    """A guaranteed job its VC's cells no longer hold (an admin took cells from the VC while it ran)
+    runs on as opportunistic work, as HiveD downgrades it: held as foreign, it would keep the GPUs
+    the other VCs' new cells need until its time limit. Its next start waits for its VC's cells."""
+    if job.priority < 0 or job.vc_name not in alloc.vcs:
+        return False
+    if alloc.adopt(str(job.slurm_job_id), job.vc_name, OPPORTUNISTIC, placement).result != "placed":
+        return False
+    msg = (
+        f"runs beyond VC {job.vc_name}'s cells ({why}): it runs on as opportunistic work, "
+        "preempted when a VC needs its GPUs, and waits for its VC's cells if it has to start again"
+    )
+    if job.reason != msg:
+        job.reason = msg
+        rec.event(session, job, "beyond_cells", msg, {"placement": placement})
+    return True
 
 
 def _occupy_unseen(alloc: CellAllocator, ledger: Ledger, obs: Observation, used: Used) -> None:

@@ -1,0 +1,103 @@
+"""An admin changes the virtual clusters while jobs run and wait: the controller goes on with the new cells."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from controller_support import CONFIG, Env, make_env
+from sqlalchemy import select
+
+from hivebatch.controller.context import load_context
+from hivebatch.db import VirtualCluster
+
+OLD_CV = "cv: {cells: {V100-NODE: 1, V100-SOCKET: 1}}"
+OLD_SYS = "sys: {cells: {V100-SWITCH: 1, V100: 2}}"
+
+
+@pytest.fixture()
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    return make_env(tmp_path)
+
+
+def _reconfigure(env: Env, tmp_path: Path, config: str) -> Env:
+    """The admin's edit, read by the next controller run (the timer starts a fresh one each time)."""
+    cfg = tmp_path / "hivebatch.yaml"
+    cfg.write_text(config)
+    return replace(env, ctx=load_context(cfg))
+
+
+def _cells(env: Env) -> dict[str, dict[str, int]]:
+    with env.factory() as s:
+        return {v.name: {c.cell_type: c.count for c in v.cells} for v in s.scalars(select(VirtualCluster))}
+
+
+def _running(env: Env) -> tuple[int, int, list[int], int]:
+    """cv's 8- and 4-GPU jobs, sys's two 2-GPU jobs (the second waits for the VC's one switch), nlp's 16."""
+    cv8, cv4 = env.submit("alice", "cv", 8), env.submit("alice", "cv", 4)
+    sys2 = [env.submit("carol", "sys", 2) for _ in range(2)]
+    nlp = env.submit("bob", "nlp", 16)
+    env.cycle()
+    env.slurm.schedule()
+    env.cycle()
+    assert [env.job(j).state for j in (cv8, cv4, sys2[0], nlp)] == ["running"] * 4
+    assert env.job(sys2[1]).state == "queued"
+    return cv8, cv4, sys2, nlp
+
+
+def test_cells_moved_between_vcs_mirror_and_bind_at_once(env: Env, tmp_path: Path) -> None:
+    cv8, cv4, sys2, _nlp = _running(env)
+    # cv's socket goes to sys: cv keeps its node, sys now holds a socket beside its switch and GPUs
+    moved = CONFIG.replace(OLD_CV, "cv: {cells: {V100-NODE: 1}}").replace(
+        OLD_SYS, "sys: {cells: {V100-SOCKET: 1, V100-SWITCH: 1, V100: 2}}"
+    )
+    env = _reconfigure(env, tmp_path, moved)
+    report = env.cycle()
+    assert not report.failures
+    assert _cells(env)["cv"] == {"V100-NODE": 1}
+    assert _cells(env)["sys"] == {"V100": 2, "V100-SOCKET": 1, "V100-SWITCH": 1}
+    # cv's 4-GPU job no longer fits cv's cells: it ran on as opportunistic work, and sys's waiting job,
+    # which the new socket can hold, took its GPUs at once
+    beyond = env.events(cv4, "beyond_cells")
+    assert len(beyond) == 1 and "runs beyond VC cv's cells" in beyond[0].message
+    assert env.events(cv8, "beyond_cells") == []
+    assert env.job(cv4).state == "preempted" and env.job(cv4).preemptions == 1
+    assert env.job(sys2[1]).state in ("placed", "running")
+    assert set(env.job(sys2[1]).placement or {}) == set(env.events(cv4, "beyond_cells")[0].data["placement"])
+    # the requeued job waits for cv's cells, which its 8-GPU job fills
+    env.slurm.schedule()
+    env.cycle()
+    assert env.job(cv4).state == "preempted" and env.job(cv8).state == "running"
+    env.slurm.finish(cv8)
+    env.cycle()
+    env.slurm.advance(15)
+    env.slurm.schedule()
+    env.cycle()
+    assert env.job(cv4).state == "running"
+
+
+def test_a_count_change_of_a_cell_type_a_vc_keeps(env: Env, tmp_path: Path) -> None:
+    env.submit("carol", "sys", 1)
+    env.cycle()
+    env = _reconfigure(env, tmp_path, CONFIG.replace(OLD_SYS, "sys: {cells: {V100-SWITCH: 1, V100: 1}}"))
+    assert not env.cycle().failures
+    assert _cells(env)["sys"] == {"V100": 1, "V100-SWITCH": 1}
+
+
+def test_a_removed_vc(env: Env, tmp_path: Path) -> None:
+    _cv8, _cv4, sys2, _nlp = _running(env)
+    env = _reconfigure(env, tmp_path, CONFIG.replace(OLD_SYS, ""))
+    assert not env.cycle().failures
+    assert "sys" not in _cells(env)
+    # its running job runs on where it is, and nothing else is placed on its GPUs
+    running = env.job(sys2[0])
+    assert running.state == "running" and "unknown VC sys" in running.reason
+    # its waiting job says what its owner can do
+    waiting = env.job(sys2[1])
+    assert waiting.state == "rejected"
+    assert waiting.reason == (
+        "unknown VC 'sys': the config has cv, nlp; move it to one of them "
+        f"(scontrol update job {sys2[1]} Account=VC) or cancel it"
+    )
