@@ -14,12 +14,15 @@ import pwd
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hivebatch.bounds import parse_limits
 from hivebatch.errors import ConfigError
 from hivebatch.request import CLASSES
 from hivebatch.slurmconf import DEFAULT_QOS, PREEMPTABLE_QOS, SHARD_MIB
+
+if TYPE_CHECKING:
+    from hivebatch.cells import ClusterSpec
 
 #: Users every site treats as Operators besides the configured ones: root and Slurm's own user.
 ALWAYS_OPERATORS = ("root",)
@@ -125,6 +128,26 @@ def operator_uids(names: Iterable[str]) -> dict[int, bool]:
     return uids
 
 
+def _vcs_table(spec: ClusterSpec) -> dict[str, Any]:
+    return {
+        vc: {
+            "gpus": spec.vc_gpus(vc),
+            # per GPU type: how many nodes a multi-node job of the VC can span (its whole-node cells),
+            # and how many GPUs a one-node job can have (its largest cell's)
+            "whole_nodes": {t.lower(): spec.vc_whole_nodes(vc, t) for t in spec.gpu_types},
+            "node_gpus": {t.lower(): spec.vc_node_gpus(vc, t) for t in spec.gpu_types},
+        }
+        for vc in spec.vcs
+    }
+
+
+def site_vcs(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The VCs' part of the plugin's site table: what ``hadmin vc check`` finds in an installed plugin."""
+    from hivebatch.cells import parse_cluster_config
+
+    return _vcs_table(parse_cluster_config(data))
+
+
 def site_table(
     data: Mapping[str, Any], operators: Iterable[str], conf_dir: str | os.PathLike[str] | None = None
 ) -> dict[str, Any]:
@@ -150,16 +173,7 @@ def site_table(
         "total": spec.total_gpus(),
         "mem_mib": max(t["mem_mib"] for t in gpu_types.values()),
     }
-    vcs = {
-        vc: {
-            "gpus": spec.vc_gpus(vc),
-            # per GPU type: how many nodes a multi-node job of the VC can span (its whole-node cells),
-            # and how many GPUs a one-node job can have (its largest cell's)
-            "whole_nodes": {t.lower(): spec.vc_whole_nodes(vc, t) for t in spec.gpu_types},
-            "node_gpus": {t.lower(): spec.vc_node_gpus(vc, t) for t in spec.gpu_types},
-        }
-        for vc in spec.vcs
-    }
+    vcs = _vcs_table(spec)
     return {
         "gpu_types": gpu_types,
         "type_list": ", ".join(sorted(gpu_types)),

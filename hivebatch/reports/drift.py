@@ -216,6 +216,22 @@ def drift_findings(
     return out
 
 
+def plugin_finding(plugin: str | None, where: str, site_vcs: str) -> Finding:
+    """Whether the job_submit.lua beside slurm.conf carries the config's VCs (``site_vcs``, their part
+    of the site table as the plugin holds it): the plugin checks each GPU ask against the VC sizes
+    written into it, so cells moved in the config reach it only in a newly written file."""
+    if plugin is None:
+        return Finding(WARNING, f"job_submit.lua not checked: there is none in {where}",
+                       "run where slurmctld's slurm.conf is (SLURM_CONF set), then check again")  # fmt: skip
+    if site_vcs in plugin:
+        return Finding(OK, f"job_submit.lua carries the config's VCs: {where}/job_submit.lua")
+    return Finding(
+        ERROR,
+        f"{where}/job_submit.lua carries other VCs than the config: it checks GPU asks against the old cells",
+        f"hadmin slurm-config --out NEWDIR, then copy NEWDIR/job_submit.lua to {where} (slurmctld reloads it)",
+    )
+
+
 def qos_classes(data: Mapping[str, Any]) -> list[str]:
     section = data.get("qos") or {}
     classes = section.get("classes") if isinstance(section, Mapping) else None

@@ -260,8 +260,26 @@ class _Backend:
         return 0 if qos == "opportunistic" else None  # as before hadmin slurm-config set it
 
 
-def test_vc_check_against_slurm_prints_fixes_and_fails(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _install_plugin(config: Path, slurm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """job_submit.lua written from ``config`` beside the slurm.conf $SLURM_CONF names."""
+    from hivebatch.config import load_config
+    from hivebatch.jobsubmit import job_submit_lua
+
+    slurm_dir.mkdir(exist_ok=True)
+    (slurm_dir / "job_submit.lua").write_text(job_submit_lua(load_config(str(config))[1], [], slurm_dir))
+    monkeypatch.setenv("SLURM_CONF", str(slurm_dir / "slurm.conf"))
+
+
+def test_vc_check_against_slurm_prints_fixes_and_fails(
+    config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("hivebatch.slurm.get_backend", lambda *a, **k: _Backend())
+    _install_plugin(config, tmp_path / "slurm", monkeypatch)
+    # /etc/slurm/slurm.conf a link to the real one, as on the lab: slurmctld's plugin is beside the real one
+    (tmp_path / "slurm" / "slurm.conf").write_text("ClusterName=x\n")
+    (tmp_path / "etc-slurm").mkdir()
+    (tmp_path / "etc-slurm" / "slurm.conf").symlink_to(tmp_path / "slurm" / "slurm.conf")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "etc-slurm" / "slurm.conf"))
     result = CliRunner().invoke(cli, ["vc", "check"], catch_exceptions=False)
     assert result.exit_code == 1
     lines = result.output.splitlines()
@@ -276,7 +294,29 @@ def test_vc_check_against_slurm_prints_fixes_and_fails(config: Path, monkeypatch
     assert "ok     every class is a Slurm QOS (urgent, prior, normal, opportunistic)" in lines
     i = next(i for i, ln in enumerate(lines) if ln.startswith("WARN   QOS opportunistic has GraceTime 0 s"))
     assert lines[i + 1] == "       fix: sacctmgr -i modify qos where name=opportunistic set GraceTime=120"
+    assert f"ok     job_submit.lua carries the config's VCs: {tmp_path / 'slurm'}/job_submit.lua" in lines
     assert lines[-1].startswith("1 error(s), 2 warning(s) in ")
+
+
+def test_vc_check_finds_a_plugin_written_for_other_vcs(
+    config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("hivebatch.slurm.get_backend", lambda *a, **k: _Backend())
+    old = tmp_path / "old.yaml"
+    old.write_text(config.read_text().replace("sys: {cells: {V100-SWITCH: 1, V100: 2}}", ""))
+    assert old.read_text() != config.read_text()
+    slurm = tmp_path / "slurm"
+    _install_plugin(old, slurm, monkeypatch)
+    lines = CliRunner().invoke(cli, ["vc", "check"], catch_exceptions=False).output.splitlines()
+    i = lines.index(
+        f"ERROR  {slurm}/job_submit.lua carries other VCs than the config: it checks GPU asks against the old cells"
+    )
+    assert lines[i + 1] == (
+        f"       fix: hadmin slurm-config --out NEWDIR, then copy NEWDIR/job_submit.lua to {slurm} (slurmctld reloads it)"
+    )
+    (slurm / "job_submit.lua").unlink()
+    lines = CliRunner().invoke(cli, ["vc", "check"], catch_exceptions=False).output.splitlines()
+    assert f"WARN   job_submit.lua not checked: there is none in {slurm}" in lines
 
 
 def test_bad_gpus_or_a_starved_vc_never_show_green() -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -72,6 +73,7 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
             findings += drift_findings(
                 layouts, vcs, qos_classes(data), nodes, accounts, qos, why_nodes, why_acct
             )
+            findings.append(_plugin_finding(data))
             if qos is not None and OPPORTUNISTIC in qos:
                 grace = grace_finding(parse_notice(data).slurm_grace_s, _grace_of(backend, OPPORTUNISTIC))
                 findings += [grace] if grace is not None else []
@@ -107,6 +109,20 @@ def _controller_finding(path: Path) -> Finding:
     except HivebatchError as exc:
         return Finding(ERROR, f"the controller cannot start on this config: {exc}", f"edit {path}")
     return Finding("ok", "the controller reads every section of the config")
+
+
+def _plugin_finding(data: dict[str, Any]) -> Finding:
+    """The installed job_submit.lua (beside slurm.conf) against the config's VCs."""
+    from hivebatch.jobsubmit import DEFAULT_SLURM_CONF, lua_literal, site_vcs
+    from hivebatch.reports.drift import plugin_finding
+
+    # slurmctld loads the plugin from beside the slurm.conf it reads, also where /etc/slurm links to it
+    where = Path(os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF).resolve().parent
+    try:
+        text: str | None = (where / "job_submit.lua").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = None
+    return plugin_finding(text, str(where), f'["vcs"] = {lua_literal(site_vcs(data))}')
 
 
 def _grace_of(backend: object, qos: str) -> int | None:
