@@ -51,6 +51,36 @@ def run_once(
         raise HivebatchError(one_line(exc)) from None
 
 
+def _stamp(ctx: ControllerContext) -> tuple[int, int] | None:
+    """When and how big the config file was: a change means an admin's edit to read."""
+    try:
+        st = ctx.config_path.stat() if ctx.config_path is not None else None
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size) if st is not None else None
+
+
+def reread(ctx: ControllerContext) -> ControllerContext:
+    """The config read again, as the timer's next run would read it (moved cells, new limits), or
+    ``ctx`` when the file is unusable now, said in one line. The database stays the one the loop
+    opened: a new ``database:`` takes a restart."""
+    from hivebatch.controller.context import load_context
+
+    try:
+        new = load_context(ctx.config_path, publish=True)
+    except HivebatchError as exc:
+        log.error(
+            "config %s changed but cannot be used (%s): going on with the one read before",
+            ctx.config_path,
+            exc,
+        )
+        return ctx
+    if new.data.get("database") != ctx.data.get("database"):
+        log.warning("config %s changed its database: restart the controller to use it", ctx.config_path)
+    log.info("config %s read again", ctx.config_path)
+    return new
+
+
 def run_loop(
     ctx: ControllerContext,
     factory: sessionmaker[Session],
@@ -68,9 +98,12 @@ def run_loop(
     gc.freeze()
     failures = 0
     done = 0
+    stamp = _stamp(ctx)
     while cycles is None or done < cycles:
         done += 1
         t0 = time.monotonic()
+        if (now := _stamp(ctx)) != stamp and now is not None:
+            stamp, ctx = now, reread(ctx)
         try:
             lease.renew()
             report = run_cycle(ctx, factory, backend, guard=lease.renew)

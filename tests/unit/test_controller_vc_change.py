@@ -101,3 +101,35 @@ def test_a_removed_vc(env: Env, tmp_path: Path) -> None:
         "unknown VC 'sys': the config has cv, nlp; move it to one of them "
         f"(scontrol update job {sys2[1]} Account=VC) or cancel it"
     )
+
+
+def test_a_controller_loop_reads_the_edited_config_and_keeps_going_on_a_broken_one(
+    env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from hivebatch.controller.lease import ControllerLease
+    from hivebatch.controller.runner import run_loop
+    from hivebatch.db import Base
+
+    engine = env.factory.kw["bind"]
+    Base.metadata.create_all(engine)
+    lease = ControllerLease(engine)
+    lease.acquire()
+    cfg = tmp_path / "hivebatch.yaml"
+    edits = [
+        lambda: cfg.write_text(CONFIG.replace(OLD_CV, "cv: {cells: {V100-NODE: 1}}")),
+        lambda: cfg.write_text(CONFIG + "virtual_clusters: [\n"),
+    ]
+    seen: list[dict[str, dict[str, int]]] = []
+
+    def between_cycles(_s: float) -> None:
+        seen.append(_cells(env)["cv"])
+        if edits:
+            edits.pop(0)()
+
+    caplog.set_level("INFO", logger="hivebatch.controller")
+    run_loop(env.ctx, env.factory, env.ctl, lease, 1.0, sleep=between_cycles, cycles=3)
+    assert seen == [{"V100-NODE": 1, "V100-SOCKET": 1}, {"V100-NODE": 1}, {"V100-NODE": 1}]
+    assert f"config {cfg} read again" in caplog.messages
+    broken = [m for m in caplog.messages if m.startswith(f"config {cfg} changed but cannot be used (")]
+    assert len(broken) == 1 and broken[0].endswith("going on with the one read before")
+    assert not [m for m in caplog.messages if m.startswith("cycle failed")]
