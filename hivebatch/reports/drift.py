@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -13,6 +13,17 @@ from hivebatch.reports.rows import OPPORTUNISTIC, VCInfo
 ERROR = "error"
 WARNING = "warning"
 OK = "ok"
+
+
+class GpuLimitLike(Protocol):
+    """A Slurm association's GPU total (hivebatch.slurm.types.GpuLimit)."""
+
+    @property
+    def account(self) -> str: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def gpus(self) -> int: ...
 
 
 class LiveNode(Protocol):
@@ -165,6 +176,34 @@ def _accounting_findings(
         f"every class is a Slurm QOS ({', '.join(wanted)})",
     )
     return out
+
+
+def gpu_limit_findings(vcs: list[VCInfo], limits: Sequence[GpuLimitLike]) -> list[Finding]:
+    """Slurm GPU totals (GrpTRES) on a VC's account or its users below the VC's cells: Slurm keeps
+    those jobs from starting where the cells have room (AssocGrpGRES), which breaks the guarantee.
+    A site's old per-group quota, left in place when the cells took its job over."""
+    size = {v.name: v.gpus for v in vcs}
+    out: list[Finding] = []
+    for lim in limits:
+        gpus = size.get(lim.account)
+        if gpus is None or lim.gpus >= gpus:
+            continue
+        if lim.user:
+            out.append(Finding(
+                WARNING,
+                f"Slurm caps {lim.user}'s GPUs in account {lim.account} at {lim.gpus} (GrpTRES), below VC "
+                f"{lim.account}'s {gpus}: Slurm holds their jobs back (AssocGrpGRES) where the cells have room",
+                f"sacctmgr -i modify user {lim.user} where account={lim.account} set GrpTRES=gres/gpu=-1 "
+                "(limits per user belong in hivebatch's user_limits:)",
+            ))  # fmt: skip
+        else:
+            out.append(Finding(
+                WARNING,
+                f"Slurm caps account {lim.account}'s GPUs at {lim.gpus} (GrpTRES), below VC {lim.account}'s "
+                f"{gpus}: Slurm holds its jobs back (AssocGrpGRES) where the cells have room",
+                f"sacctmgr -i modify account {lim.account} set GrpTRES=gres/gpu=-1 (the cells are the VC's quota)",
+            ))  # fmt: skip
+    return out or [Finding(OK, "no Slurm GPU limit (GrpTRES) on a VC's account or users is below its cells")]
 
 
 def grace_finding(notice_s: int, grace_s: int | None) -> Finding | None:

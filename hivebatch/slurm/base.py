@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from datetime import datetime
 
-from hivebatch.slurm.types import AcctRecord, Partition, Reservation, SlurmJob, SlurmNode
+from hivebatch.slurm.types import AcctRecord, GpuLimit, Partition, Reservation, SlurmJob, SlurmNode
 
 
 class SlurmBackend(ABC):
@@ -167,4 +167,9 @@ class SlurmBackend(ABC):
     def qos_grace_s(self, qos: str) -> int | None:
         """Seconds of GraceTime the QOS gives a job Slurm preempts (None: this backend cannot tell, or
         there is no such QOS)."""
+        return None
+
+    def gpu_group_limits(self) -> list[GpuLimit] | None:
+        """The GPU totals Slurm's associations cap (GrpTRES gres/gpu), per account and user ("" for
+        the account's own association); None when this backend cannot tell."""
         return None

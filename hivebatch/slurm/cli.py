@@ -27,6 +27,7 @@ from hivebatch.slurm.parse import (
 from hivebatch.slurm.types import (
     SIGNAL_TARGETS,
     AcctRecord,
+    GpuLimit,
     Partition,
     Reservation,
     SlurmError,
@@ -317,10 +318,31 @@ class CliBackend(SlurmBackend):
     def list_qos(self) -> list[str]:
         return _names(self._run(["sacctmgr", "--noheader", "--parsable2", "show", "qos", "format=Name"]))
 
+    def gpu_group_limits(self) -> list[GpuLimit]:
+        return gpu_group_limits(
+            self._run(
+                ["sacctmgr", "--noheader", "--parsable2", "show", "assoc", "format=Account,User,GrpTRES"]
+            )
+        )
+
     def qos_grace_s(self, qos: str) -> int | None:
         out = self._run(["sacctmgr", "--noheader", "--parsable2", "show", "qos", qos, "format=GraceTime"])
         lines = [ln.strip().rstrip("|") for ln in out.splitlines() if ln.strip()]
         return grace_seconds(lines[0]) if lines else None
+
+
+def gpu_group_limits(out: str) -> list[GpuLimit]:
+    """``sacctmgr --parsable2 show assoc format=Account,User,GrpTRES`` lines with a ``gres/gpu=N``
+    total (a typed ``gres/gpu:TYPE=N`` caps one model only, and is left out)."""
+    limits: list[GpuLimit] = []
+    for line in out.splitlines():
+        account, _, rest = line.strip().partition("|")
+        user, _, tres = rest.partition("|")
+        for item in tres.rstrip("|").split(","):
+            key, _, value = item.partition("=")
+            if key == "gres/gpu" and value.isdigit():
+                limits.append(GpuLimit(account, user, int(value)))
+    return limits
 
 
 def grace_seconds(text: str) -> int | None:

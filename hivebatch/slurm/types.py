@@ -385,6 +385,16 @@ class Partition:
     access: PartitionAccess = PartitionAccess()
 
 
+@dataclass(frozen=True)
+class GpuLimit:
+    """A GPU total one Slurm association caps (GrpTRES gres/gpu=N): the account's own when ``user``
+    is "", else one user's in the account."""
+
+    account: str
+    user: str
+    gpus: int
+
+
 @dataclass
 class AcctRecord:
     job_id: int

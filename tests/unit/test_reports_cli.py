@@ -259,6 +259,17 @@ class _Backend:
     def qos_grace_s(self, qos: str) -> int | None:
         return 0 if qos == "opportunistic" else None  # as before hadmin slurm-config set it
 
+    def gpu_group_limits(self) -> list[object]:
+        from hivebatch.slurm.cli import gpu_group_limits
+
+        return gpu_group_limits(_recorded("sacctmgr_assoc_grptres.txt"))
+
+
+def _recorded(name: str) -> str:
+    """A recorded Slurm output without the lines saying how it was recorded."""
+    text = (Path(__file__).parents[1] / "fixtures" / "slurm" / name).read_text()
+    return "".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith("#"))
+
 
 def _install_plugin(config: Path, slurm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """job_submit.lua written from ``config`` beside the slurm.conf $SLURM_CONF names."""
@@ -295,7 +306,22 @@ def test_vc_check_against_slurm_prints_fixes_and_fails(
     i = next(i for i, ln in enumerate(lines) if ln.startswith("WARN   QOS opportunistic has GraceTime 0 s"))
     assert lines[i + 1] == "       fix: sacctmgr -i modify qos where name=opportunistic set GraceTime=120"
     assert f"ok     job_submit.lua carries the config's VCs: {tmp_path / 'slurm'}/job_submit.lua" in lines
-    assert lines[-1].startswith("1 error(s), 2 warning(s) in ")
+    # the recorded GrpTRES: cv's 4 and alice's 2 are below cv's 12 GPUs; sys's 8 is above its 4
+    i = lines.index(
+        "WARN   Slurm caps account cv's GPUs at 4 (GrpTRES), below VC cv's 12: Slurm holds its jobs back "
+        "(AssocGrpGRES) where the cells have room"
+    )
+    assert (
+        lines[i + 1]
+        == "       fix: sacctmgr -i modify account cv set GrpTRES=gres/gpu=-1 (the cells are the VC's quota)"
+    )
+    assert lines[i + 2].startswith("WARN   Slurm caps alice's GPUs in account cv at 2 (GrpTRES)")
+    assert lines[i + 3] == (
+        "       fix: sacctmgr -i modify user alice where account=cv set GrpTRES=gres/gpu=-1 "
+        "(limits per user belong in hivebatch's user_limits:)"
+    )
+    assert len([ln for ln in lines if ln.startswith("WARN   Slurm caps")]) == 2
+    assert lines[-1].startswith("1 error(s), 4 warning(s) in ")
 
 
 def test_vc_check_finds_a_plugin_written_for_other_vcs(

@@ -121,6 +121,24 @@ def test_list_nodes(slurm_fixture):
     assert rec.calls[0][0] == ["sinfo", "--json"]
 
 
+def test_gpu_group_limits_read_as_sacctmgr_prints_them(slurm_fixture):
+    from hivebatch.slurm.types import GpuLimit
+
+    recorded = "".join(
+        ln + "\n" for ln in slurm_fixture("sacctmgr_assoc_grptres.txt").splitlines() if ln[:1] != "#"
+    )
+    rec = Recorder(Completed(0, recorded, ""))
+    # nlp's MaxTRES caps one job, not the account's total: it is not a GrpTRES
+    assert CliBackend(rec).gpu_group_limits() == [
+        GpuLimit("cv", "", 4),
+        GpuLimit("cv", "alice", 2),
+        GpuLimit("sys", "", 8),
+    ]
+    assert rec.calls[0][0] == [
+        "sacctmgr", "--noheader", "--parsable2", "show", "assoc", "format=Account,User,GrpTRES"
+    ]  # fmt: skip
+
+
 def test_history_arguments(slurm_fixture):
     rec = SacctAnswer(slurm_fixture("sacct.txt"))
     be = CliBackend(rec)

@@ -14,6 +14,7 @@ from hivebatch.cli.common import config_option
 
 if TYPE_CHECKING:
     from hivebatch.reports.drift import Finding
+    from hivebatch.reports.rows import VCInfo
 
 
 @click.group()
@@ -74,6 +75,8 @@ def check(config: str | None, no_slurm: bool, fmt: str) -> None:
                 layouts, vcs, qos_classes(data), nodes, accounts, qos, why_nodes, why_acct
             )
             findings.append(_plugin_finding(data))
+            if accounts is not None:  # accounting answers: its limits can be read too
+                findings += _gpu_limit_findings(backend, vcs)
             if qos is not None and OPPORTUNISTIC in qos:
                 grace = grace_finding(parse_notice(data).slurm_grace_s, _grace_of(backend, OPPORTUNISTIC))
                 findings += [grace] if grace is not None else []
@@ -123,6 +126,18 @@ def _plugin_finding(data: dict[str, Any]) -> Finding:
     except OSError:
         text = None
     return plugin_finding(text, str(where), f'["vcs"] = {lua_literal(site_vcs(data))}')
+
+
+def _gpu_limit_findings(backend: object, vcs: list[VCInfo]) -> list[Finding]:
+    from hivebatch.errors import HivebatchError
+    from hivebatch.reports.drift import WARNING, Finding, gpu_limit_findings
+
+    try:
+        limits = backend.gpu_group_limits()  # type: ignore[attr-defined]
+    except (AttributeError, HivebatchError) as exc:
+        return [Finding(WARNING, f"Slurm's GPU limits (GrpTRES) not checked: {exc}",
+                        "check by hand: sacctmgr show assoc format=Account,User,GrpTRES")]  # fmt: skip
+    return gpu_limit_findings(vcs, limits) if limits is not None else []
 
 
 def _grace_of(backend: object, qos: str) -> int | None:
