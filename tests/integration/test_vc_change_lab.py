@@ -45,7 +45,7 @@ def test_cells_moved_to_another_vc_take_over_a_running_job_beyond_its_vcs_cells(
     assert cells["cv"] == {"V100-NODE": 1}
     assert cells["sys"] == {"V100": 2, "V100-SOCKET": 1, "V100-SWITCH": 1}
     (beyond,) = ctl.events(cv4, "beyond_cells")
-    assert beyond.startswith("runs beyond VC cv's cells")
+    assert beyond.startswith("holds GPUs beyond VC cv's cells")
     assert ctl.events(cv8, "beyond_cells") == []
     # sys's waiting job takes the socket the 4-GPU job holds, after its notice; the job waits for cv's cells
     ctl.until(

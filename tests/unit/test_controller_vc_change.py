@@ -61,7 +61,7 @@ def test_cells_moved_between_vcs_mirror_and_bind_at_once(env: Env, tmp_path: Pat
     # cv's 4-GPU job no longer fits cv's cells: it ran on as opportunistic work, and sys's waiting job,
     # which the new socket can hold, took its GPUs at once
     beyond = env.events(cv4, "beyond_cells")
-    assert len(beyond) == 1 and "runs beyond VC cv's cells" in beyond[0].message
+    assert len(beyond) == 1 and "holds GPUs beyond VC cv's cells" in beyond[0].message
     assert env.events(cv8, "beyond_cells") == []
     assert env.job(cv4).state == "preempted" and env.job(cv4).preemptions == 1
     assert env.job(sys2[1]).state in ("placed", "running")

@@ -90,16 +90,17 @@ def _adopt_holders(
 def _adopt_beyond_cells(
     session: Session, rec: Recorder, alloc: CellAllocator, job: Job, placement: dict[str, list[int]], why: str
 ) -> bool:
-    """A guaranteed job its VC's cells no longer hold (an admin took cells from the VC while it ran)
-    runs on as opportunistic work, as HiveD downgrades it: held as foreign, it would keep the GPUs
-    the other VCs' new cells need until its time limit. Its next start waits for its VC's cells."""
+    """A guaranteed job its VC's cells no longer hold (an admin took cells from the VC while it ran,
+    or after its placement) keeps its GPUs as opportunistic work, as HiveD downgrades it: held as
+    foreign, it would keep the GPUs the other VCs' new cells need until its time limit. Its next
+    start waits for its VC's cells."""
     if job.priority < 0 or job.vc_name not in alloc.vcs:
         return False
     if alloc.adopt(str(job.slurm_job_id), job.vc_name, OPPORTUNISTIC, placement).result != "placed":
         return False
     msg = (
-        f"runs beyond VC {job.vc_name}'s cells ({why}): it runs on as opportunistic work, "
-        "preempted when a VC needs its GPUs, and waits for its VC's cells if it has to start again"
+        f"holds GPUs beyond VC {job.vc_name}'s cells ({why}): it keeps them as opportunistic work, "
+        "preempted when a VC needs them, and waits for its VC's cells if it has to start again"
     )
     if job.reason != msg:
         job.reason = msg
