@@ -66,9 +66,17 @@ class CycleReport:
         )
 
 
-def sync_vcs(session: Session, spec: ClusterSpec, now: dt.datetime) -> None:
-    """Mirror the config's VCs and their cells into the ledger (readers show them without the config)."""
+def _cells_text(cells: dict[str, int], gpus: int) -> str:
+    return ", ".join(f"{n}×{t}" for t, n in sorted(cells.items())) + f" ({gpus} GPUs)"
+
+
+def sync_vcs(session: Session, spec: ClusterSpec, rec: Recorder) -> None:
+    """Mirror the config's VCs and their cells into the ledger (readers show them without the config).
+    A change after the first mirror is an event: the audit trail says when a VC grew or shrank, which
+    is why some of its jobs were preempted."""
     rows = {v.name: v for v in session.scalars(select(VirtualCluster))}
+    first = not rows
+    now = rec.now
     for name, vc in spec.vcs.items():
         row = rows.pop(name, None)
         cells = dict(vc.cells)
@@ -77,9 +85,20 @@ def sync_vcs(session: Session, spec: ClusterSpec, now: dt.datetime) -> None:
             row = VirtualCluster(name=name, gpus=gpus, updated_at=now)
             row.cells = [VCCell(cell_type=t, count=int(c)) for t, c in sorted(cells.items())]
             session.add(row)
+            if not first:
+                new = _cells_text(cells, gpus)
+                rec.event(session, None, "vc_added", f"VC {name} added: {new}", {"vc": name, "cells": cells})
             continue
         have = {c.cell_type: c for c in row.cells}
         if {t: c.count for t, c in have.items()} != cells or row.gpus != gpus:
+            old = _cells_text({t: c.count for t, c in have.items()}, row.gpus)
+            rec.event(
+                session,
+                None,
+                "vc_changed",
+                f"VC {name}'s cells changed: {old} -> {_cells_text(cells, gpus)}",
+                {"vc": name, "cells": cells},
+            )
             row.gpus = gpus
             row.updated_at = now
             # in place: a replaced list would insert a type's new row before deleting its old one
@@ -92,6 +111,14 @@ def sync_vcs(session: Session, spec: ClusterSpec, now: dt.datetime) -> None:
                 VCCell(cell_type=t, count=int(c)) for t, c in sorted(cells.items()) if t not in have
             )
     for row in rows.values():
+        gone = _cells_text({c.cell_type: c.count for c in row.cells}, row.gpus)
+        rec.event(
+            session,
+            None,
+            "vc_removed",
+            f"VC {row.name} removed from the config: it held {gone}",
+            {"vc": row.name},
+        )
         session.delete(row)
 
 
@@ -256,7 +283,7 @@ def _cycle(
         # GPU-hours of a slice are its share of the GPU's memory (record.account_run reads this)
         session.info["gpu_capacity_mib"] = gpu_capacity_by_node(ctx.spec)
         # reconcile (one transaction)
-        sync_vcs(session, ctx.spec, obs.now)
+        sync_vcs(session, ctx.spec, rec)
         notes = refusals.read(session, ctx.refusals_path, obs.now)
         ledger = sync_jobs(session, obs, rec, backend, notes)
         refusals.record(session, rec, notes, ledger.jobs)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -30,6 +30,9 @@ from hivebatch.userlimits import (
     aware_utc,
     strict_usage,
 )
+
+if TYPE_CHECKING:
+    from hivebatch.db.models import Event
 
 START_KINDS = frozenset({"started", "running", "resumed"})
 PREEMPT_KINDS = frozenset({"preempted", "requeued"})
@@ -236,13 +239,18 @@ def load_events(
                 kind=event.kind,
                 job_id=str(event.slurm_job_id) if event.slurm_job_id is not None else None,
                 message=event.message,
-                vc=vc,
+                vc=vc or _event_vc(event),  # a VC's own event (its cells changed) names it in its data
                 user=user,
             )
         )
     if limit:
         out.reverse()
     return out
+
+
+def _event_vc(event: Event) -> str | None:
+    vc = event.data.get("vc") if isinstance(event.data, dict) else None
+    return vc if isinstance(vc, str) else None
 
 
 def load_slots(session: Session) -> tuple[list[GpuSlot], datetime | None]:

@@ -11,6 +11,7 @@ from sqlalchemy import select
 
 from hivebatch.controller.context import load_context
 from hivebatch.db import VirtualCluster
+from hivebatch.reports.source import load_events
 
 OLD_CV = "cv: {cells: {V100-NODE: 1, V100-SOCKET: 1}}"
 OLD_SYS = "sys: {cells: {V100-SWITCH: 1, V100: 2}}"
@@ -58,6 +59,13 @@ def test_cells_moved_between_vcs_mirror_and_bind_at_once(env: Env, tmp_path: Pat
     assert not report.failures
     assert _cells(env)["cv"] == {"V100-NODE": 1}
     assert _cells(env)["sys"] == {"V100": 2, "V100-SOCKET": 1, "V100-SWITCH": 1}
+    # the audit trail says when and how (the first mirror, at the controller's start, says nothing)
+    assert [e.message for e in env.events(kind="vc_changed")] == [
+        "VC cv's cells changed: 1×V100-NODE, 1×V100-SOCKET (12 GPUs) -> 1×V100-NODE (8 GPUs)",
+        "VC sys's cells changed: 2×V100, 1×V100-SWITCH (4 GPUs) -> 2×V100, 1×V100-SOCKET, 1×V100-SWITCH (8 GPUs)",
+    ]
+    with env.factory() as s:  # hadmin events shows the VC of each
+        assert [e.vc for e in load_events(s, kinds=["vc_changed"])] == ["cv", "sys"]
     # cv's 4-GPU job no longer fits cv's cells: it ran on as opportunistic work, and sys's waiting job,
     # which the new socket can hold, took its GPUs at once
     beyond = env.events(cv4, "beyond_cells")
@@ -91,6 +99,9 @@ def test_a_removed_vc(env: Env, tmp_path: Path) -> None:
     env = _reconfigure(env, tmp_path, CONFIG.replace(OLD_SYS, ""))
     assert not env.cycle().failures
     assert "sys" not in _cells(env)
+    assert [e.message for e in env.events(kind="vc_removed")] == [
+        "VC sys removed from the config: it held 2×V100, 1×V100-SWITCH (4 GPUs)"
+    ]
     # its running job runs on where it is, and nothing else is placed on its GPUs
     running = env.job(sys2[0])
     assert running.state == "running" and "unknown VC sys" in running.reason
@@ -101,6 +112,13 @@ def test_a_removed_vc(env: Env, tmp_path: Path) -> None:
         "unknown VC 'sys': the config has cv, nlp; move it to one of them "
         f"(scontrol update job {sys2[1]} Account=VC) or cancel it"
     )
+    # and brought back
+    env = _reconfigure(env, tmp_path, CONFIG)
+    env.cycle()
+    assert [e.message for e in env.events(kind="vc_added")] == [
+        "VC sys added: 2×V100, 1×V100-SWITCH (4 GPUs)"
+    ]
+    assert env.events(kind="vc_changed") == []
 
 
 def test_a_controller_loop_reads_the_edited_config_and_keeps_going_on_a_broken_one(
