@@ -80,13 +80,14 @@ def nodes_file(data: Mapping[str, Any], conf_dir: str | os.PathLike[str] | None 
     return usage_file(data, conf_dir).parent / NODES_FILE
 
 
+def slurm_conf_path() -> Path:
+    """The slurm.conf Slurm's clients read: $SLURM_CONF, else Slurm's default."""
+    return Path(os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
+
+
 def slurm_conf_dir(conf_dir: str | os.PathLike[str] | None = None) -> Path:
     """Where the files beside slurm.conf go: ``conf_dir`` when given, else $SLURM_CONF's directory."""
-    return (
-        Path(conf_dir)
-        if conf_dir is not None
-        else Path(os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF).parent
-    )
+    return Path(conf_dir) if conf_dir is not None else slurm_conf_path().parent
 
 
 def usage_max_age_s(data: Mapping[str, Any]) -> int:

@@ -30,6 +30,7 @@ from hivebatch.controller.tell import tell_clients
 from hivebatch.controller.usage import usage_lua, write_usage
 from hivebatch.db.models import Job, VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
+from hivebatch.reports.rows import cells_text
 from hivebatch.reports.source import ledger_strict_usage
 from hivebatch.slurm.base import SlurmBackend
 from hivebatch.state.shares import get_state, gpu_capacity_by_node
@@ -67,7 +68,7 @@ class CycleReport:
 
 
 def _cells_text(cells: dict[str, int], gpus: int) -> str:
-    return ", ".join(f"{n}×{t}" for t, n in sorted(cells.items())) + f" ({gpus} GPUs)"
+    return f"{cells_text(dict(sorted(cells.items())))} ({gpus} GPUs)"
 
 
 def sync_vcs(session: Session, spec: ClusterSpec, rec: Recorder) -> None:
@@ -90,8 +91,9 @@ def sync_vcs(session: Session, spec: ClusterSpec, rec: Recorder) -> None:
                 rec.event(session, None, "vc_added", f"VC {name} added: {new}", {"vc": name, "cells": cells})
             continue
         have = {c.cell_type: c for c in row.cells}
-        if {t: c.count for t, c in have.items()} != cells or row.gpus != gpus:
-            old = _cells_text({t: c.count for t, c in have.items()}, row.gpus)
+        counts = {t: c.count for t, c in have.items()}
+        if counts != cells or row.gpus != gpus:
+            old = _cells_text(counts, row.gpus)
             rec.event(
                 session,
                 None,

@@ -9,21 +9,11 @@ from typing import Any, Protocol
 from hivebatch.errors import ConfigError
 from hivebatch.reports.gpumap import NodeLayout
 from hivebatch.reports.rows import OPPORTUNISTIC, VCInfo
+from hivebatch.slurm.types import GpuLimit
 
 ERROR = "error"
 WARNING = "warning"
 OK = "ok"
-
-
-class GpuLimitLike(Protocol):
-    """A Slurm association's GPU total (hivebatch.slurm.types.GpuLimit)."""
-
-    @property
-    def account(self) -> str: ...
-    @property
-    def user(self) -> str: ...
-    @property
-    def gpus(self) -> int: ...
 
 
 class LiveNode(Protocol):
@@ -178,7 +168,7 @@ def _accounting_findings(
     return out
 
 
-def gpu_limit_findings(vcs: list[VCInfo], limits: Sequence[GpuLimitLike]) -> list[Finding]:
+def gpu_limit_findings(vcs: list[VCInfo], limits: Sequence[GpuLimit]) -> list[Finding]:
     """Slurm GPU totals (GrpTRES) on a VC's account or its users below the VC's cells: Slurm keeps
     those jobs from starting where the cells have room (AssocGrpGRES), which breaks the guarantee.
     A site's old per-group quota, left in place when the cells took its job over."""

@@ -7,6 +7,7 @@ so a report can be checked by hand on a handful of rows.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -85,6 +86,11 @@ class EventRow:
     user: str | None = None
 
 
+def cells_text(cells: Mapping[str, int]) -> str:
+    """A VC's cells as the reports and the audit trail write them: ``1×V100-NODE, 1×V100-SOCKET``."""
+    return ", ".join(f"{n}×{t}" for t, n in cells.items()) or "-"
+
+
 @dataclass(frozen=True)
 class VCInfo:
     """A virtual cluster as configured: its cells per type and the GPUs they hold."""
@@ -94,7 +100,7 @@ class VCInfo:
     gpus: int
 
     def cells_text(self) -> str:
-        return ", ".join(f"{n}×{t}" for t, n in self.cells.items()) or "-"
+        return cells_text(self.cells)
 
 
 @dataclass(frozen=True)

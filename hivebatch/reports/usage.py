@@ -24,6 +24,7 @@ from hivebatch.reports.rows import (
     RunSegment,
     VCInfo,
     VCNow,
+    cells_text,
 )
 
 # Verdict thresholds: what makes a VC look idle or starved on the Monday report.
@@ -82,7 +83,7 @@ class VCReport:
 
     @property
     def cells_text(self) -> str:
-        return ", ".join(f"{n}×{t}" for t, n in self.cells.items()) or "-"
+        return cells_text(self.cells)
 
     @property
     def qos_overall(self) -> ClassRate:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from recorded_output import recorded_output
 from report_scenario import make_db, write_config
 
 from hivebatch.cli.hadmin.main import cli
@@ -262,13 +263,7 @@ class _Backend:
     def gpu_group_limits(self) -> list[object]:
         from hivebatch.slurm.cli import gpu_group_limits
 
-        return gpu_group_limits(_recorded("sacctmgr_assoc_grptres.txt"))
-
-
-def _recorded(name: str) -> str:
-    """A recorded Slurm output without the lines saying how it was recorded."""
-    text = (Path(__file__).parents[1] / "fixtures" / "slurm" / name).read_text()
-    return "".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith("#"))
+        return gpu_group_limits(recorded_output("sacctmgr_assoc_grptres.txt"))
 
 
 def _install_plugin(config: Path, slurm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from recorded_output import recorded_output
 from recorded_sacct import as_printed_for
 
 from hivebatch.slurm.cli import CliBackend, Completed, subprocess_runner
@@ -121,13 +122,10 @@ def test_list_nodes(slurm_fixture):
     assert rec.calls[0][0] == ["sinfo", "--json"]
 
 
-def test_gpu_group_limits_read_as_sacctmgr_prints_them(slurm_fixture):
+def test_gpu_group_limits_read_as_sacctmgr_prints_them():
     from hivebatch.slurm.types import GpuLimit
 
-    recorded = "".join(
-        ln + "\n" for ln in slurm_fixture("sacctmgr_assoc_grptres.txt").splitlines() if ln[:1] != "#"
-    )
-    rec = Recorder(Completed(0, recorded, ""))
+    rec = Recorder(Completed(0, recorded_output("sacctmgr_assoc_grptres.txt"), ""))
     # nlp's MaxTRES caps one job, not the account's total: it is not a GrpTRES
     assert CliBackend(rec).gpu_group_limits() == [
         GpuLimit("cv", "", 4),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,11 +115,11 @@ def _controller_finding(path: Path) -> Finding:
 
 def _plugin_finding(data: dict[str, Any]) -> Finding:
     """The installed job_submit.lua (beside slurm.conf) against the config's VCs."""
-    from hivebatch.jobsubmit import DEFAULT_SLURM_CONF, lua_literal, site_vcs
+    from hivebatch.jobsubmit import lua_literal, site_vcs, slurm_conf_path
     from hivebatch.reports.drift import plugin_finding
 
     # slurmctld loads the plugin from beside the slurm.conf it reads, also where /etc/slurm links to it
-    where = Path(os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF).resolve().parent
+    where = slurm_conf_path().resolve().parent
     try:
         text: str | None = (where / "job_submit.lua").read_text(encoding="utf-8", errors="replace")
     except OSError:
