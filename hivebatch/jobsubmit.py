@@ -23,6 +23,7 @@ from hivebatch.slurmconf import DEFAULT_QOS, PREEMPTABLE_QOS, SHARD_MIB
 
 if TYPE_CHECKING:
     from hivebatch.cells import ClusterSpec
+    from hivebatch.userlimits import UserLimits
 
 #: Users every site treats as Operators besides the configured ones: root and Slurm's own user.
 ALWAYS_OPERATORS = ("root",)
@@ -149,13 +150,33 @@ def site_vcs(data: Mapping[str, Any]) -> dict[str, Any]:
     return _vcs_table(parse_cluster_config(data))
 
 
+def config_vc_table(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``vc_table`` of a whole config mapping: what the controller writes for the plugin each cycle."""
+    from hivebatch.cells import parse_cluster_config
+    from hivebatch.userlimits import parse_user_limits
+
+    spec = parse_cluster_config(data)
+    return vc_table(spec, parse_user_limits(data, spec.vcs))
+
+
+def vc_table(spec: ClusterSpec, limits: UserLimits) -> dict[str, Any]:
+    """What the plugin checks per VC: the VCs' sizes, their names for its messages, and the strict
+    classes' limits per user. Written into the plugin and, each cycle, into the controller's node
+    sizes file, whose copy the plugin prefers while it is fresh: a change of ``virtual_clusters:`` or
+    ``user_limits:`` reaches the plugin with the controller's next cycle."""
+    from hivebatch.userlimits import site_limits
+
+    vcs = _vcs_table(spec)
+    return {"vcs": vcs, "vc_list": ", ".join(sorted(vcs)), "user_limits": site_limits(limits, spec.vcs)}
+
+
 def site_table(
     data: Mapping[str, Any], operators: Iterable[str], conf_dir: str | os.PathLike[str] | None = None
 ) -> dict[str, Any]:
     """What the plugin checks a GPU ask against, from a whole config mapping; ``conf_dir`` is the
     directory the plugin is written to (the usage file's default home)."""
     from hivebatch.cells import parse_cluster_config
-    from hivebatch.userlimits import parse_user_limits, site_limits
+    from hivebatch.userlimits import parse_user_limits
 
     spec = parse_cluster_config(data)
     gpu_types: dict[str, Any] = {}
@@ -174,13 +195,11 @@ def site_table(
         "total": spec.total_gpus(),
         "mem_mib": max(t["mem_mib"] for t in gpu_types.values()),
     }
-    vcs = _vcs_table(spec)
     return {
         "gpu_types": gpu_types,
         "type_list": ", ".join(sorted(gpu_types)),
         "largest": largest,
-        "vcs": vcs,
-        "vc_list": ", ".join(sorted(vcs)),
+        **vc_table(spec, parse_user_limits(data, spec.vcs)),
         "classes": {c: True for c in CLASSES},
         "class_list": ", ".join(CLASSES),
         "default_class": DEFAULT_QOS,
@@ -188,7 +207,6 @@ def site_table(
         "shard_mib": SHARD_MIB,
         "max_time_min": parse_limits(data).time_limit_s // 60,
         "operator_uids": operator_uids(operators),
-        "user_limits": site_limits(parse_user_limits(data, spec.vcs), spec.vcs),
         "usage_file": str(usage_file(data, conf_dir)),
         "usage_max_age_s": usage_max_age_s(data),
         "nodes_file": str(nodes_file(data, conf_dir)),

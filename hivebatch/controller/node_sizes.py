@@ -8,6 +8,11 @@ node sizes (22.05's Lua API has none), so the controller writes them each cycle 
 most CPUs, MB of memory, MB of temporary disk, sockets, cores per socket and threads per core one
 node has, and each GPU node's own figures (the plugin takes the largest within a job's partitions).
 The plugin reads it as it reads the usage file: data only, and not at all once it is stale.
+
+The file also carries the VCs as the controller's config has them (``vcs``: sizes, names, strict
+class limits), which the plugin prefers to those written into it while the file is fresh, so an
+admin's edit of ``virtual_clusters:`` reaches submissions with the controller's next cycle instead of
+waiting for the plugin to be written again.
 """
 
 from __future__ import annotations
@@ -68,14 +73,18 @@ def node_sizes_lua(
     sizes: Mapping[str, Mapping[str, int]],
     now: dt.datetime,
     nodes: Mapping[str, Mapping[str, Any]] | None = None,
+    vcs: Mapping[str, Any] | None = None,
 ) -> str:
-    """The node sizes file's text: one ``return { ... }`` chunk."""
+    """The node sizes file's text: one ``return { ... }`` chunk; ``vcs`` is the plugin's VC table
+    (``jobsubmit.vc_table``) as the controller's config has it now."""
     table: dict[str, Any] = {
         "written_at": int(aware_utc(now).timestamp()),
         "sizes": dict(sorted(sizes.items())),
     }
     if nodes:
         table["nodes"] = dict(nodes)
+    if vcs is not None:
+        table["vcs"] = dict(vcs)
     return (
         "-- written by the hivebatch controller each cycle; read by job_submit.lua; do not edit\n"
         f"return {lua_literal(table)}\n"

@@ -35,6 +35,10 @@ local NOTES = {}
 local ROUNDED = nil
 -- the job's task count when it asks GPUs per task, while a submission is checked
 local TASKS = nil
+-- the VCs (``vcs``, ``vc_list``, ``user_limits``) a submission or update is checked against, read once
+-- per entry point when first needed (vcs, defined with the controller's files below)
+local VCS = nil
+local vcs
 
 local function is_set(n)
   return n ~= nil and n ~= NO_VAL and n ~= INFINITE and n ~= NO_VAL16 and n ~= 65535
@@ -248,9 +252,9 @@ local function check_size(req)
   if req.gpus ~= nil and req.gpus < 1 then
     fail("a GPU job needs at least one GPU")
   end
-  local vc = SITE.vcs[req.vc]
+  local vc = vcs().vcs[req.vc]
   if vc == nil then
-    fail("account '" .. req.vc .. "' is not a virtual cluster of hivebatch (VCs: " .. SITE.vc_list .. ")")
+    fail("account '" .. req.vc .. "' is not a virtual cluster of hivebatch (VCs: " .. vcs().vc_list .. ")")
   end
   local limit = req.qos == SITE.opportunistic and t.total or vc.gpus
   if req.gpus ~= nil and req.gpus > limit then
@@ -349,7 +353,7 @@ end
 -- The largest figure in the request's VC's per-type table (``whole_nodes`` or ``node_gpus``) over the
 -- GPU types the request can use; nil for opportunistic work, which runs on any idle GPUs
 local function vc_most(req, field)
-  local vc = SITE.vcs[req.vc]
+  local vc = vcs().vcs[req.vc]
   if vc == nil or vc[field] == nil or req.qos == SITE.opportunistic then
     return nil
   end
@@ -402,7 +406,7 @@ local function round_up(req, total, nodes)
   ROUNDED = req.gpus
   local per_task = TASKS and (" (" .. TASKS .. " tasks with " .. req.gpus_per_task .. " each)") or ""
   local how = total .. " GPUs" .. per_task .. " run as " .. best_per .. " on each of " .. best_n .. " nodes"
-  local vc = SITE.vcs[req.vc]
+  local vc = vcs().vcs[req.vc]
   if vc ~= nil and req.qos ~= SITE.opportunistic and req.gpus > vc.gpus then
     fail(how .. " here (a job gets the same GPUs on every node), " .. req.gpus .. " in all, but virtual cluster " .. req.vc .. " has " .. vc.gpus .. ": ask for a count that " .. (nodes and "-N splits evenly" or "fits on equal nodes"))
   end
@@ -463,7 +467,7 @@ function M.request(job_desc, found, exclusive)
     nodes = nodes or 1
     per_node, total, shards = t.max_per_node, nil, nil
     req.exclusive = 1
-    local vc = SITE.vcs[req.vc]
+    local vc = vcs().vcs[req.vc]
     if vc ~= nil and req.qos ~= SITE.opportunistic and per_node * nodes > vc.gpus then
       local fix = string.sub(exclusive, 1, 2) == "--" and "drop " .. exclusive .. " and ask for the GPUs the job needs"
         or "submit it to a partition that shares its nodes"
@@ -618,6 +622,28 @@ end
 -- over all ("any"), and each GPU node's own (``nodes``); nil and why not
 function M.load_node_sizes(now)
   return load_controller_table(SITE.nodes_file, now, "node sizes", "sizes")
+end
+
+-- the VCs the controller's node sizes file carries when it is fresh and whole, else those written here
+function M.current_vcs(now)
+  if SITE.nodes_file == nil then
+    return SITE
+  end
+  local copy = field(M.load_node_sizes(now), "vcs")
+  if type(field(copy, "vcs")) == "table" and type(field(copy, "vc_list")) == "string"
+    and type(field(copy, "user_limits")) == "table" then
+    return copy
+  end
+  return SITE
+end
+
+-- the controller's copy of the VCs while its node sizes file is fresh, else the ones written into this
+-- file, so that an admin's change of the VCs counts from the controller's next cycle
+vcs = function()
+  if VCS == nil then
+    VCS = M.current_vcs(os.time())
+  end
+  return VCS
 end
 
 -- the node figures the size test reads; 0 is "not reported" for all but the temporary disk, where 0 MB is
@@ -895,7 +921,7 @@ end
 -- nil while the user may add one more `cls` job in `vc`, else the one line saying why not; a job
 -- record names its owner by uid only (22.05 leaves job_rec.user_name unset), which the file maps
 function M.limit_problem(user, uid, vc, cls, now)
-  local limit = field(field(SITE.user_limits, vc), cls)
+  local limit = field(field(vcs().user_limits, vc), cls)
   if limit == nil then
     return nil
   end
@@ -937,8 +963,8 @@ local function check_class_change(job_desc, job_rec)
   local cls = (qos ~= nil and qos ~= "") and qos or job_rec.qos
   local vc = (account ~= nil and account ~= "") and account or job_rec.account
   if vc ~= job_rec.account then
-    if SITE.vcs[vc] == nil then
-      fail("account '" .. vc .. "' is not a virtual cluster of hivebatch (VCs: " .. SITE.vc_list .. ")")
+    if vcs().vcs[vc] == nil then
+      fail("account '" .. vc .. "' is not a virtual cluster of hivebatch (VCs: " .. vcs().vc_list .. ")")
     end
     if #split_gpu(job_rec.tres_per_node) > 0 then
       fail("hivebatch job " .. tostring(job_rec.job_id) .. " has its GPUs in VC " .. tostring(job_rec.account) .. " already: cancel and resubmit it with -A " .. vc)
@@ -1569,6 +1595,7 @@ local ON_REFUSAL = {
 -- pcall wrapper: an error refuses the job with one line instead of letting it through unmanaged
 -- (slurmctld passes the submit message to sbatch, but drops it on modify: the error code is all the user sees)
 local function guarded(name, refusal, fn, ...)
+  VCS = nil
   local ok, rc = pcall(fn, ...)
   if ok then
     return rc

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -245,19 +247,59 @@ def drift_findings(
     return out
 
 
-def plugin_finding(plugin: str | None, where: str, site_vcs: str) -> Finding:
-    """Whether the job_submit.lua beside slurm.conf carries the config's VCs (``site_vcs``, their part
-    of the site table as the plugin holds it): the plugin checks each GPU ask against the VC sizes
-    written into it, so cells moved in the config reach it only in a newly written file."""
+@dataclass(frozen=True)
+class ControllerCopy:
+    """The controller's node sizes file (``path``, its ``text`` or None), in which the plugin finds the
+    VCs it prefers to its own while the file is at most ``max_age_s`` old; ``vcs`` is the config's VC
+    table as the controller writes it there."""
+
+    path: str
+    text: str | None
+    vcs: str
+    max_age_s: int
+
+    def age_s(self, now: float) -> float | None:
+        found = re.search(r'\["written_at"\] = (\d+)', self.text or "")
+        return now - int(found.group(1)) if found else None
+
+
+def plugin_finding(
+    plugin: str | None, where: str, site_vcs: str, copy: ControllerCopy, now: float | None = None
+) -> Finding:
+    """Whether the job_submit.lua beside slurm.conf checks GPU asks against the config's VCs
+    (``site_vcs``, their part of the site table as the plugin holds it): while the controller runs, the
+    plugin takes its copy of them (``copy``), else the VC sizes written into it, which a change of the
+    cells reaches only in a newly written file."""
     if plugin is None:
         return Finding(WARNING, f"job_submit.lua not checked: there is none in {where}",
                        "run where slurmctld's slurm.conf is (SLURM_CONF set), then check again")  # fmt: skip
     if site_vcs in plugin:
         return Finding(OK, f"job_submit.lua carries the config's VCs: {where}/job_submit.lua")
+    fix = (
+        f"hadmin slurm-config --out NEWDIR, then copy NEWDIR/job_submit.lua to {where} (slurmctld reloads it)"
+    )
+    age = copy.age_s(time.time() if now is None else now)
+    if age is not None and age <= copy.max_age_s and copy.vcs in (copy.text or ""):
+        return Finding(
+            WARNING,
+            f"{where}/job_submit.lua carries other VCs than the config: it checks GPU asks against the "
+            f"controller's copy of the config's VCs ({copy.path}, {age:.0f} s old), and against its own "
+            f"old cells once that copy is over {copy.max_age_s} s old (the controller stopped)",
+            fix,
+        )
+    if copy.text is None:
+        why = f"there is no {copy.path}"
+    elif age is None:
+        why = f"{copy.path} says not when it was written"
+    elif age > copy.max_age_s:
+        why = f"{copy.path} is {age:.0f} s old: is the controller running?"
+    else:
+        why = f"{copy.path} carries other VCs too: does the controller run on this config?"
     return Finding(
         ERROR,
-        f"{where}/job_submit.lua carries other VCs than the config: it checks GPU asks against the old cells",
-        f"hadmin slurm-config --out NEWDIR, then copy NEWDIR/job_submit.lua to {where} (slurmctld reloads it)",
+        f"{where}/job_submit.lua carries other VCs than the config: it checks GPU asks against the old "
+        f"cells, as the controller's copy of the VCs cannot be used ({why})",
+        fix,
     )
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from hivebatch.controller.context import load_context
 from hivebatch.controller.cycle import CycleReport, run_cycle
+from hivebatch.controller.usage import write_usage
 from hivebatch.db import Event, Job, make_engine, make_sessionmaker, migrate
 from hivebatch.replay.live import ScopedBackend  # the controller sees only the test's pending jobs
 from hivebatch.request import JobRequest
@@ -119,6 +120,10 @@ def ctl(
     cfg = tmp_path / "hivebatch.yaml"
     cfg.write_text(yaml.safe_dump(data))
     ctx = load_context(cfg, publish=True)
+    # this test's controller writes its own VCs beside slurmctld's plugin, which prefers them while they
+    # are fresh: the next test gets back the file it would have found
+    assert ctx.nodes_path is not None
+    nodes_file = ctx.nodes_path.read_bytes() if ctx.nodes_path.exists() else None
     engine = make_engine(url)
     migrate.upgrade(engine)
     mine: set[int] = set()
@@ -132,6 +137,10 @@ def ctl(
             subprocess.run(["scancel", str(jid)], capture_output=True, check=False, timeout=30)
         _wait_gone(backend.inner, mine)
         engine.dispose()
+        if nodes_file is None:
+            ctx.nodes_path.unlink(missing_ok=True)
+        else:
+            write_usage(ctx.nodes_path, nodes_file.decode())
 
 
 def _wait_gone(backend: Any, ids: set[int], timeout_s: float = 60.0) -> None:

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from hivebatch.controller.usage import usage_lua, write_usage
 from hivebatch.db import Base, Job, make_engine
-from hivebatch.jobsubmit import USAGE_FILE, job_submit_lua
+from hivebatch.jobsubmit import NODES_FILE, USAGE_FILE, job_submit_lua
 from hivebatch.reports.source import ledger_strict_usage
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -33,10 +33,15 @@ def _replace(path: Path, text: str) -> None:
 @contextmanager
 def limited_plugin(slurm_lab: Any, limits: dict[str, Any]) -> Iterator[Path]:
     """The lab's plugin rendered with ``limits`` (the usage file in slurm.conf's directory);
-    the original plugin is put back and the usage file removed afterwards, whatever happened."""
+    the original plugin is put back and the usage file removed afterwards, whatever happened. The
+    controller's node sizes file is set aside meanwhile: a copy of the VCs an earlier test's controller
+    wrote there would bring that controller's limits (none) to the plugin."""
     etc = slurm_lab.conf.parent
     plugin = etc / "job_submit.lua"
     original = plugin.read_text()
+    nodes, aside = etc / NODES_FILE, etc / f"{NODES_FILE}.aside"
+    if nodes.exists():
+        nodes.rename(aside)
     data = yaml.safe_load((PROJECT / "etc" / "hivebatch.example.yaml").read_text())
     data["user_limits"] = limits
     _replace(plugin, job_submit_lua(data, [slurm_lab.operator], etc))
@@ -45,6 +50,8 @@ def limited_plugin(slurm_lab: Any, limits: dict[str, Any]) -> Iterator[Path]:
     finally:
         _replace(plugin, original)
         (etc / USAGE_FILE).unlink(missing_ok=True)
+        if aside.exists():
+            aside.rename(nodes)
 
 
 def write_usage_from_a_ledger(path: Path, tmp_path: Path) -> None:

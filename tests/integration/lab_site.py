@@ -47,9 +47,11 @@ class Site:
 
 
 @contextmanager
-def lab_site(slurm_lab: Any, sharing: dict[str, Any] | None = None) -> Iterator[Site]:
-    """The example config with paths of its own (and ``sharing:`` replaced when given), set up as the
-    quickstart sets up a site."""
+def lab_site(
+    slurm_lab: Any, sharing: dict[str, Any] | None = None, user_limits: dict[str, Any] | None = None
+) -> Iterator[Site]:
+    """The example config with paths of its own (and ``sharing:`` or ``user_limits:`` replaced when
+    given), set up as the quickstart sets up a site."""
     import yaml
 
     base = slurm_lab.jobs_dir / f"site-{uuid.uuid4().hex[:8]}"
@@ -61,9 +63,10 @@ def lab_site(slurm_lab: Any, sharing: dict[str, Any] | None = None) -> Iterator[
     text = (PROJECT / "etc" / "hivebatch.example.yaml").read_text()
     text = text.replace("sqlite:///var/hivebatch.db", f"sqlite:///{base / 'db' / 'hivebatch.db'}")
     text = text.replace("lock_file: var/hivebatch-controller.lock", f"lock_file: {base / 'controller.lock'}")
-    if sharing is not None:
+    sections = {"sharing": sharing, "user_limits": user_limits}
+    if any(v is not None for v in sections.values()):
         data = yaml.safe_load(text)
-        data["sharing"] = sharing
+        data.update({k: v for k, v in sections.items() if v is not None})
         text = yaml.safe_dump(data, sort_keys=False)
     config.write_text(text)
     config.chmod(0o644)

@@ -76,7 +76,9 @@ def test_the_sharing_page_commands_run_as_shown(slurm_lab) -> None:  # type: ign
 
 def test_the_enforcement_page_commands_run_as_shown(slurm_lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     page = PROJECT / "docs" / "enforcement.md"
-    with lab_site(slurm_lab) as site, limited_plugin(slurm_lab, _page_section(page, "user_limits")) as usage:
+    limits = _page_section(page, "user_limits")
+    # the controller runs on the limits too: the plugin takes them from its copy of the VCs while fresh
+    with lab_site(slurm_lab, user_limits=limits) as site, limited_plugin(slurm_lab, limits) as usage:
         site.controller_once()  # writes the node sizes the plugin refuses the page's -c 32 job by
         write_usage_from_a_ledger(usage, tmp_path)  # the 52 GPU-hours the page says alice used
         play_page(site, page.name)

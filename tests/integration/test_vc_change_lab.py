@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from hivebatch.controller.context import load_context
 from hivebatch.db import VirtualCluster
+from hivebatch.slurm.types import SlurmError
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +37,9 @@ def test_cells_moved_to_another_vc_take_over_a_running_job_beyond_its_vcs_cells(
     sys_waiting = ctl.submit("carol", "sys", 2, sleep=300)
     ctl.cycle()
     assert ctl.job(sys_waiting).state == "queued"  # sys's one switch is taken
+    four = "virtual cluster sys's cells hold at most 2 GPUs on one node, and the job asks for 4 there"
+    with pytest.raises(SlurmError, match=four):
+        ctl.submit("carol", "sys", 4, extra=["--hold"])
 
     # cv's socket goes to sys
     _layout(ctl, cv={"V100-NODE": 1}, sys={"V100-SOCKET": 1, "V100-SWITCH": 1, "V100": 2})
@@ -44,6 +48,11 @@ def test_cells_moved_to_another_vc_take_over_a_running_job_beyond_its_vcs_cells(
         cells = {v.name: {c.cell_type: c.count for c in v.cells} for v in s.scalars(select(VirtualCluster))}
     assert cells["cv"] == {"V100-NODE": 1}
     assert cells["sys"] == {"V100": 2, "V100-SOCKET": 1, "V100-SWITCH": 1}
+    # slurmctld's plugin was written for the old VCs: it takes the copy the controller's cycle wrote
+    held = ctl.submit("carol", "sys", 4, extra=["--hold"])
+    ctl.lab.backend("carol").cancel(held)
+    with pytest.raises(SlurmError, match="virtual cluster cv has 8"):
+        ctl.submit("alice", "cv", 12, extra=["--hold"])
     (beyond,) = ctl.events(cv4, "beyond_cells")
     assert beyond.startswith("holds GPUs beyond VC cv's cells")
     assert ctl.events(cv8, "beyond_cells") == []

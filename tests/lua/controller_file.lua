@@ -35,4 +35,18 @@ function M.load_plugin(fields)
   dofile("hivebatch/data/job_submit.lua")
 end
 
+-- a GPU job as sbatch hands it to the plugin (fields recorded on the lab:
+-- tests/fixtures/slurm/held_job_sizes.txt), with `fields` over it
+function M.job(fields)
+  local NO_VAL, NO_VAL16 = 4294967294, 65534
+  local d = {
+    user_name = "alice", default_account = "cv", priority = NO_VAL, min_nodes = NO_VAL, max_nodes = NO_VAL,
+    num_tasks = NO_VAL, ntasks_per_node = NO_VAL16, ntasks_per_tres = NO_VAL16, sockets_per_node = NO_VAL16,
+    cpus_per_task = NO_VAL16, pn_min_cpus = NO_VAL16, min_cpus = 1, time_limit = NO_VAL,
+    tres_per_node = "gres:gpu:1",
+  }
+  for k, v in pairs(fields or {}) do d[k] = v end
+  return d
+end
+
 return M

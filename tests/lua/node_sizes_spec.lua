@@ -36,17 +36,7 @@ local function load_plugin()
   })
 end
 
--- a job as sbatch hands it to the plugin (fields recorded on the lab, see the fixture), with `fields` over it
-local function job(fields)
-  local d = {
-    user_name = "alice", default_account = "cv", priority = NO_VAL, min_nodes = NO_VAL, max_nodes = NO_VAL,
-    num_tasks = NO_VAL, ntasks_per_node = NO_VAL16, ntasks_per_tres = NO_VAL16, sockets_per_node = NO_VAL16,
-    cpus_per_task = NO_VAL16, pn_min_cpus = NO_VAL16, min_cpus = 1, time_limit = NO_VAL,
-    tres_per_node = "gres:gpu:1",
-  }
-  for k, v in pairs(fields or {}) do d[k] = v end
-  return d
-end
+local job = support.job
 
 -- a job (as `job` makes it) that names its partition, the messages of earlier submissions cleared
 local function job_in(partition, fields)

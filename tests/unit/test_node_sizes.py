@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from controller_support import CONFIG, Env, lua_read, make_env
 
 from hivebatch.controller.context import load_context
@@ -18,7 +19,8 @@ from hivebatch.controller.node_sizes import node_figures, node_sizes, node_sizes
 from hivebatch.controller.usage import write_usage
 from hivebatch.jobsubmit import nodes_file, site_table
 from hivebatch.slurm.parse import parse_sinfo_json
-from hivebatch.slurm.types import SlurmNode
+from hivebatch.slurm.types import SlurmError, SlurmNode
+from hivebatch.testing.lua_job_submit import LuaJobSubmit
 
 
 def _node(name: str, cpus: int, mem_mb: int) -> SlurmNode:
@@ -159,3 +161,25 @@ def test_a_job_asking_more_temporary_disk_than_any_node_has_is_rejected_with_the
     assert job.state == "rejected"
     assert "node1: has 0 MB temporary disk, the job needs 1024 (--tmp)" in (job.reason or "")
     assert env.slurm.job(jid).state == "PENDING"  # left for its owner to cancel, as Slurm would keep it
+
+
+def test_the_plugin_follows_the_controllers_vcs_without_being_written_again(tmp_path: Path) -> None:
+    # the admin added sys to the config and the controller runs on it; the plugin slurmctld loads was
+    # written before, when the VCs were cv and nlp alone
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    old = yaml.safe_load(CONFIG)
+    del old["virtual_clusters"]["sys"]
+    env = make_env(tmp_path, CONFIG, job_submit=LuaJobSubmit(old, etc))
+    env.ctx.nodes_path = nodes_file(env.ctx.data, etc)
+    with pytest.raises(SlurmError, match=r"'sys' is not a virtual cluster of hivebatch \(VCs: cv, nlp\)"):
+        env.submit("carol", "sys", 2)
+    assert env.cycle(_SizedNodes(env.ctl)).ok
+    assert lua_read(env.ctx.nodes_path, "u.vcs.vc_list") == "cv, nlp, sys"
+    assert lua_read(env.ctx.nodes_path, "u.vcs.vcs.sys.gpus") == "4"
+    jid = env.submit("carol", "sys", 2)
+    assert env.cycle(_SizedNodes(env.ctl)).placed == 1
+    assert env.job(jid).vc_name == "sys"
+    # sys's 4 GPUs, not the cluster's: the controller's sizes count too
+    with pytest.raises(SlurmError, match="6 GPUs asked, but virtual cluster sys has 4"):
+        env.submit("carol", "sys", 6)

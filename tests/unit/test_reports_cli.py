@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,9 @@ from recorded_output import recorded_output
 from report_scenario import make_db, write_config
 
 from hivebatch.cli.hadmin.main import cli
+from hivebatch.config import load_config
+from hivebatch.controller.node_sizes import node_sizes_lua
+from hivebatch.jobsubmit import config_vc_table
 from hivebatch.testing.fake_slurm import FakeSlurm
 
 WINDOW = ["--since", "2026-11-16", "--until", "2026-11-16T10:00"]
@@ -328,16 +333,50 @@ def test_vc_check_finds_a_plugin_written_for_other_vcs(
     assert old.read_text() != config.read_text()
     slurm = tmp_path / "slurm"
     _install_plugin(old, slurm, monkeypatch)
-    lines = CliRunner().invoke(cli, ["vc", "check"], catch_exceptions=False).output.splitlines()
-    i = lines.index(
-        f"ERROR  {slurm}/job_submit.lua carries other VCs than the config: it checks GPU asks against the old cells"
+
+    def check() -> list[str]:
+        return CliRunner().invoke(cli, ["vc", "check"], catch_exceptions=False).output.splitlines()
+
+    stale = f"ERROR  {slurm}/job_submit.lua carries other VCs than the config: it checks GPU asks against the old cells, "
+    fix = f"       fix: hadmin slurm-config --out NEWDIR, then copy NEWDIR/job_submit.lua to {slurm} (slurmctld reloads it)"
+    copy = slurm / "hivebatch_nodes.lua"
+    lines = check()
+    i = lines.index(f"{stale}as the controller's copy of the VCs cannot be used (there is no {copy})")
+    assert lines[i + 1] == fix
+
+    # the controller's node sizes file, as a cycle on ``written`` writes it with the VCs of ``source``
+    def controller_wrote(source: Path, written: dt.datetime) -> None:
+        vcs = config_vc_table(load_config(str(source))[1])
+        copy.write_text(node_sizes_lua({"any": {"cpus": 16}}, written, None, vcs))
+
+    now = dt.datetime.now(dt.UTC)
+    controller_wrote(config, now)
+    lines = check()
+    i = next(
+        i for i, ln in enumerate(lines) if ln.startswith(f"WARN   {slurm}/job_submit.lua carries other VCs")
     )
-    assert lines[i + 1] == (
-        f"       fix: hadmin slurm-config --out NEWDIR, then copy NEWDIR/job_submit.lua to {slurm} (slurmctld reloads it)"
+    assert re.search(
+        rf"it checks GPU asks against the controller's copy of the config's VCs \({re.escape(str(copy))}, [01] s old\), "
+        r"and against its own old cells once that copy is over 300 s old \(the controller stopped\)$",
+        lines[i],
     )
+    assert lines[i + 1] == fix
+    controller_wrote(config, now - dt.timedelta(hours=1))
+    assert any(
+        re.fullmatch(
+            re.escape(f"{stale}as the controller's copy of the VCs cannot be used ({copy} is ")
+            + r"360[01] s old: is the controller running\?\)",
+            line,
+        )
+        for line in check()
+    )
+    controller_wrote(old, now)
+    assert (
+        f"{stale}as the controller's copy of the VCs cannot be used ({copy} carries other VCs too: "
+        "does the controller run on this config?)"
+    ) in check()
     (slurm / "job_submit.lua").unlink()
-    lines = CliRunner().invoke(cli, ["vc", "check"], catch_exceptions=False).output.splitlines()
-    assert f"WARN   job_submit.lua not checked: there is none in {slurm}" in lines
+    assert f"WARN   job_submit.lua not checked: there is none in {slurm}" in check()
 
 
 def test_bad_gpus_or_a_starved_vc_never_show_green() -> None:

@@ -114,17 +114,36 @@ def _controller_finding(path: Path) -> Finding:
 
 
 def _plugin_finding(data: dict[str, Any]) -> Finding:
-    """The installed job_submit.lua (beside slurm.conf) against the config's VCs."""
-    from hivebatch.jobsubmit import lua_literal, site_vcs, slurm_conf_path
-    from hivebatch.reports.drift import plugin_finding
+    """The installed job_submit.lua (beside slurm.conf) against the config's VCs, and the copy of them
+    the controller writes for it each cycle."""
+    from hivebatch.jobsubmit import (
+        config_vc_table,
+        lua_literal,
+        nodes_file,
+        site_vcs,
+        slurm_conf_path,
+        usage_max_age_s,
+    )
+    from hivebatch.reports.drift import ControllerCopy, plugin_finding
 
     # slurmctld loads the plugin from beside the slurm.conf it reads, also where /etc/slurm links to it
     where = slurm_conf_path().resolve().parent
+    text = _read(where / "job_submit.lua")
+    copy_path = nodes_file(data, where)
+    copy = ControllerCopy(
+        str(copy_path),
+        _read(copy_path),
+        f'["vcs"] = {lua_literal(config_vc_table(data))}',
+        usage_max_age_s(data),
+    )
+    return plugin_finding(text, str(where), f'["vcs"] = {lua_literal(site_vcs(data))}', copy)
+
+
+def _read(path: Path) -> str | None:
     try:
-        text: str | None = (where / "job_submit.lua").read_text(encoding="utf-8", errors="replace")
+        return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        text = None
-    return plugin_finding(text, str(where), f'["vcs"] = {lua_literal(site_vcs(data))}')
+        return None
 
 
 def _gpu_limit_findings(backend: object, vcs: list[VCInfo]) -> list[Finding]:
