@@ -3,7 +3,7 @@
 -- file the controller writes each cycle (hivebatch/controller/node_sizes.py).
 --   lua5.1 /usr/bin/busted tests/lua
 
-local NO_VAL, NO_VAL16 = 4294967294, 65534
+local NO_VAL = 4294967294
 local support = dofile("tests/lua/controller_file.lua")
 local file = support.file()
 local SIZES, sizes_file = file.path, file.write
