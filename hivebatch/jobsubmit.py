@@ -23,7 +23,6 @@ from hivebatch.slurmconf import DEFAULT_QOS, PREEMPTABLE_QOS, SHARD_MIB
 
 if TYPE_CHECKING:
     from hivebatch.cells import ClusterSpec
-    from hivebatch.userlimits import UserLimits
 
 #: Users every site treats as Operators besides the configured ones: root and Slurm's own user.
 ALWAYS_OPERATORS = ("root",)
@@ -143,40 +142,27 @@ def _vcs_table(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def site_vcs(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The VCs' part of the plugin's site table: what ``hadmin vc check`` finds in an installed plugin."""
+#: what the plugin checks a job against that an admin changes by editing the config, with its name in
+#: ``hadmin vc check``'s findings: the controller's copy of these replaces the plugin's own while fresh
+FOLLOWED = {
+    "gpu_types": "GPU types",
+    "type_list": "GPU types",
+    "largest": "GPU types",
+    "gpu_nodes": "GPU nodes",
+    "vcs": "VCs",
+    "vc_list": "VCs",
+    "user_limits": "user limits",
+    "max_time_min": "time limit",
+}
+
+
+def followed_table(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of the plugin's site table (``FOLLOWED``) that the controller also writes into its node
+    sizes file each cycle, and that the plugin takes from there while that file is fresh: so that a
+    change of the cluster, the VCs, ``user_limits:`` or ``limits:`` reaches submissions with the
+    controller's next cycle, and the plugin's own only count once the controller has stopped."""
     from hivebatch.cells import parse_cluster_config
-
-    return _vcs_table(parse_cluster_config(data))
-
-
-def config_vc_table(data: Mapping[str, Any]) -> dict[str, Any]:
-    """``vc_table`` of a whole config mapping: what the controller writes for the plugin each cycle."""
-    from hivebatch.cells import parse_cluster_config
-    from hivebatch.userlimits import parse_user_limits
-
-    spec = parse_cluster_config(data)
-    return vc_table(spec, parse_user_limits(data, spec.vcs))
-
-
-def vc_table(spec: ClusterSpec, limits: UserLimits) -> dict[str, Any]:
-    """What the plugin checks per VC: the VCs' sizes, their names for its messages, and the strict
-    classes' limits per user. Written into the plugin and, each cycle, into the controller's node
-    sizes file, whose copy the plugin prefers while it is fresh: a change of ``virtual_clusters:`` or
-    ``user_limits:`` reaches the plugin with the controller's next cycle."""
-    from hivebatch.userlimits import site_limits
-
-    vcs = _vcs_table(spec)
-    return {"vcs": vcs, "vc_list": ", ".join(sorted(vcs)), "user_limits": site_limits(limits, spec.vcs)}
-
-
-def site_table(
-    data: Mapping[str, Any], operators: Iterable[str], conf_dir: str | os.PathLike[str] | None = None
-) -> dict[str, Any]:
-    """What the plugin checks a GPU ask against, from a whole config mapping; ``conf_dir`` is the
-    directory the plugin is written to (the usage file's default home)."""
-    from hivebatch.cells import parse_cluster_config
-    from hivebatch.userlimits import parse_user_limits
+    from hivebatch.userlimits import parse_user_limits, site_limits
 
     spec = parse_cluster_config(data)
     gpu_types: dict[str, Any] = {}
@@ -195,24 +181,37 @@ def site_table(
         "total": spec.total_gpus(),
         "mem_mib": max(t["mem_mib"] for t in gpu_types.values()),
     }
+    vcs = _vcs_table(spec)
     return {
         "gpu_types": gpu_types,
         "type_list": ", ".join(sorted(gpu_types)),
         "largest": largest,
-        **vc_table(spec, parse_user_limits(data, spec.vcs)),
+        # node -> its GPU type: an --exclusive job that can land on one takes all its GPUs
+        "gpu_nodes": {n.name: n.gpu_type.lower() for n in spec.nodes},
+        "vcs": vcs,
+        "vc_list": ", ".join(sorted(vcs)),
+        "user_limits": site_limits(parse_user_limits(data, spec.vcs), spec.vcs),
+        "max_time_min": parse_limits(data).time_limit_s // 60,
+    }
+
+
+def site_table(
+    data: Mapping[str, Any], operators: Iterable[str], conf_dir: str | os.PathLike[str] | None = None
+) -> dict[str, Any]:
+    """What the plugin checks a GPU ask against, from a whole config mapping; ``conf_dir`` is the
+    directory the plugin is written to (the usage file's default home)."""
+    return {
+        **followed_table(data),
         "classes": {c: True for c in CLASSES},
         "class_list": ", ".join(CLASSES),
         "default_class": DEFAULT_QOS,
         "opportunistic": PREEMPTABLE_QOS,
         "shard_mib": SHARD_MIB,
-        "max_time_min": parse_limits(data).time_limit_s // 60,
         "operator_uids": operator_uids(operators),
         "usage_file": str(usage_file(data, conf_dir)),
         "usage_max_age_s": usage_max_age_s(data),
         "nodes_file": str(nodes_file(data, conf_dir)),
         "refusals_file": str(refusals_file(data)),
-        # node -> its GPU type: an --exclusive job that can land on one takes all its GPUs
-        "gpu_nodes": {n.name: n.gpu_type.lower() for n in spec.nodes},
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,14 @@ class ControllerContext:
     #: where the job_submit plugin notes the owner updates it refused, read each cycle by the same controller
     refusals_path: Path | None = None
     notice: NoticeSettings = field(default_factory=NoticeSettings)
+
+    @functools.cached_property
+    def plugin_site(self) -> dict[str, Any]:
+        """The job_submit plugin's checks as this config has them, for the node sizes file
+        (``jobsubmit.followed_table``): worked out once per config read."""
+        from hivebatch.jobsubmit import followed_table
+
+        return followed_table(self.data)
 
 
 def parse_settings(config_path: Path | None, data: dict[str, Any]) -> ControllerSettings:

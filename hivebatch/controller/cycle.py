@@ -30,7 +30,6 @@ from hivebatch.controller.tell import tell_clients
 from hivebatch.controller.usage import usage_lua, write_usage
 from hivebatch.db.models import Job, VCCell, VirtualCluster
 from hivebatch.errors import HivebatchError
-from hivebatch.jobsubmit import vc_table
 from hivebatch.reports.rows import cells_text
 from hivebatch.reports.source import ledger_strict_usage
 from hivebatch.slurm.base import SlurmBackend
@@ -356,10 +355,8 @@ def _record(
         _write_usage_file(ctx.usage_path, ledger, obs.now)
     if ctx.nodes_path is not None and obs.nodes:
         nodes = node_figures(obs.nodes.values(), {n.name: n.gpu_type for n in ctx.spec.nodes})
-        vcs = vc_table(ctx.spec, ctx.user_limits)
-        _write_plugin_file(
-            ctx.nodes_path, node_sizes_lua(node_sizes(nodes), obs.now, nodes, vcs), "node sizes"
-        )
+        text = node_sizes_lua(node_sizes(nodes), obs.now, nodes, ctx.plugin_site)
+        _write_plugin_file(ctx.nodes_path, text, "node sizes")
     set_state(
         session,
         "last_cycle",

@@ -9,10 +9,10 @@ most CPUs, MB of memory, MB of temporary disk, sockets, cores per socket and thr
 node has, and each GPU node's own figures (the plugin takes the largest within a job's partitions).
 The plugin reads it as it reads the usage file: data only, and not at all once it is stale.
 
-The file also carries the VCs as the controller's config has them (``vcs``: sizes, names, strict
-class limits), which the plugin prefers to those written into it while the file is fresh, so an
-admin's edit of ``virtual_clusters:`` reaches submissions with the controller's next cycle instead of
-waiting for the plugin to be written again.
+The file also carries what the plugin checks a job against as the controller's config has it
+(``site``: GPU types and nodes, VCs, strict class limits, the time limit), which the plugin prefers
+to what was written into it while the file is fresh, so an admin's edit of the config reaches
+submissions with the controller's next cycle instead of waiting for the plugin to be written again.
 """
 
 from __future__ import annotations
@@ -73,18 +73,18 @@ def node_sizes_lua(
     sizes: Mapping[str, Mapping[str, int]],
     now: dt.datetime,
     nodes: Mapping[str, Mapping[str, Any]] | None = None,
-    vcs: Mapping[str, Any] | None = None,
+    site: Mapping[str, Any] | None = None,
 ) -> str:
-    """The node sizes file's text: one ``return { ... }`` chunk; ``vcs`` is the plugin's VC table
-    (``jobsubmit.vc_table``) as the controller's config has it now."""
+    """The node sizes file's text: one ``return { ... }`` chunk; ``site`` is the part of the plugin's
+    site table the plugin follows (``jobsubmit.followed_table``) as the controller's config has it."""
     table: dict[str, Any] = {
         "written_at": int(aware_utc(now).timestamp()),
         "sizes": dict(sorted(sizes.items())),
     }
     if nodes:
         table["nodes"] = dict(nodes)
-    if vcs is not None:
-        table["vcs"] = dict(vcs)
+    if site is not None:
+        table["site"] = dict(site)
     return (
         "-- written by the hivebatch controller each cycle; read by job_submit.lua; do not edit\n"
         f"return {lua_literal(table)}\n"

@@ -35,10 +35,11 @@ local NOTES = {}
 local ROUNDED = nil
 -- the job's task count when it asks GPUs per task, while a submission is checked
 local TASKS = nil
--- the VCs (``vcs``, ``vc_list``, ``user_limits``) a submission or update is checked against, read once
--- per entry point when first needed (vcs, defined with the controller's files below)
-local VCS = nil
-local vcs
+-- what a submission or update is checked against that the config decides (GPU types and nodes, VCs,
+-- limits: the keys of FOLLOWED), read once per entry point when first needed (site, defined with the
+-- controller's files below); the rest of SITE is this file's own
+local CURRENT = nil
+local site
 
 local function is_set(n)
   return n ~= nil and n ~= NO_VAL and n ~= INFINITE and n ~= NO_VAL16 and n ~= 65535
@@ -113,9 +114,9 @@ local function sum_items(items, where, req)
   local gpus, shards = nil, nil
   for _, item in ipairs(items) do
     if item.type ~= nil then
-      local t = SITE.gpu_types[string.lower(item.type)]
+      local t = site().gpu_types[string.lower(item.type)]
       if t == nil then
-        fail("GPU type '" .. item.type .. "' in " .. where .. " is not on this cluster (types: " .. SITE.type_list .. ")")
+        fail("GPU type '" .. item.type .. "' in " .. where .. " is not on this cluster (types: " .. site().type_list .. ")")
       end
       if req.gpu_type ~= nil and req.gpu_type ~= t.name then
         fail("a job can ask for one GPU type only, not " .. req.gpu_type .. " and " .. t.name)
@@ -238,7 +239,7 @@ end
 
 -- the site's figures for the request's GPU type, or for the largest type when it names none
 local function type_of(req)
-  return req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or SITE.largest
+  return req.gpu_type and site().gpu_types[string.lower(req.gpu_type)] or site().largest
 end
 
 local function check_size(req)
@@ -252,9 +253,9 @@ local function check_size(req)
   if req.gpus ~= nil and req.gpus < 1 then
     fail("a GPU job needs at least one GPU")
   end
-  local vc = vcs().vcs[req.vc]
+  local vc = site().vcs[req.vc]
   if vc == nil then
-    fail("account '" .. req.vc .. "' is not a virtual cluster of hivebatch (VCs: " .. vcs().vc_list .. ")")
+    fail("account '" .. req.vc .. "' is not a virtual cluster of hivebatch (VCs: " .. site().vc_list .. ")")
   end
   local limit = req.qos == SITE.opportunistic and t.total or vc.gpus
   if req.gpus ~= nil and req.gpus > limit then
@@ -313,7 +314,7 @@ local function gpu_partitions(job_desc, part_list, current_partition)
     local default = (part.flag_default or 0) ~= 0
     if (next(asked) ~= nil and asked[pname]) or (next(asked) == nil and default) then
       for _, node in ipairs(M.expand_hostlist(part.nodes)) do
-        if (SITE.gpu_nodes or {})[node] ~= nil then
+        if (site().gpu_nodes or {})[node] ~= nil then
           -- MaxCPUsPerNode and MaxNodes are INFINITE when unlimited
           local cap, most = tonumber(part.max_cpus_per_node), tonumber(part.max_nodes)
           out[#out + 1] = {
@@ -353,14 +354,14 @@ end
 -- The largest figure in the request's VC's per-type table (``whole_nodes`` or ``node_gpus``) over the
 -- GPU types the request can use; nil for opportunistic work, which runs on any idle GPUs
 local function vc_most(req, field)
-  local vc = vcs().vcs[req.vc]
+  local vc = site().vcs[req.vc]
   if vc == nil or vc[field] == nil or req.qos == SITE.opportunistic then
     return nil
   end
-  local t = req.gpu_type and SITE.gpu_types[string.lower(req.gpu_type)] or nil
+  local t = req.gpu_type and site().gpu_types[string.lower(req.gpu_type)] or nil
   local most = 0
   for name, n in pairs(vc[field]) do
-    if (t == nil or SITE.gpu_types[name] == t) and n > most then
+    if (t == nil or site().gpu_types[name] == t) and n > most then
       most = n
     end
   end
@@ -406,7 +407,7 @@ local function round_up(req, total, nodes)
   ROUNDED = req.gpus
   local per_task = TASKS and (" (" .. TASKS .. " tasks with " .. req.gpus_per_task .. " each)") or ""
   local how = total .. " GPUs" .. per_task .. " run as " .. best_per .. " on each of " .. best_n .. " nodes"
-  local vc = vcs().vcs[req.vc]
+  local vc = site().vcs[req.vc]
   if vc ~= nil and req.qos ~= SITE.opportunistic and req.gpus > vc.gpus then
     fail(how .. " here (a job gets the same GPUs on every node), " .. req.gpus .. " in all, but virtual cluster " .. req.vc .. " has " .. vc.gpus .. ": ask for a count that " .. (nodes and "-N splits evenly" or "fits on equal nodes"))
   end
@@ -467,7 +468,7 @@ function M.request(job_desc, found, exclusive)
     nodes = nodes or 1
     per_node, total, shards = t.max_per_node, nil, nil
     req.exclusive = 1
-    local vc = vcs().vcs[req.vc]
+    local vc = site().vcs[req.vc]
     if vc ~= nil and req.qos ~= SITE.opportunistic and per_node * nodes > vc.gpus then
       local fix = string.sub(exclusive, 1, 2) == "--" and "drop " .. exclusive .. " and ask for the GPUs the job needs"
         or "submit it to a partition that shares its nodes"
@@ -502,7 +503,7 @@ function M.request(job_desc, found, exclusive)
   local tl = get(job_desc, "time_limit")
   -- Slurm takes any limit (sbatch wraps -t 99999999999999 into 32 bits); one past the bound says no
   -- more of the job's length than -t infinite does, and is planned as such, while Slurm keeps it
-  if is_set(tl) and tl <= SITE.max_time_min then
+  if is_set(tl) and tl <= site().max_time_min then
     req.time_limit_s = tl * 60
   end
   check_size(req)
@@ -624,26 +625,34 @@ function M.load_node_sizes(now)
   return load_controller_table(SITE.nodes_file, now, "node sizes", "sizes")
 end
 
--- the VCs the controller's node sizes file carries when it is fresh and whole, else those written here
-function M.current_vcs(now)
+-- the keys of SITE the controller's copy replaces, with the type each must have there
+local FOLLOWED = {
+  gpu_types = "table", type_list = "string", largest = "table", gpu_nodes = "table",
+  vcs = "table", vc_list = "string", user_limits = "table", max_time_min = "number",
+}
+
+-- the config's part of the site table as the controller's node sizes file carries it when that file is
+-- fresh and the part whole, else SITE
+function M.current_site(now)
   if SITE.nodes_file == nil then
     return SITE
   end
-  local copy = field(M.load_node_sizes(now), "vcs")
-  if type(field(copy, "vcs")) == "table" and type(field(copy, "vc_list")) == "string"
-    and type(field(copy, "user_limits")) == "table" then
-    return copy
+  local copy = field(M.load_node_sizes(now), "site")
+  for key, kind in pairs(FOLLOWED) do
+    if type(field(copy, key)) ~= kind then
+      return SITE
+    end
   end
-  return SITE
+  return copy
 end
 
--- the controller's copy of the VCs while its node sizes file is fresh, else the ones written into this
--- file, so that an admin's change of the VCs counts from the controller's next cycle
-vcs = function()
-  if VCS == nil then
-    VCS = M.current_vcs(os.time())
+-- the controller's copy while its node sizes file is fresh, else what was written into this file, so
+-- that an admin's change of the config counts from the controller's next cycle
+site = function()
+  if CURRENT == nil then
+    CURRENT = M.current_site(os.time())
   end
-  return VCS
+  return CURRENT
 end
 
 -- the node figures the size test reads; 0 is "not reported" for all but the temporary disk, where 0 MB is
@@ -921,7 +930,7 @@ end
 -- nil while the user may add one more `cls` job in `vc`, else the one line saying why not; a job
 -- record names its owner by uid only (22.05 leaves job_rec.user_name unset), which the file maps
 function M.limit_problem(user, uid, vc, cls, now)
-  local limit = field(field(vcs().user_limits, vc), cls)
+  local limit = field(field(site().user_limits, vc), cls)
   if limit == nil then
     return nil
   end
@@ -963,8 +972,8 @@ local function check_class_change(job_desc, job_rec)
   local cls = (qos ~= nil and qos ~= "") and qos or job_rec.qos
   local vc = (account ~= nil and account ~= "") and account or job_rec.account
   if vc ~= job_rec.account then
-    if vcs().vcs[vc] == nil then
-      fail("account '" .. vc .. "' is not a virtual cluster of hivebatch (VCs: " .. vcs().vc_list .. ")")
+    if site().vcs[vc] == nil then
+      fail("account '" .. vc .. "' is not a virtual cluster of hivebatch (VCs: " .. site().vc_list .. ")")
     end
     if #split_gpu(job_rec.tres_per_node) > 0 then
       fail("hivebatch job " .. tostring(job_rec.job_id) .. " has its GPUs in VC " .. tostring(job_rec.account) .. " already: cancel and resubmit it with -A " .. vc)
@@ -1595,7 +1604,7 @@ local ON_REFUSAL = {
 -- pcall wrapper: an error refuses the job with one line instead of letting it through unmanaged
 -- (slurmctld passes the submit message to sbatch, but drops it on modify: the error code is all the user sees)
 local function guarded(name, refusal, fn, ...)
-  VCS = nil
+  CURRENT = nil
   local ok, rc = pcall(fn, ...)
   if ok then
     return rc

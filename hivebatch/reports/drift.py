@@ -250,12 +250,12 @@ def drift_findings(
 @dataclass(frozen=True)
 class ControllerCopy:
     """The controller's node sizes file (``path``, its ``text`` or None), in which the plugin finds the
-    VCs it prefers to its own while the file is at most ``max_age_s`` old; ``vcs`` is the config's VC
-    table as the controller writes it there."""
+    config's part of its site table, which it prefers to its own while the file is at most
+    ``max_age_s`` old; ``site`` is that part as the controller writes it for this config."""
 
     path: str
     text: str | None
-    vcs: str
+    site: str
     max_age_s: int
 
     def age_s(self, now: float) -> float | None:
@@ -263,28 +263,39 @@ class ControllerCopy:
         return now - int(found.group(1)) if found else None
 
 
+def _holds(text: str, item: str) -> bool:
+    """``item`` (``["key"] = value``) is an item of a table in ``text``, not the start of a longer value."""
+    return any(item + end in text for end in (",", " }"))
+
+
 def plugin_finding(
-    plugin: str | None, where: str, site_vcs: str, copy: ControllerCopy, now: float | None = None
+    plugin: str | None, where: str, items: Mapping[str, str], copy: ControllerCopy, now: float | None = None
 ) -> Finding:
-    """Whether the job_submit.lua beside slurm.conf checks GPU asks against the config's VCs
-    (``site_vcs``, their part of the site table as the plugin holds it): while the controller runs, the
-    plugin takes its copy of them (``copy``), else the VC sizes written into it, which a change of the
-    cells reaches only in a newly written file."""
+    """Whether the job_submit.lua beside slurm.conf checks jobs against this config: ``items`` are the
+    items of its site table the config decides, each as the plugin would hold it (``["key"] = value``),
+    keyed by what they are (``VCs``, ``GPU nodes``, …). While the controller runs, the plugin takes its
+    copy of them (``copy``); else those written into it, which a change of the config reaches only in
+    a newly written file."""
     if plugin is None:
         return Finding(WARNING, f"job_submit.lua not checked: there is none in {where}",
                        "run where slurmctld's slurm.conf is (SLURM_CONF set), then check again")  # fmt: skip
-    if site_vcs in plugin:
-        return Finding(OK, f"job_submit.lua carries the config's VCs: {where}/job_submit.lua")
+    differ = sorted({what for item, what in items.items() if not _holds(plugin, item)})
+    if not differ:
+        return Finding(OK, f"job_submit.lua was written for this config: {where}/job_submit.lua")
+    stale = (
+        f"{where}/job_submit.lua was written for another config (its {' and '.join(differ)} differ from "
+        "this one's)"
+    )
     fix = (
         f"hadmin slurm-config --out NEWDIR, then copy NEWDIR/job_submit.lua to {where} (slurmctld reloads it)"
     )
     age = copy.age_s(time.time() if now is None else now)
-    if age is not None and age <= copy.max_age_s and copy.vcs in (copy.text or ""):
+    if age is not None and age <= copy.max_age_s and _holds(copy.text or "", copy.site):
         return Finding(
             WARNING,
-            f"{where}/job_submit.lua carries other VCs than the config: it checks GPU asks against the "
-            f"controller's copy of the config's VCs ({copy.path}, {age:.0f} s old), and against its own "
-            f"old cells once that copy is over {copy.max_age_s} s old (the controller stopped)",
+            f"{stale}: it checks jobs against the controller's copy of this config ({copy.path}, "
+            f"{age:.0f} s old), and against its own once that copy is over {copy.max_age_s} s old "
+            "(the controller stopped)",
             fix,
         )
     if copy.text is None:
@@ -294,11 +305,11 @@ def plugin_finding(
     elif age > copy.max_age_s:
         why = f"{copy.path} is {age:.0f} s old: is the controller running?"
     else:
-        why = f"{copy.path} carries other VCs too: does the controller run on this config?"
+        why = f"{copy.path} holds another config too: does the controller run on this one?"
     return Finding(
         ERROR,
-        f"{where}/job_submit.lua carries other VCs than the config: it checks GPU asks against the old "
-        f"cells, as the controller's copy of the VCs cannot be used ({why})",
+        f"{stale}: it checks jobs against its own, as the controller's copy of this config cannot be used "
+        f"({why})",
         fix,
     )
 

@@ -175,8 +175,8 @@ def test_the_plugin_follows_the_controllers_vcs_without_being_written_again(tmp_
     with pytest.raises(SlurmError, match=r"'sys' is not a virtual cluster of hivebatch \(VCs: cv, nlp\)"):
         env.submit("carol", "sys", 2)
     assert env.cycle(_SizedNodes(env.ctl)).ok
-    assert lua_read(env.ctx.nodes_path, "u.vcs.vc_list") == "cv, nlp, sys"
-    assert lua_read(env.ctx.nodes_path, "u.vcs.vcs.sys.gpus") == "4"
+    assert lua_read(env.ctx.nodes_path, "u.site.vc_list") == "cv, nlp, sys"
+    assert lua_read(env.ctx.nodes_path, "u.site.vcs.sys.gpus") == "4"
     jid = env.submit("carol", "sys", 2)
     assert env.cycle(_SizedNodes(env.ctl)).placed == 1
     assert env.job(jid).vc_name == "sys"

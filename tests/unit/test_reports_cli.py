@@ -19,7 +19,7 @@ from report_scenario import make_db, write_config
 from hivebatch.cli.hadmin.main import cli
 from hivebatch.config import load_config
 from hivebatch.controller.node_sizes import node_sizes_lua
-from hivebatch.jobsubmit import config_vc_table
+from hivebatch.jobsubmit import followed_table
 from hivebatch.testing.fake_slurm import FakeSlurm
 
 WINDOW = ["--since", "2026-11-16", "--until", "2026-11-16T10:00"]
@@ -305,7 +305,7 @@ def test_vc_check_against_slurm_prints_fixes_and_fails(
     assert "ok     every class is a Slurm QOS (urgent, prior, normal, opportunistic)" in lines
     i = next(i for i, ln in enumerate(lines) if ln.startswith("WARN   QOS opportunistic has GraceTime 0 s"))
     assert lines[i + 1] == "       fix: sacctmgr -i modify qos where name=opportunistic set GraceTime=120"
-    assert f"ok     job_submit.lua carries the config's VCs: {tmp_path / 'slurm'}/job_submit.lua" in lines
+    assert f"ok     job_submit.lua was written for this config: {tmp_path / 'slurm'}/job_submit.lua" in lines
     # the recorded GrpTRES: cv's 4 and alice's 2 are below cv's 12 GPUs; sys's 8 is above its 4
     i = lines.index(
         "WARN   Slurm caps account cv's GPUs at 4 (GrpTRES), below VC cv's 12: Slurm holds its jobs back "
@@ -324,7 +324,7 @@ def test_vc_check_against_slurm_prints_fixes_and_fails(
     assert lines[-1].startswith("1 error(s), 4 warning(s) in ")
 
 
-def test_vc_check_finds_a_plugin_written_for_other_vcs(
+def test_vc_check_finds_a_plugin_written_for_another_config(
     config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("hivebatch.slurm.get_backend", lambda *a, **k: _Backend())
@@ -337,44 +337,46 @@ def test_vc_check_finds_a_plugin_written_for_other_vcs(
     def check() -> list[str]:
         return CliRunner().invoke(cli, ["vc", "check"], catch_exceptions=False).output.splitlines()
 
-    stale = f"ERROR  {slurm}/job_submit.lua carries other VCs than the config: it checks GPU asks against the old cells, "
+    stale = f"{slurm}/job_submit.lua was written for another config (its VCs differ from this one's): "
+    error = f"ERROR  {stale}it checks jobs against its own, as the controller's copy of this config cannot be used ("
     fix = f"       fix: hadmin slurm-config --out NEWDIR, then copy NEWDIR/job_submit.lua to {slurm} (slurmctld reloads it)"
     copy = slurm / "hivebatch_nodes.lua"
     lines = check()
-    i = lines.index(f"{stale}as the controller's copy of the VCs cannot be used (there is no {copy})")
+    i = lines.index(f"{error}there is no {copy})")
     assert lines[i + 1] == fix
 
-    # the controller's node sizes file, as a cycle on ``written`` writes it with the VCs of ``source``
+    # the controller's node sizes file, as a cycle on ``written`` writes it for the config ``source``
     def controller_wrote(source: Path, written: dt.datetime) -> None:
-        vcs = config_vc_table(load_config(str(source))[1])
-        copy.write_text(node_sizes_lua({"any": {"cpus": 16}}, written, None, vcs))
+        site = followed_table(load_config(str(source))[1])
+        copy.write_text(node_sizes_lua({"any": {"cpus": 16}}, written, None, site))
 
     now = dt.datetime.now(dt.UTC)
     controller_wrote(config, now)
     lines = check()
-    i = next(
-        i for i, ln in enumerate(lines) if ln.startswith(f"WARN   {slurm}/job_submit.lua carries other VCs")
-    )
-    assert re.search(
-        rf"it checks GPU asks against the controller's copy of the config's VCs \({re.escape(str(copy))}, [01] s old\), "
-        r"and against its own old cells once that copy is over 300 s old \(the controller stopped\)$",
+    i = next(i for i, ln in enumerate(lines) if ln.startswith(f"WARN   {stale}"))
+    assert re.fullmatch(
+        re.escape(f"WARN   {stale}it checks jobs against the controller's copy of this config ({copy}, ")
+        + r"[01] s old\), and against its own once that copy is over 300 s old \(the controller stopped\)",
         lines[i],
     )
     assert lines[i + 1] == fix
     controller_wrote(config, now - dt.timedelta(hours=1))
     assert any(
-        re.fullmatch(
-            re.escape(f"{stale}as the controller's copy of the VCs cannot be used ({copy} is ")
-            + r"360[01] s old: is the controller running\?\)",
-            line,
-        )
+        re.fullmatch(re.escape(f"{error}{copy} is ") + r"360[01] s old: is the controller running\?\)", line)
         for line in check()
     )
     controller_wrote(old, now)
-    assert (
-        f"{stale}as the controller's copy of the VCs cannot be used ({copy} carries other VCs too: "
-        "does the controller run on this config?)"
-    ) in check()
+    assert f"{error}{copy} holds another config too: does the controller run on this one?)" in check()
+    # a time limit too: each part that differs is named
+    limited = tmp_path / "limited.yaml"
+    limited.write_text(old.read_text() + "limits: {time_limit_s: 604800}\n")
+    _install_plugin(limited, slurm, monkeypatch)
+    assert any(
+        ln.startswith(
+            f"ERROR  {slurm}/job_submit.lua was written for another config (its VCs and time limit differ"
+        )
+        for ln in check()
+    )
     (slurm / "job_submit.lua").unlink()
     assert f"WARN   job_submit.lua not checked: there is none in {slurm}" in check()
 

@@ -114,13 +114,13 @@ def _controller_finding(path: Path) -> Finding:
 
 
 def _plugin_finding(data: dict[str, Any]) -> Finding:
-    """The installed job_submit.lua (beside slurm.conf) against the config's VCs, and the copy of them
-    the controller writes for it each cycle."""
+    """The installed job_submit.lua (beside slurm.conf) against the config, and the copy of the config's
+    part the controller writes for it each cycle."""
     from hivebatch.jobsubmit import (
-        config_vc_table,
+        FOLLOWED,
+        followed_table,
         lua_literal,
         nodes_file,
-        site_vcs,
         slurm_conf_path,
         usage_max_age_s,
     )
@@ -128,15 +128,13 @@ def _plugin_finding(data: dict[str, Any]) -> Finding:
 
     # slurmctld loads the plugin from beside the slurm.conf it reads, also where /etc/slurm links to it
     where = slurm_conf_path().resolve().parent
-    text = _read(where / "job_submit.lua")
-    copy_path = nodes_file(data, where)
+    followed = followed_table(data)
+    items = {f"[{lua_literal(k)}] = {lua_literal(v)}": FOLLOWED[k] for k, v in followed.items()}
+    path = nodes_file(data, where)
     copy = ControllerCopy(
-        str(copy_path),
-        _read(copy_path),
-        f'["vcs"] = {lua_literal(config_vc_table(data))}',
-        usage_max_age_s(data),
+        str(path), _read(path), f'["site"] = {lua_literal(followed)}', usage_max_age_s(data)
     )
-    return plugin_finding(text, str(where), f'["vcs"] = {lua_literal(site_vcs(data))}', copy)
+    return plugin_finding(_read(where / "job_submit.lua"), str(where), items, copy)
 
 
 def _read(path: Path) -> str | None:

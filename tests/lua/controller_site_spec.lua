@@ -1,7 +1,7 @@
--- The job_submit plugin checks GPU asks against the VCs the controller writes into its node sizes file
--- each cycle (hivebatch/controller/node_sizes.py), while that file is fresh, else against the VCs written
--- into the plugin: an admin's change of virtual_clusters: or user_limits: reaches submissions with the
--- controller's next cycle.
+-- The job_submit plugin checks GPU asks against the config as the controller writes it into its node
+-- sizes file each cycle (hivebatch/controller/node_sizes.py: GPU types and nodes, VCs, limits), while
+-- that file is fresh, else against what was written into the plugin: an admin's change of the config
+-- reaches submissions with the controller's next cycle.
 --   lua5.1 /usr/bin/busted tests/lua
 
 local NO_VAL = 4294967294
@@ -9,14 +9,20 @@ local support = dofile("tests/lua/controller_file.lua")
 local sizes, usage = support.file(), support.file()
 
 local LAB_NODE = "{ cpus = 16, mem_mb = 64000, sockets = 2, cores = 8, threads = 1 }"
--- the VCs after the admin's change: cv shrank to one socket (4 GPUs), sys was added, nlp is unchanged
-local MOVED = "vcs = { cv = { gpus = 4, whole_nodes = { v100 = 0 }, node_gpus = { v100 = 4 } }, "
+-- the config after the admin's change: a fifth node, cv shrank to one socket (4 GPUs), sys was added,
+-- nlp is unchanged, and jobs may run a day at most
+local V100 = "{ name = 'V100', max_per_node = 8, nodes = 5, total = 40, mem_mib = 32768 }"
+local CLUSTER = "gpu_types = { v100 = " .. V100 .. " }, type_list = 'v100', largest = " .. V100 .. ", "
+  .. "gpu_nodes = { node1 = 'v100', node2 = 'v100', node3 = 'v100', node4 = 'v100', node5 = 'v100' }, "
+  .. "max_time_min = 1440, "
+local MOVED = CLUSTER .. "vcs = { cv = { gpus = 4, whole_nodes = { v100 = 0 }, node_gpus = { v100 = 4 } }, "
   .. "nlp = { gpus = 16, whole_nodes = { v100 = 2 }, node_gpus = { v100 = 8 } }, "
   .. "sys = { gpus = 8, whole_nodes = { v100 = 1 }, node_gpus = { v100 = 8 } } }, vc_list = 'cv, nlp, sys'"
 
--- the controller's node sizes file, written `age` seconds ago, with `vcs` (the text of its VC table) or none
-local function controller_file(vcs, age)
-  local table = vcs and (", vcs = { " .. vcs .. " }") or ""
+-- the controller's node sizes file, written `age` seconds ago, with `site` (the text of the config's part
+-- of the site table) or none
+local function controller_file(site, age)
+  local table = site and (", site = { " .. site .. " }") or ""
   sizes.write(string.format("return { written_at = %d, sizes = { any = %s, v100 = %s }%s }",
     os.time() - (age or 0), LAB_NODE, LAB_NODE, table))
 end
@@ -30,7 +36,7 @@ local function submitted(fields)
   return slurm_job_submit(job(fields), {}, 1001)
 end
 
-describe("the VCs a GPU job is checked against", function()
+describe("the config a GPU job is checked against", function()
   before_each(function()
     -- the plugin as written before the change: cv 12 GPUs, nlp 16, no sys
     support.load_plugin({
@@ -44,7 +50,7 @@ describe("the VCs a GPU job is checked against", function()
     os.remove(usage.path)
   end)
 
-  it("are the controller's while its file is fresh: a new VC takes jobs, a shrunk one refuses what it lost", function()
+  it("is the controller's while its file is fresh: a new VC takes jobs, a shrunk one refuses what it lost", function()
     controller_file(MOVED .. ", user_limits = {}")
     assert.are.equal(slurm.SUCCESS, submitted({ account = "sys", tres_per_node = "gres:gpu:8" }))
     assert.are.equal(slurm.ERROR, submitted({ tres_per_node = "", tres_per_job = "gres:gpu:8" }))
@@ -57,11 +63,11 @@ describe("the VCs a GPU job is checked against", function()
   local embedded = {
     { "the controller's file is stale (the controller stopped)", function() controller_file(MOVED .. ", user_limits = {}", 3600) end },
     { "the file comes from a controller that writes no VCs", function() controller_file(nil) end },
-    { "the file's VC table is not whole", function() controller_file(MOVED) end },
+    { "the file's part of the site table is not whole", function() controller_file(MOVED) end },
     { "there is no file", function() os.remove(sizes.path) end },
   }
   for _, case in ipairs(embedded) do
-    it("are the plugin's own when " .. case[1], function()
+    it("is the plugin's own when " .. case[1], function()
       case[2]()
       assert.are.equal(slurm.ERROR, submitted({ account = "sys" }))
       assert.are.same({ "hivebatch: account 'sys' is not a virtual cluster of hivebatch (VCs: cv, nlp)" },
@@ -70,14 +76,30 @@ describe("the VCs a GPU job is checked against", function()
     end)
   end
 
-  it("are read again for each submission", function()
+  it("has the controller's GPU nodes and time limit", function()
+    local five = { qos = "opportunistic", min_nodes = 5, max_nodes = 5, tres_per_node = "gres:gpu:1" }
+    controller_file(nil)
+    assert.are.equal(slurm.ERROR, submitted(five))
+    assert.are.same({ "hivebatch: 5 nodes with GPUs asked, but the cluster has 4" }, slurm.user_msgs)
+    controller_file(MOVED .. ", user_limits = {}")
+    assert.are.equal(slurm.SUCCESS, submitted(five))
+    -- a limit past the config's is not planned as the job's length (the controller says why it waits)
+    local long = job({ time_limit = 2880 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(long, {}, 1001))
+    assert.is_nil(string.find(long.admin_comment, "time_limit_s", 1, true))
+    local day = job({ time_limit = 1440 })
+    assert.are.equal(slurm.SUCCESS, slurm_job_submit(day, {}, 1001))
+    assert.truthy(string.find(day.admin_comment, '"time_limit_s":86400', 1, true))
+  end)
+
+  it("is read again for each submission", function()
     controller_file(MOVED .. ", user_limits = {}")
     assert.are.equal(slurm.SUCCESS, submitted({ account = "sys" }))
     controller_file(nil)
     assert.are.equal(slurm.ERROR, submitted({ account = "sys" }))
   end)
 
-  it("bring the controller's per-user limits of the strict classes", function()
+  it("brings the controller's per-user limits of the strict classes", function()
     controller_file(MOVED .. ", user_limits = { sys = { urgent = { running_jobs = 1 } } }")
     usage.write(string.format("return { written_at = %d, window_s = 604800, uids = { [1001] = 'alice' }, "
       .. "users = { alice = { sys = { urgent = { gpu_hours = 1, running = 1 } } } } }", os.time()))
@@ -87,7 +109,7 @@ describe("the VCs a GPU job is checked against", function()
     assert.are.equal(slurm.SUCCESS, submitted({ account = "sys", qos = "prior" }))
   end)
 
-  it("are the controller's when an owner moves a waiting job to another VC", function()
+  it("is the controller's when an owner moves a waiting job to another VC", function()
     local waiting = { job_id = 7, account = "cv", qos = "normal", priority = 0, tres_per_node = "", job_state = 0,
                       admin_comment = 'hivebatch:v2:{"gpus":1,"qos":"normal","vc":"cv"}' }
     local function move(to)
