@@ -164,7 +164,8 @@ class CellAllocator(CellState):
         for leaf in job.leaves:
             self.set_job(leaf, job.job_id, job.priority < 0)
         self.placed[job.job_id] = job
-        self.vc_jobs[job.vc][job.job_id] = job
+        # a VC the config no longer has may still own running opportunistic work (adopt)
+        self.vc_jobs.setdefault(job.vc, {})[job.job_id] = job
 
     def _reserve(self, job_id: str, leaves: list[Cell]) -> None:
         """Keep the free GPUs of a placement that waits on a notice from the rest of the round: a victim
@@ -296,7 +297,8 @@ class CellAllocator(CellState):
 
     def _adoptable(self, job_id: str, vc: str, priority: int, placement: dict[str, list[int]]) -> list[Cell]:
         """The GPUs of a placement to adopt, or Reject saying why it cannot be."""
-        if vc not in self.vcs:
+        if vc not in self.vcs and priority >= 0:
+            # opportunistic work binds no cell: a removed VC's running jobs may stay on idle GPUs
             raise Reject(f"unknown VC {vc} (known: {', '.join(self.vcs) or 'none'})")
         if job_id in self.placed:
             raise Reject(f"job {job_id} already holds GPUs")

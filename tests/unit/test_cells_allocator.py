@@ -274,6 +274,21 @@ def test_restore_with_a_changed_config_keeps_what_fits() -> None:
     assert set(b.jobs()) <= {"c"}
 
 
+def test_a_vc_the_config_no_longer_has_keeps_only_opportunistic_work() -> None:
+    # an admin took VC "gone" out of the config while its jobs ran: one may stay as opportunistic work
+    a = lab({"x": {"V100-NODE": 1}}, nodes=1)
+    d = a.adopt("g1", "gone", 0, {"node1": [0]})
+    assert d.result == "rejected" and "unknown VC gone" in (d.error or "")
+    assert a.adopt("g1", "gone", -1, {"node1": [0, 1]}).result == "placed"
+    a.check_invariants()
+    snap = json.loads(json.dumps(a.snapshot()))
+    assert CellAllocator.restore(a.spec, snap).jobs() == a.jobs()
+    # a VC that needs the GPUs preempts it, as any opportunistic job
+    d = a.allocate(req("x1", "x", 8))
+    assert d.result == "placed" and d.preempted == ["g1"]
+    a.check_invariants()
+
+
 def test_adopt_keeping_guarantees_refuses_gpus_whose_cells_another_vc_needs() -> None:
     # x is guaranteed a whole node; y's first single-GPU cell split node1 already
     a = lab({"x": {"V100-NODE": 1}, "y": {"V100": 2}}, nodes=2)

@@ -102,9 +102,14 @@ def test_a_removed_vc(env: Env, tmp_path: Path) -> None:
     assert [e.message for e in env.events(kind="vc_removed")] == [
         "VC sys removed from the config: it held 2×V100, 1×V100-SWITCH (4 GPUs)"
     ]
-    # its running job runs on where it is, and nothing else is placed on its GPUs
+    # its running job runs on where it is, as opportunistic work
     running = env.job(sys2[0])
-    assert running.state == "running" and "unknown VC sys" in running.reason
+    assert running.state == "running"
+    assert running.reason == (
+        "holds GPUs of VC sys, which the config no longer has: it keeps them as opportunistic work, "
+        f"preempted when a VC needs them; to start again it must be moved to a VC (scontrol update job {sys2[0]} Account=VC)"
+    )
+    assert [e.kind for e in env.events(sys2[0]) if e.kind == "beyond_cells"] == ["beyond_cells"]
     # its waiting job says what its owner can do
     waiting = env.job(sys2[1])
     assert waiting.state == "rejected"
@@ -114,11 +119,40 @@ def test_a_removed_vc(env: Env, tmp_path: Path) -> None:
     )
     # and brought back
     env = _reconfigure(env, tmp_path, CONFIG)
+    env.slurm.finish(sys2[0])
     env.cycle()
     assert [e.message for e in env.events(kind="vc_added")] == [
         "VC sys added: 2×V100, 1×V100-SWITCH (4 GPUs)"
     ]
     assert env.events(kind="vc_changed") == []
+
+
+def test_a_removed_vcs_running_job_leaves_when_the_vc_given_its_cells_needs_them(
+    env: Env, tmp_path: Path
+) -> None:
+    _cv8, _cv4, sys2, _nlp = _running(env)
+    # sys's cells go to cv; sys's running job keeps its GPUs as opportunistic work until cv needs them
+    merged = CONFIG.replace(OLD_SYS, "").replace(
+        OLD_CV, "cv: {cells: {V100-NODE: 1, V100-SOCKET: 1, V100-SWITCH: 1, V100: 2}}"
+    )
+    env = _reconfigure(env, tmp_path, merged)
+    assert not env.cycle().failures
+    assert env.job(sys2[0]).state == "running"
+    cv = [env.submit("alice", "cv", 2), env.submit("alice", "cv", 1), env.submit("alice", "cv", 1)]
+    env.cycle()
+    env.slurm.schedule()
+    env.cycle()
+    left = env.job(sys2[0])
+    assert left.preemptions == 1
+    assert [env.job(j).state for j in cv] == ["running"] * 3
+    taken = {(n, i) for j in cv for n, idx in (env.job(j).placement or {}).items() for i in idx}
+    assert {(n, i) for n, idx in (left.placement or {}).items() for i in idx} <= taken
+    # requeued, it waits for its owner to move it
+    assert env.slurm.job(sys2[0]).state == "PENDING" and left.state == "rejected"
+    assert left.reason == (
+        "unknown VC 'sys': the config has cv, nlp; move it to one of them "
+        f"(scontrol update job {sys2[0]} Account=VC) or cancel it"
+    )
 
 
 def test_a_controller_loop_reads_the_edited_config_and_keeps_going_on_a_broken_one(

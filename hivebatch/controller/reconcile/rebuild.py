@@ -93,15 +93,25 @@ def _adopt_beyond_cells(
     """A guaranteed job its VC's cells no longer hold (an admin took cells from the VC while it ran,
     or after its placement) keeps its GPUs as opportunistic work, as HiveD downgrades it: held as
     foreign, it would keep the GPUs the other VCs' new cells need until its time limit. Its next
-    start waits for its VC's cells."""
-    if job.priority < 0 or job.vc_name not in alloc.vcs:
+    start waits for its VC's cells. A job of a VC taken out of the config alike: its next start waits
+    for its owner to move it to a VC."""
+    vc = job.vc_name or ""
+    if (
+        job.priority < 0
+        or alloc.adopt(str(job.slurm_job_id), vc, OPPORTUNISTIC, placement).result != "placed"
+    ):
         return False
-    if alloc.adopt(str(job.slurm_job_id), job.vc_name, OPPORTUNISTIC, placement).result != "placed":
-        return False
-    msg = (
-        f"holds GPUs beyond VC {job.vc_name}'s cells ({why}): it keeps them as opportunistic work, "
-        "preempted when a VC needs them, and waits for its VC's cells if it has to start again"
-    )
+    if vc in alloc.vcs:
+        msg = (
+            f"holds GPUs beyond VC {vc}'s cells ({why}): it keeps them as opportunistic work, "
+            "preempted when a VC needs them, and waits for its VC's cells if it has to start again"
+        )
+    else:
+        msg = (
+            f"holds GPUs of VC {vc}, which the config no longer has: it keeps them as opportunistic work, "
+            "preempted when a VC needs them; to start again it must be moved to a VC "
+            f"(scontrol update job {job.slurm_job_id} Account=VC)"
+        )
     if job.reason != msg:
         job.reason = msg
         rec.event(session, job, "beyond_cells", msg, {"placement": placement})
