@@ -92,6 +92,19 @@ describe("the config a GPU job is checked against", function()
     assert.truthy(string.find(day.admin_comment, '"time_limit_s":86400', 1, true))
   end)
 
+  it("is read from the file once per submission, with the node sizes", function()
+    controller_file(MOVED .. ", user_limits = {}")
+    local real, reads = loadfile, 0
+    _G.loadfile = function(path)
+      if path == sizes.path then reads = reads + 1 end
+      return real(path)
+    end
+    local ok = submitted({ account = "sys", tres_per_node = "gres:gpu:4" })
+    _G.loadfile = real
+    assert.are.equal(slurm.SUCCESS, ok)
+    assert.are.equal(1, reads)
+  end)
+
   it("is read again for each submission", function()
     controller_file(MOVED .. ", user_limits = {}")
     assert.are.equal(slurm.SUCCESS, submitted({ account = "sys" }))
