@@ -2,6 +2,8 @@
 --
 -- `hadmin slurm-config` writes job_submit.lua next to slurm.conf: the site table HIVEBATCH_SITE
 -- (GPU types, VCs, classes, Operator uids; generated from the hivebatch config) followed by this file.
+-- The part of it the config decides is taken from the controller's node sizes file while that is
+-- fresh (site()), so that an edit of the config counts without this file being written again.
 --
 -- Every job from a non-Operator user that asks for GPUs in any form Slurm accepts becomes a hivebatch
 -- request: the GPU ask is taken off the job, written into the admin comment (only SlurmUser/root and
