@@ -75,6 +75,10 @@ def check_submission(
     return env, [note]
 
 
+#: the cell core's priority of opportunistic work (the ledger books such slices with it)
+_OPPORTUNISTIC = -1
+
+
 @dataclass(frozen=True)
 class HeldSlice:
     """A slice some job holds now (granted or running), as the controller's ledger knows it."""
@@ -105,12 +109,14 @@ def rebuild_ledger(
     data: Mapping[str, Any],
     held: Iterable[HeldSlice],
     wholes: Iterable[HeldWhole] = (),
+    downgrade: bool = False,
 ) -> tuple[SharingLedger, list[tuple[HeldSlice, str]]]:
     """A ledger over ``alloc`` holding exactly ``held`` (guaranteed slices first) on top of the whole-GPU
     jobs in ``wholes`` (noted first: slices may sit on the part of their GPUs they leave). The allocator
     must not hold the slices' jobs themselves, nor stale synthetic cells (they are released here).
     Returns the ledger and the slices that could not be booked, with the reason (count their GPUs as
-    foreign)."""
+    foreign). ``downgrade``: a guaranteed slice its VC's cells cannot hold (the config changed while it
+    ran) is booked as opportunistic work where its GPU has room for that (``downgraded``)."""
     for jid in [j for j in alloc.jobs() if is_synthetic(j)]:
         alloc.release(jid)
     led = SharingLedger(alloc, spec, load_sharing(data, spec))
@@ -119,9 +125,21 @@ def rebuild_ledger(
     failed: list[tuple[HeldSlice, str]] = []
     for h in sorted(held, key=lambda h: (h.priority < 0, h.node, h.gpu, h.job_id)):
         d = led.adopt_slice(h.job_id, h.vc, h.priority, h.node, h.gpu, h.mem_mib)
-        if d.result != "placed":
-            failed.append((h, d.error or d.reason or "its GPU is busy"))
+        if d.result == "placed":
+            continue
+        if downgrade and h.priority >= 0:
+            again = led.adopt_slice(h.job_id, h.vc, _OPPORTUNISTIC, h.node, h.gpu, h.mem_mib)
+            if again.result == "placed":
+                continue
+        failed.append((h, d.error or d.reason or "its GPU is busy"))
     return led, failed
+
+
+def downgraded(led: SharingLedger, held: Iterable[HeldSlice]) -> list[HeldSlice]:
+    """The guaranteed slices of ``held`` that ``led`` books as opportunistic work (``rebuild_ledger``'s
+    ``downgrade``)."""
+    booked = led.slices()
+    return [h for h in held if h.priority >= 0 and h.job_id in booked and booked[h.job_id].priority < 0]
 
 
 def slice_share(mem_mib: int, capacity_mib: int) -> float:
@@ -211,7 +229,7 @@ def controller_ledger(
     """The sharing ledger for one controller cycle, over the allocator it has just rebuilt (which holds
     no slice jobs; it holds the GPUs of the whole-GPU rows in ``wholes``). Slices that cannot be booked
     keep their GPU as foreign work, so it is never handed out twice."""
-    led, failed = rebuild_ledger(alloc, spec, data, held_slices(jobs), held_wholes(wholes))
+    led, failed = rebuild_ledger(alloc, spec, data, held_slices(jobs), held_wholes(wholes), downgrade=True)
     for h, _why in failed:
         try:
             alloc.occupy_foreign(f"slice:{h.job_id}@{h.node}", h.node, [h.gpu])

@@ -151,7 +151,7 @@ def predict_slice(ctx: Any, req: JobRequest, alloc: Any, source: str, now: dt.da
         if len(shards) == 1:
             node, gpu, count = shards[0]
             held.append(HeldSlice(str(j.job_id), other.vc, other.priority, node, int(gpu), count * SHARD_MIB))
-    led, failed = rebuild_ledger(alloc, ctx.spec, ctx.data, held)
+    led, failed = rebuild_ledger(alloc, ctx.spec, ctx.data, held, downgrade=True)
     for h, _why in failed:  # a GPU whose slices cannot be booked stays busy, as in the controller
         with contextlib.suppress(Exception):
             alloc.occupy_foreign(f"slice:{h.job_id}@{h.node}", h.node, [h.gpu])

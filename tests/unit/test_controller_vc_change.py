@@ -185,3 +185,34 @@ def test_a_controller_loop_reads_the_edited_config_and_keeps_going_on_a_broken_o
     broken = [m for m in caplog.messages if m.startswith(f"config {cfg} changed but cannot be used (")]
     assert len(broken) == 1 and broken[0].endswith("going on with the one read before")
     assert not [m for m in caplog.messages if m.startswith("cycle failed")]
+
+
+def test_a_gpu_slice_of_a_removed_vc_stays_as_opportunistic_work_until_its_gpu_is_needed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HIVEBATCH_DATABASE_URL", raising=False)
+    sharing = "\nsharing: {enabled: true}\n"
+    env = make_env(tmp_path, CONFIG + sharing)
+    cv8, cv4, nlp = env.submit("alice", "cv", 8), env.submit("alice", "cv", 4), env.submit("bob", "nlp", 16)
+    piece = env.submit("carol", "sys", 1, gpu_mem_mib=8 * 1024)
+    env.cycle()
+    env.slurm.schedule()
+    env.cycle()
+    assert [env.job(j).state for j in (cv8, cv4, nlp, piece)] == ["running"] * 4
+    merged = CONFIG.replace(OLD_SYS, "").replace(
+        OLD_CV, "cv: {cells: {V100-NODE: 1, V100-SOCKET: 1, V100-SWITCH: 1, V100: 2}}"
+    )
+    env = _reconfigure(env, tmp_path, merged + sharing)
+    assert not env.cycle().failures
+    kept = env.job(piece)
+    assert kept.state == "running"
+    assert kept.reason.startswith(
+        "holds GPUs of VC sys, which the config no longer has: it keeps them as opportunistic work"
+    )
+    # before: "its GPU slice cannot be booked (…); the GPU is held as foreign", until it ended
+    cv = [env.submit("alice", "cv", 2), env.submit("alice", "cv", 1), env.submit("alice", "cv", 1)]
+    env.cycle()
+    env.slurm.schedule()
+    env.cycle()
+    assert env.job(piece).preemptions == 1
+    assert [env.job(j).state for j in cv] == ["running"] * 3

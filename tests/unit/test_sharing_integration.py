@@ -13,6 +13,7 @@ from hivebatch.sharing.integration import (
     HeldSlice,
     check_submission,
     describe_gpu,
+    downgraded,
     is_slice,
     rebuild_ledger,
     slice_share,
@@ -89,6 +90,21 @@ def test_rebuild_books_held_slices_and_reports_what_cannot_be_booked() -> None:
     assert {"share:node1:0", "share:node2:3"} <= set(alloc.jobs())
     g = led.gpus()[("node1", 0)]
     assert describe_gpu(g) == "shared sys 28G/32G 3 jobs +1 opp"
+    led.check_invariants()
+
+
+def test_a_guaranteed_slice_no_cell_of_its_vc_holds_is_kept_as_opportunistic_work() -> None:
+    # the config changed while the slices ran: VC "gone" is no longer in it
+    data = config({})
+    spec = parse_cluster_config(data)
+    held = [HeldSlice("21", "gone", 0, "node1", 1, 8 * GiB), HeldSlice("22", "cv", 0, "node2", 3, 8 * GiB)]
+    led, failed = rebuild_ledger(CellAllocator(spec), spec, data, held)
+    assert [h.job_id for h, _ in failed] == ["21"]  # without downgrade: its GPU is held as foreign
+    alloc = CellAllocator(spec)
+    led, failed = rebuild_ledger(alloc, spec, data, held, downgrade=True)
+    assert failed == []
+    assert [h.job_id for h in downgraded(led, held)] == ["21"]
+    assert led.slices()["21"].priority < 0 and led.slices()["22"].priority == 0
     led.check_invariants()
 
 

@@ -101,6 +101,15 @@ def _adopt_beyond_cells(
         or alloc.adopt(str(job.slurm_job_id), vc, OPPORTUNISTIC, placement).result != "placed"
     ):
         return False
+    _note_beyond_cells(session, rec, alloc, job, placement, why)
+    return True
+
+
+def _note_beyond_cells(
+    session: Session, rec: Recorder, alloc: CellAllocator, job: Job, placement: dict[str, list[int]], why: str
+) -> None:
+    """Tell the owner (reason, event) that ``job`` holds GPUs beyond its VC's cells as opportunistic work."""
+    vc = job.vc_name or ""
     if vc in alloc.vcs:
         msg = (
             f"holds GPUs beyond VC {vc}'s cells ({why}): it keeps them as opportunistic work, "
@@ -115,7 +124,6 @@ def _adopt_beyond_cells(
     if job.reason != msg:
         job.reason = msg
         rec.event(session, job, "beyond_cells", msg, {"placement": placement})
-    return True
 
 
 def _occupy_unseen(alloc: CellAllocator, ledger: Ledger, obs: Observation, used: Used) -> None:
@@ -206,13 +214,25 @@ def _rebuild_sharing(
     """Book the slices the ledger's jobs hold (after the whole-GPU jobs: guaranteed work of the cells
     comes first; whole-GPU jobs in ``in_cells`` that hold shards leave the rest of their GPUs to
     slices). A slice that cannot be booked keeps its GPU as foreign work, never handed out twice."""
-    from hivebatch.sharing.integration import controller_ledger, held_slices
+    from hivebatch.sharing.integration import controller_ledger, downgraded, held_slices
 
     rows = [j for j in ledger.jobs.values() if is_slice_job(j)]
     led, failed = controller_ledger(alloc, spec, data, rows, in_cells)
     by_id = {str(j.slurm_job_id): j for j in rows}
-    for h in held_slices(rows):
+    held = held_slices(rows)
+    for h in held:
         used.setdefault(h.node, set()).add(h.gpu)
+    for h in downgraded(led, held):
+        job = by_id.get(h.job_id)
+        if job is not None:
+            _note_beyond_cells(
+                session,
+                rec,
+                alloc,
+                job,
+                {h.node: [h.gpu]},
+                f"no cell of VC {h.vc} holds {h.node} GPU {h.gpu}",
+            )
     for h, why in failed:
         job = by_id.get(h.job_id)
         msg = f"its GPU slice cannot be booked ({why}); the GPU is held as foreign"
